@@ -1,0 +1,3 @@
+from prober.cli import main
+
+main()

@@ -1,0 +1,141 @@
+"""Configuration of the reference engine: sizes, serving mode, fault switches, tenants, presets."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+INCIDENT_CONTEXT = 1_048_576
+INCIDENT_POOL = 681_280
+
+# Tenants a bare `leakprobe testbed serve` accepts.  Synthetic keys, documented in the README.
+DEFAULT_TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
+
+
+class QuoteStyle(StrEnum):
+    """How the model renders what it quotes."""
+
+    VERBATIM = "verbatim"
+    DISGUISE = "disguise"  # case, spacing, line breaks, small edits, confusable characters
+    PARAPHRASE = "paraphrase"  # reworded sentences, same names and numbers
+
+
+class Faults(BaseModel):
+    """Isolation faults; each is off unless switched on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    abort_flag_unsynced: bool = False
+    """An over-pool request is aborted into a 1-token placeholder, but the abort is recorded where the
+    prefill->decode hand-off does not look, so the placeholder is forwarded to decode."""
+    decode_skips_page_check: bool = False
+    """Decode attends over every page it reserved, even when fewer pages arrived in the transfer."""
+    usage_reports_placeholder: bool = False
+    """An aborted request is reported as a completion: HTTP 200, usage.prompt_tokens = 1 and
+    finish_reason "length", instead of as an error."""
+    shared_prefix_cache: bool = False
+    """The prefix cache is keyed by content only, so tenants hit each other's cached prefixes
+    (reported in usage.prompt_tokens_details.cached_tokens, and answered faster)."""
+
+
+class EngineConfig(BaseModel):
+    """Everything the engine needs to run.  Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_name: str = "testbed-quoter"
+    mode: Literal["monolithic", "disaggregated"] = "disaggregated"
+    context_length: int = Field(INCIDENT_CONTEXT, ge=16, description="advertised context (max_model_len)")
+    pool_tokens: int = Field(INCIDENT_POOL, ge=16, description="KV pool of the (prefill) worker")
+    decode_pool_tokens: int | None = Field(
+        None, ge=16, description="decode worker's pool; default: context_length + max_output_tokens"
+    )
+    page_size: int = Field(64, ge=1, le=4096)
+    default_max_tokens: int = Field(256, ge=1)
+    max_output_tokens: int = Field(1024, ge=1)
+    quote_style: QuoteStyle = QuoteStyle.VERBATIM
+    regions: int = Field(8, ge=1, le=64, description="page regions the model quotes from")
+    faults: Faults = Faults()
+    tenants: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TENANTS))
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    pool_wait_seconds: float = Field(30.0, gt=0)
+    prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
+    prefix_cache_entries: int = Field(65_536, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.pool_tokens < self.page_size * 2:
+            raise ValueError("pool_tokens must hold at least two pages")
+        if len(set(self.tenants.values())) != len(self.tenants):
+            raise ValueError("two tenants share one API key")
+        if self.mode == "disaggregated" and self.decode_tokens < self.context_length:
+            raise ValueError("decode_pool_tokens must hold a full advertised context")
+        return self
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.decode_pool_tokens or self.context_length + self.max_output_tokens
+
+    @property
+    def max_req_input_len(self) -> int:
+        """SGLang's rule: min(context - 1, pool - 1) - 5."""
+        return min(self.context_length - 1, self.pool_tokens - 1) - 5
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The incident: disaggregated, advertised 1,048,576, prefill pool 681,280, the two faults.
+    "incident": {
+        "mode": "disaggregated",
+        "faults": {"abort_flag_unsynced": True, "decode_skips_page_check": True},
+    },
+    # Same sizes, fixed: over-pool prompts get a 400, decode refuses short transfers.
+    "fixed": {"mode": "disaggregated"},
+    # A pool of twice the advertised context and no faults.
+    "healthy": {"mode": "disaggregated", "pool_tokens": 2 * INCIDENT_CONTEXT},
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key."""
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build_config(preset: str = "incident", overrides: dict[str, Any] | None = None) -> EngineConfig:
+    """A preset with overrides applied on top (nested dicts merge)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    try:
+        return EngineConfig(**_merge(PRESETS[preset], overrides or {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ConfigError(f"{where}: {first['msg']}") from None
+
+
+def load_config_file(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """Read a YAML testbed config: an optional `preset` key plus EngineConfig keys."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    if data is None:
+        return None, {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    preset = data.pop("preset", None)
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(f"{path}: preset must be a string")
+    return preset, data

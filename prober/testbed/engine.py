@@ -1,0 +1,236 @@
+"""The serving core: admission gates, monolithic or disaggregated prefill/decode, the faults.
+
+Request path (disaggregated):
+
+    validate (gate 1: advertised context)  -> HTTP 400 before anything is scheduled
+    schedule (gate 2: max_req_input_len)   -> abort: prompt replaced by a 1-token placeholder
+    prefill: write the prompt's pages in the prefill pool
+    hand-off: decode reserves pages for the *original* length, the written pages are copied over
+    decode: attend over the positions it believes the prompt has, answer, free the pages
+
+Fixed behaviour: the hand-off sees the abort and answers 400; decode refuses a transfer whose page
+count does not match its reservation.  The faults (see config.Faults) remove those defences one by one.
+Nothing but the answer's text tells a client that decode read someone else's pages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from prober.testbed.config import EngineConfig, QuoteStyle
+from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.model import Instruction, QuotingModel
+from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
+
+
+class EngineError(Exception):
+    """A request the engine refuses.  `in_scheduler` errors arrive inside a 200 stream when streaming."""
+
+    def __init__(self, status: int, message: str, err_type: str, *, in_scheduler: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+        self.in_scheduler = in_scheduler
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    tenant: str
+    prompt_ids: TokenIds
+    instruction: Instruction
+    style: QuoteStyle
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    finish_reason: str
+
+
+class PrefixCache:
+    """Which page-aligned prompt prefixes were seen, keyed per tenant unless the fault shares them.
+
+    It records hashes only (no pages are pinned), enough to report cached_tokens and to skip the
+    simulated prefill cost of a hit.
+    """
+
+    def __init__(self, page_size: int, capacity: int, shared: bool) -> None:
+        self.page_size = page_size
+        self.capacity = capacity
+        self.shared = shared
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _chain(self, tenant: str, ids: TokenIds) -> list[bytes]:
+        digest = hashlib.blake2b(b"" if self.shared else tenant.encode(), digest_size=16)
+        full = len(ids) // self.page_size
+        keys = []
+        for page in np.split(ids[: full * self.page_size], full) if full else []:
+            digest.update(page.tobytes())
+            keys.append(digest.copy().digest())
+        return keys
+
+    def lookup_and_insert(self, tenant: str, ids: TokenIds) -> int:
+        """Cached prefix length in tokens (never the whole prompt), then remember this prompt."""
+        if self.capacity == 0:
+            return 0
+        keys = self._chain(tenant, ids)
+        with self._lock:
+            hits = 0
+            for key in keys:
+                if key not in self._seen:
+                    break
+                hits += 1
+            for key in keys:
+                self._seen[key] = None
+                self._seen.move_to_end(key)
+            while len(self._seen) > self.capacity:
+                self._seen.popitem(last=False)
+        return min(hits * self.page_size, max(0, len(ids) - 1))
+
+
+class Engine:
+    """Thread-safe: requests run concurrently in worker threads; the pools serialise allocation."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model = QuotingModel(config.regions)
+        self.prefill_pool = PagePool("prefill", config.pool_tokens, config.page_size)
+        self.decode_pool = (
+            PagePool("decode", config.decode_tokens, config.page_size)
+            if config.mode == "disaggregated"
+            else None
+        )
+        self.prefix_cache = PrefixCache(
+            config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
+        )
+
+    # -- gates ----------------------------------------------------------------------------------
+    def validate(self, n: int, max_tokens: int | None) -> None:
+        """Gate 1 (SGLang's tokenizer manager): the advertised context."""
+        ctx = self.config.context_length
+        if n >= ctx:
+            raise EngineError(
+                400,
+                f"The input ({n} tokens) is longer than the model's context length ({ctx} tokens).",
+                "BadRequestError",
+            )
+        if max_tokens is not None and n + max_tokens > ctx:
+            raise EngineError(
+                400,
+                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+                f"You requested a total of {n + max_tokens} tokens: {n} tokens from the input messages "
+                f"and {max_tokens} tokens for the completion. Please reduce the number of tokens in the "
+                "input messages or the completion to fit within the limit.",
+                "BadRequestError",
+            )
+
+    def _abort_message(self, n: int) -> str:
+        return (
+            f"Input length ({n} tokens) exceeds the maximum allowed length "
+            f"({self.config.max_req_input_len} tokens). Use a shorter input or enable "
+            "--allow-auto-truncate."
+        )
+
+    # -- serving --------------------------------------------------------------------------------
+    def generate(self, req: GenerationRequest) -> GenerationResult:
+        cfg = self.config
+        n = len(req.prompt_ids)
+        aborted = n >= cfg.max_req_input_len
+        if aborted:
+            # Gate 2 (scheduler): replace the prompt by one token to skip the long prefill.
+            forwarded = cfg.mode == "disaggregated" and cfg.faults.abort_flag_unsynced
+            if not forwarded:
+                if cfg.faults.usage_reports_placeholder:
+                    return GenerationResult("", 1, 0, 0, "length")
+                raise EngineError(400, self._abort_message(n), "BadRequestError", in_scheduler=True)
+            written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
+            cached = 0
+        else:
+            written = req.prompt_ids
+            cached = self.prefix_cache.lookup_and_insert(req.tenant, written)
+            self._simulate_prefill(len(written) - cached)
+
+        if self.decode_pool is None:
+            result = self._serve_monolithic(req, written, n)
+        else:
+            result = self._serve_disaggregated(req, written, n)
+        if aborted and cfg.faults.usage_reports_placeholder:
+            return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
+        return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
+
+    def _simulate_prefill(self, tokens: int) -> None:
+        seconds = tokens * self.config.prefill_ms_per_1k_tokens / 1e6
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def _allocate(self, pool: PagePool, pages: int, owner: str) -> list[int]:
+        try:
+            return pool.allocate(pages, owner, self.config.pool_wait_seconds)
+        except PoolExhausted as exc:
+            raise EngineError(503, f"KV cache is full, retry later ({exc})", "ServiceUnavailable",
+                              in_scheduler=True) from None
+
+    def _serve_monolithic(self, req: GenerationRequest, written: TokenIds, n: int) -> GenerationResult:
+        pool = self.prefill_pool
+        pages = self._allocate(pool, pool.pages_for(n + req.max_tokens), req.request_id)
+        try:
+            pool.write(pages, written)
+            return self._decode(pool, pages, req, n)
+        finally:
+            pool.free(pages, req.request_id)
+
+    def _serve_disaggregated(self, req: GenerationRequest, written: TokenIds, n: int) -> GenerationResult:
+        prefill, decode = self.prefill_pool, self.decode_pool
+        assert decode is not None
+        sent = prefill.pages_for(len(written))
+        prefill_pages = self._allocate(prefill, sent, req.request_id)
+        try:
+            prefill.write(prefill_pages, written)
+            # Hand-off: decode reserves room for the length it was told about, plus the output.
+            reserved = self._allocate(decode, decode.pages_for(n + req.max_tokens), req.request_id)
+            try:
+                decode.write(reserved, prefill.read(prefill_pages, len(written)))
+            except BaseException:
+                decode.free(reserved, req.request_id)
+                raise
+        finally:
+            prefill.free(prefill_pages, req.request_id)
+        try:
+            expected = decode.pages_for(n)
+            if sent != expected and not self.config.faults.decode_skips_page_check:
+                raise EngineError(
+                    500,
+                    f"KV transfer incomplete for request {req.request_id}: received {sent} of "
+                    f"{expected} pages",
+                    "InternalServerError",
+                    in_scheduler=True,
+                )
+            return self._decode(decode, reserved, req, n)
+        finally:
+            decode.free(reserved, req.request_id)
+
+    def _decode(self, pool: PagePool, pages: list[int], req: GenerationRequest, n: int) -> GenerationResult:
+        attended = pool.read(pages, n)
+        answer = self.model.answer(attended, pool.page_size, req.instruction, req.style, req.max_tokens)
+        room = len(pages) * pool.page_size - n
+        pool.write(pages, answer.token_ids[:room], start=n)
+        reason = "length" if answer.truncated else "stop"
+        return GenerationResult(answer.text, n, len(answer.token_ids), 0, reason)
+
+    def check_invariants(self) -> None:
+        self.prefill_pool.check_invariants()
+        if self.decode_pool is not None:
+            self.decode_pool.check_invariants()

@@ -1,0 +1,117 @@
+"""The reference engine's deterministic "model".
+
+Its answer is a bounded function of the KV entries that decode attends to and of the request's
+instruction.  It splits the attended positions into page-aligned regions and draws the most salient
+sentence (or code word) from *every* region, so whatever sits in an attended page -- the request's
+own prompt, or an earlier tenant's leftovers -- can surface in the answer.  Apart from what it quotes
+it only adds fixed connective words.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prober.testbed import styles, tokenizer
+from prober.testbed.config import QuoteStyle
+from prober.testbed.tokenizer import TokenIds
+
+
+class Instruction(StrEnum):
+    QUOTE = "quote"  # quote the document
+    CODE = "code"  # answer with the code word(s)
+    SUMMARY = "summary"  # summarise the document (quotes, shortened)
+
+
+_SENTENCE = re.compile(r"[^.!?\n。]+[.!?。]?")
+_SALIENT = re.compile(r"(?<=\S)[A-Z]|[0-9]|[^\x00-\x7f]")
+_CODE = re.compile(r"(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{7,}")
+_CHAT_MARKUP = re.compile(r"<\|[a-z_]+\|>(?:user|assistant|system)?")
+
+_INSTRUCTION_WORDS = (
+    (Instruction.CODE, re.compile(r"code ?word|passcode|access code|코드", re.IGNORECASE)),
+    (Instruction.SUMMARY, re.compile(r"summari[sz]e|summary|요약", re.IGNORECASE)),
+)
+
+_OPENING = {
+    Instruction.QUOTE: "Quoting the document: ",
+    Instruction.CODE: "The code words are: ",
+    Instruction.SUMMARY: "In summary: ",
+}
+_EMPTY = "The document is empty."
+
+
+def instruction_of(text: str) -> Instruction:
+    """What the request asks for, read from its text (the frontend knows it even when KV does not)."""
+    for instruction, pattern in _INSTRUCTION_WORDS:
+        if pattern.search(text):
+            return instruction
+    return Instruction.QUOTE
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    token_ids: TokenIds
+    truncated: bool
+
+
+def _salience(sentence: str) -> int:
+    return len(_SALIENT.findall(sentence))
+
+
+def _best_sentence(text: str) -> str | None:
+    best: str | None = None
+    best_score = -1
+    for match in _SENTENCE.finditer(_CHAT_MARKUP.sub(" ", text)):
+        sentence = match.group(0).strip()
+        if len(sentence) < 2:
+            continue
+        score = _salience(sentence)
+        if score > best_score:
+            best, best_score = sentence, score
+    return best
+
+
+def _best_code(text: str) -> str | None:
+    codes = _CODE.findall(text)
+    return max(codes, key=_salience) if codes else None
+
+
+class QuotingModel:
+    """Stateless: the same attended tokens, instruction and style always give the same answer."""
+
+    def __init__(self, regions: int) -> None:
+        self.regions = regions
+
+    def _region_texts(self, attended: TokenIds, page_size: int) -> list[str]:
+        pages = max(1, -(-len(attended) // page_size))
+        count = min(self.regions, pages)
+        bounds = [round(i * pages / count) * page_size for i in range(count + 1)]
+        return [tokenizer.decode(attended[bounds[i] : bounds[i + 1]]) for i in range(count)]
+
+    def answer(
+        self,
+        attended: TokenIds,
+        page_size: int,
+        instruction: Instruction,
+        style: QuoteStyle,
+        max_tokens: int,
+    ) -> Answer:
+        pick = _best_code if instruction is Instruction.CODE else _best_sentence
+        quotes: list[str] = []
+        for region in self._region_texts(attended, page_size):
+            chosen = pick(region)
+            if chosen and chosen not in quotes:
+                quotes.append(chosen)
+        if instruction is Instruction.SUMMARY:
+            quotes = [" ".join(q.split()[:24]) for q in quotes]
+        rendered = [styles.render(q, style) for q in quotes]
+        text = _OPENING[instruction] + " ".join(rendered) if rendered else _EMPTY
+        ids = tokenizer.encode(text)
+        truncated = len(ids) > max_tokens
+        if truncated:
+            ids = ids[:max_tokens]
+            text = tokenizer.decode(ids)
+        return Answer(text=text, token_ids=ids, truncated=truncated)

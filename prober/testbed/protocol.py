@@ -1,0 +1,108 @@
+"""Request bodies the engine accepts (OpenAI-compatible, SGLang tokenize) and its chat template."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from prober.testbed.config import QuoteStyle
+
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer"]
+    content: str | list[TextPart]
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _Generation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    quote_style: QuoteStyle | None = None  # testbed extension: how the model renders quotes
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatRequest(_Generation):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("messages")
+    @classmethod
+    def _some_text(cls, value: list[Message]) -> list[Message]:
+        if not any(m.text.strip() for m in value):
+            raise ValueError("all messages are empty")
+        return value
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Generation):
+    prompt: NonEmpty | list[NonEmpty]
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and len(value) != 1:
+            raise ValueError("exactly one prompt per request")
+        return value
+
+    @property
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+
+class TokenizeRequest(BaseModel):
+    """SGLang's shape ({"prompt": str}) or the chat form ({"messages": [...]}) that counts the template."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_generation_prompt: bool = True
+
+    def text(self) -> str:
+        if self.messages is not None:
+            return render_chat(self.messages, self.add_generation_prompt)
+        if self.prompt is None:
+            raise ValueError("give `prompt` or `messages`")
+        return self.prompt
+
+
+def render_chat(messages: list[Message], add_generation_prompt: bool = True) -> str:
+    """ChatML-style template; its markup costs tokens, which is why the chat form of tokenize exists."""
+    body = "".join(f"<|im_start|>{m.role}\n{m.text}<|im_end|>\n" for m in messages)
+    return body + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+def error_body(status: int, message: str, err_type: str) -> dict[str, Any]:
+    """SGLang's OpenAI-route error object."""
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}

@@ -1,0 +1,326 @@
+"""HTTP front of the reference engine: OpenAI-compatible routes, SGLang-style introspection, metrics.
+
+`TestbedServer` runs it in a background thread on a loopback port (port 0 = ephemeral), which is how
+tests and `leakprobe demo` get a real HTTP target without a second process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+import anyio
+import uvicorn
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from prober import __version__
+from prober.testbed import tokenizer
+from prober.testbed.config import EngineConfig
+from prober.testbed.engine import Engine, EngineError, GenerationRequest, GenerationResult
+from prober.testbed.model import instruction_of
+from prober.testbed.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    TokenizeRequest,
+    error_body,
+    render_chat,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class HTTPProblem(Exception):
+    def __init__(self, status: int, message: str, err_type: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.err_type = status, message, err_type
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(error_body(self.status, self.message, self.err_type), status_code=self.status)
+
+
+class _PoolCollector(Collector):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        total = GaugeMetricFamily("leakprobe_testbed_kv_pool_tokens", "KV pool capacity in tokens",
+                                  labels=["pool"])
+        used = GaugeMetricFamily("leakprobe_testbed_kv_pool_used_tokens", "KV tokens held by requests",
+                                 labels=["pool"])
+        for pool in (self.engine.prefill_pool, self.engine.decode_pool):
+            if pool is not None:
+                usage = pool.usage()
+                total.add_metric([pool.name], usage.tokens_total)
+                used.add_metric([pool.name], usage.tokens_used)
+        yield total
+        yield used
+
+
+class TestbedApp:
+    """Routes bound to one engine and one metrics registry."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config: EngineConfig = engine.config
+        self._tenant_by_key = {key: name for name, key in self.config.tenants.items()}
+        self.registry = CollectorRegistry()
+        self.registry.register(_PoolCollector(engine))
+        self._requests = Counter("leakprobe_testbed_requests", "HTTP requests by route and status",
+                                 ["route", "code"], registry=self.registry)
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/server_info", self.server_info, methods=["GET"]),
+            Route("/get_server_info", self.server_info, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/tokenize", self.tokenize, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        self.app = Starlette(routes=routes)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _tenant(self, request: Request) -> str:
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        tenant = self._tenant_by_key.get(key.strip()) if scheme.lower() == "bearer" else None
+        if tenant is None:
+            raise HTTPProblem(401, "invalid or missing API key", "AuthenticationError")
+        return tenant
+
+    async def _json(self, request: Request) -> Any:
+        cap = self.config.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise HTTPProblem(400, "request body is not valid UTF-8", "BadRequestError") from None
+        except json.JSONDecodeError as exc:
+            raise HTTPProblem(400, f"malformed JSON: {exc}", "BadRequestError") from None
+
+    @staticmethod
+    def _parse(model: type[M], data: Any) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise HTTPProblem(400, f"invalid request: {where}: {first['msg']}", "BadRequestError") from None
+
+    async def _guarded(self, route: str, request: Request,
+                       handler: Callable[[Request], Any]) -> Response:
+        try:
+            response: Response = await handler(request)
+        except HTTPProblem as problem:
+            response = problem.response()
+        except EngineError as exc:
+            response = HTTPProblem(exc.status, exc.message, exc.err_type).response()
+        self._requests.labels(route, str(response.status_code)).inc()
+        return response
+
+    # -- introspection --------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type="text/plain; version=0.0.4")
+
+    async def server_info(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            self._tenant(request)
+            cfg = self.config
+            return JSONResponse({
+                "model_path": cfg.model_name,
+                "context_length": cfg.context_length,
+                "max_total_num_tokens": cfg.pool_tokens,
+                "max_req_input_len": cfg.max_req_input_len,
+                "page_size": cfg.page_size,
+                "disaggregation_mode": "prefill" if cfg.mode == "disaggregated" else "null",
+                "internal_states": [{"memory_usage": {"token_capacity": cfg.pool_tokens}}],
+                "version": f"leakprobe-testbed {__version__}",
+            })
+        return await self._guarded("server_info", request, handle)
+
+    async def models(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            self._tenant(request)
+            card = {"id": self.config.model_name, "object": "model", "created": 0,
+                    "owned_by": "leakprobe-testbed", "max_model_len": self.config.context_length}
+            return JSONResponse({"object": "list", "data": [card]})
+        return await self._guarded("models", request, handle)
+
+    async def tokenize(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            self._tenant(request)
+            body = self._parse(TokenizeRequest, await self._json(request))
+            try:
+                text = body.text()
+            except ValueError as exc:
+                raise HTTPProblem(400, f"invalid request: {exc}", "BadRequestError") from None
+            ids = await anyio.to_thread.run_sync(tokenizer.encode, text)
+            return JSONResponse({"tokens": ids.tolist(), "count": int(ids.size),
+                                 "max_model_len": self.config.context_length})
+        return await self._guarded("tokenize", request, handle)
+
+    # -- generation -----------------------------------------------------------------------------
+    async def chat(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            tenant = self._tenant(request)
+            body = self._parse(ChatRequest, await self._json(request))
+            last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
+            return await self._generate("chat", tenant, body, render_chat(body.messages),
+                                        body.requested_max_tokens, last_user)
+        return await self._guarded("chat", request, handle)
+
+    async def completions(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            tenant = self._tenant(request)
+            body = self._parse(CompletionRequest, await self._json(request))
+            return await self._generate("completions", tenant, body, body.text,
+                                        body.requested_max_tokens, body.text)
+        return await self._guarded("completions", request, handle)
+
+    async def _generate(self, kind: str, tenant: str, body: ChatRequest | CompletionRequest,
+                        prompt: str, max_tokens: int | None, instruction_text: str) -> Response:
+        cfg = self.config
+        ids = await anyio.to_thread.run_sync(tokenizer.encode, prompt)
+        if ids.size == 0:
+            raise HTTPProblem(400, "invalid request: the prompt is empty", "BadRequestError")
+        self.engine.validate(int(ids.size), max_tokens)
+        req = GenerationRequest(
+            request_id=uuid.uuid4().hex,
+            tenant=tenant,
+            prompt_ids=ids,
+            instruction=instruction_of(instruction_text),
+            style=body.quote_style or cfg.quote_style,
+            max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
+        )
+        meta = {"id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{req.request_id}",
+                "created": int(time.time()), "model": body.model or cfg.model_name}
+        if body.stream:
+            return StreamingResponse(self._stream(kind, meta, req, body.include_usage),
+                                     media_type="text/event-stream")
+        result = await anyio.to_thread.run_sync(self.engine.generate, req)
+        if kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
+                                      "finish_reason": result.finish_reason}
+        else:
+            choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
+        obj = "chat.completion" if kind == "chat" else "text_completion"
+        return JSONResponse({**meta, "object": obj, "choices": [choice], "usage": _usage(result)})
+
+    async def _stream(self, kind: str, meta: dict[str, Any], req: GenerationRequest,
+                      include_usage: bool) -> AsyncIterator[str]:
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None, first: bool = False) -> str:
+            if kind == "chat":
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
+                    {"content": piece} if piece is not None else {})
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": piece or "", "finish_reason": finish}
+            extra = {"usage": None} if include_usage else {}
+            return _sse({**meta, "object": obj, "choices": [choice], **extra})
+
+        try:
+            result = await anyio.to_thread.run_sync(self.engine.generate, req)
+        except EngineError as exc:
+            yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
+            yield "data: [DONE]\n\n"
+            return
+        if kind == "chat":
+            yield chunk(None, None, first=True)
+        pieces = tokenizer.pieces(result.text)
+        for start in range(0, len(pieces), 4):
+            yield chunk("".join(pieces[start : start + 4]), None)
+        yield chunk(None, result.finish_reason)
+        if include_usage:
+            yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
+        yield "data: [DONE]\n\n"
+
+
+def _usage(result: GenerationResult) -> dict[str, Any]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+    }
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+class TestbedServer:
+    """The engine behind uvicorn in a background thread.
+
+    Usage::
+
+        with TestbedServer(build_config("incident")) as server:
+            httpx.get(server.url + "/health")
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, config: EngineConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.engine = Engine(config)
+        self.app = TestbedApp(self.engine)
+        self._server = uvicorn.Server(uvicorn.Config(
+            self.app.app, host=host, port=port, log_level="warning", access_log=False,
+            lifespan="off", timeout_graceful_shutdown=2,
+        ))
+        self._thread = threading.Thread(target=self._server.run, name="testbed", daemon=True)
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        """Origin, e.g. http://127.0.0.1:8123; the OpenAI base URL is url + "/v1"."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> TestbedServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"testbed did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def wait(self) -> None:
+        """Block until the server thread ends (it runs until stop())."""
+        while self._thread.is_alive():
+            self._thread.join(timeout=0.5)
+
+    def __enter__(self) -> TestbedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

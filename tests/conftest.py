@@ -1,0 +1,35 @@
+"""Shared fixtures: real loopback servers, never mocks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from prober.testbed import TestbedServer, build_config
+
+KEY_A = {"Authorization": "Bearer testbed-key-a"}
+KEY_B = {"Authorization": "Bearer testbed-key-b"}
+
+# A scaled-down incident: same shape (pool < advertised context, pages of 16), small enough that a
+# prompt over the pool costs a few thousand tokens.
+SMALL = {"context_length": 16_384, "pool_tokens": 4_096, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
+
+StartTestbed = Callable[..., TestbedServer]
+
+
+@pytest.fixture
+def testbed() -> Iterator[StartTestbed]:
+    """Start reference engines on ephemeral loopback ports; all are stopped after the test."""
+    servers: list[TestbedServer] = []
+
+    def start(preset: str = "incident", **overrides: Any) -> TestbedServer:
+        server = TestbedServer(build_config(preset, overrides)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+        server.engine.check_invariants()

@@ -1,0 +1,134 @@
+"""The reference engine over real HTTP: protocol, auth, bad input, concurrency."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from tests.conftest import KEY_A, SMALL, StartTestbed
+
+
+def test_unknown_or_missing_key_is_401_json(testbed: StartTestbed) -> None:
+    server = testbed("healthy", **SMALL)
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic testbed-key-a"}):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "hi"}, headers=headers)
+        assert r.status_code == 401
+        assert r.json()["type"] == "AuthenticationError"
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+
+
+def test_models_and_server_info_expose_advertised_context_and_real_pool(testbed: StartTestbed) -> None:
+    server = testbed("incident")
+    models = httpx.get(server.url + "/v1/models", headers=KEY_A).json()
+    assert models["data"][0]["max_model_len"] == 1_048_576
+    for path in ("/server_info", "/get_server_info"):
+        info = httpx.get(server.url + path, headers=KEY_A).json()
+        assert info["max_total_num_tokens"] == 681_280
+        assert info["max_req_input_len"] == 681_274
+        assert info["page_size"] == 64
+        assert info["context_length"] == 1_048_576
+        assert info["disaggregation_mode"] == "prefill"
+
+
+def test_tokenize_prompt_and_chat_forms_match_usage(testbed: StartTestbed) -> None:
+    server = testbed("healthy", **SMALL)
+    text = "Quote the document. The vault code of Morwenna Quill is 4471-Z."
+    tok = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"prompt": text}).json()
+    assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 16_384
+    done = httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": text}).json()
+    assert done["usage"]["prompt_tokens"] == tok["count"]
+
+    messages = [{"role": "user", "content": text}]
+    chat_tok = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"messages": messages}).json()
+    assert chat_tok["count"] > tok["count"]  # the chat template costs tokens
+    chat = httpx.post(server.url + "/v1/chat/completions", headers=KEY_A, json={"messages": messages}).json()
+    assert chat["usage"]["prompt_tokens"] == chat_tok["count"]
+    assert "4471-Z" in chat["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        (b"{not json", 400, "malformed JSON"),
+        (b"\xff\xfe\x00bad", 400, "UTF-8"),
+        (json.dumps({"messages": []}).encode(), 400, "messages"),
+        (json.dumps({"prompt": "x"}).encode(), 400, "messages"),
+        (json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), 400, "content"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "role"),
+        (json.dumps({"messages": [{"role": "user", "content": ""}]}).encode(), 400, "empty"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}).encode(),
+         400, "max_tokens"),
+        (json.dumps([1, 2]).encode(), 400, "invalid request"),
+    ],
+)
+def test_bad_input_gets_clean_4xx_json(
+    testbed: StartTestbed, body: bytes, status: int, fragment: str
+) -> None:
+    server = testbed("healthy", **SMALL)
+    r = httpx.post(server.url + "/v1/chat/completions", content=body,
+                   headers={**KEY_A, "Content-Type": "application/json"})
+    assert r.status_code == status
+    assert fragment in r.json()["message"]
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_body_over_the_cap_is_413_even_without_content_length(testbed: StartTestbed) -> None:
+    server = testbed("healthy", **SMALL, max_body_bytes=4096)
+    big = json.dumps({"prompt": "x" * 10_000}).encode()
+    assert httpx.post(server.url + "/v1/completions", content=big, headers=KEY_A).status_code == 413
+
+    def chunks():  # chunked transfer: no Content-Length to check up front
+        yield big[:3000]
+        yield big[3000:]
+
+    r = httpx.post(server.url + "/v1/completions", content=chunks(), headers=KEY_A)
+    assert r.status_code == 413 and r.json()["type"] == "RequestTooLarge"
+
+
+def test_prompt_over_the_advertised_context_is_400(testbed: StartTestbed) -> None:
+    server = testbed("incident", **SMALL)
+    r = httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": "word " * 20_000})
+    assert r.status_code == 400
+    assert "longer than the model's context length (16384 tokens)" in r.json()["message"]
+    r = httpx.post(server.url + "/v1/completions", headers=KEY_A,
+                   json={"prompt": "word " * 100, "max_tokens": 16_384})
+    assert r.status_code == 400 and "Requested token count exceeds" in r.json()["message"]
+
+
+def test_metrics_report_pools_and_requests(testbed: StartTestbed) -> None:
+    server = testbed("incident", **SMALL)
+    httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": "hello there"})
+    text = httpx.get(server.url + "/metrics").text
+    assert 'leakprobe_testbed_kv_pool_tokens{pool="prefill"} 4096.0' in text
+    assert 'leakprobe_testbed_kv_pool_tokens{pool="decode"}' in text
+    assert 'leakprobe_testbed_requests_total{code="200",route="completions"} 1.0' in text
+
+
+def test_many_tenants_concurrently_keep_pool_bookkeeping_intact(testbed: StartTestbed) -> None:
+    tenants = {f"t{i}": f"key-{i}" for i in range(8)}
+    server = testbed("incident", **SMALL, tenants=tenants, pool_wait_seconds=20)
+    failures: list[str] = []
+
+    def client(name: str, key: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            for i in range(12):
+                words = 50 + (i * 397) % 1500  # below and (i % 4 == 3) above the pool
+                size = words if i % 4 else 5_000
+                r = http.post("/v1/completions", headers={"Authorization": f"Bearer {key}"},
+                              json={"prompt": f"{name} " * size, "stream": i % 2 == 0})
+                if r.status_code != 200:
+                    failures.append(f"{name}: {r.status_code} {r.text[:200]}")
+                server.engine.check_invariants()
+
+    threads = [threading.Thread(target=client, args=item) for item in tenants.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    server.engine.check_invariants()
+    assert server.engine.prefill_pool.usage().pages_used == 0
+    assert server.engine.decode_pool is not None and server.engine.decode_pool.usage().pages_used == 0
