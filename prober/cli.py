@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import sqlite3
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from prober import __version__
+from prober.detect.embedder import DEFAULT_MODEL
+from prober.types import CanaryKind
 
 app = typer.Typer(
     name="leakprobe",
@@ -19,7 +24,9 @@ app = typer.Typer(
 )
 testbed_app = typer.Typer(help="The reference multi-tenant paged-KV engine (a real HTTP target).",
                           no_args_is_help=True)
+canaries_app = typer.Typer(help="Mint and inspect canaries.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
+app.add_typer(canaries_app, name="canaries")
 
 EXIT_ERROR = 2
 
@@ -82,6 +89,97 @@ def _split_pair(item: str) -> tuple[str, str]:
     if not sep or not name or not value:
         raise ValueError("expected NAME=VALUE")
     return name, value
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    table = "table"
+
+
+@canaries_app.command("mint")
+def canaries_mint(
+    ledger: Annotated[Path, typer.Option(help="Ledger file (SQLite; created if absent).")],
+    tenant: Annotated[str, typer.Option(help="Tenant that owns the canaries.")],
+    count: Annotated[int, typer.Option(min=1, max=100_000, help="How many.")] = 1,
+    kind: Annotated[CanaryKind, typer.Option(help="token | fact")] = CanaryKind.TOKEN,
+    language: Annotated[str, typer.Option(help="Fact pack language (en, ko).")] = "en",
+    probe_id: Annotated[str, typer.Option(help="Probe the canaries belong to.")] = "",
+    retention_days: Annotated[float, typer.Option(min=0.01, help="How long they stay active.")] = 30.0,
+    model: Annotated[str, typer.Option(help="Embedding model for facts (name or path).")] = DEFAULT_MODEL,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="json | table")] = OutputFormat.table,
+) -> None:
+    """Mint canaries; each is in the ledger before it is printed."""
+    from prober.canaries.keys import CanaryKeyError, resolve_key
+    from prober.canaries.mint import Minter
+    from prober.canaries.packs import PackError
+    from prober.detect import EmbedderError, SentenceTransformerEmbedder
+    from prober.ledger import LedgerError, open_ledger
+
+    try:
+        store = open_ledger(ledger)
+        embedder = SentenceTransformerEmbedder(model) if kind is CanaryKind.FACT else None
+        minter = Minter(store, resolve_key(store), embedder, retention_days)
+        minted = minter.mint(tenant, kind, count, probe_id=probe_id, language=language)
+    except (LedgerError, CanaryKeyError, PackError, EmbedderError) as exc:
+        raise _fail(str(exc)) from None
+    rows = [{"id": c.id, "tenant": c.tenant, "kind": c.kind.value, "text": c.text, "probe_id": c.probe_id,
+             "expires_at": c.expires_at, **({"slots": list(c.slots)} if c.slots else {})} for c in minted]
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+    else:
+        _table(["id", "tenant", "kind", "text"], [[c.id, c.tenant, c.kind.value, c.text] for c in minted])
+
+
+@app.command()
+def scan(
+    file: Annotated[Path, typer.Argument(help="JSONL: {id, tenant, text, prompt?} per line.")],
+    ledger: Annotated[Path, typer.Option(help="Ledger holding the canaries.")],
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="json | table")] = OutputFormat.table,
+    semantic: Annotated[bool, typer.Option(help="Also look for paraphrased facts (loads a model).")] = True,
+    model: Annotated[str, typer.Option(help="Embedding model (name or path).")] = DEFAULT_MODEL,
+    tenant: Annotated[list[str] | None, typer.Option(
+        help="Tenant names that MAC-verified tokens are attributed to, beyond the ledger's.")] = None,
+    redact: Annotated[bool, typer.Option(help="Mask text around matches in excerpts.")] = True,
+) -> None:
+    """Forensic log audit: scan recorded answers for other tenants' canaries.  Exit 0 clean, 1 findings."""
+    from prober.canaries.keys import CanaryKeyError, resolve_key
+    from prober.detect import EmbedderError, Scanner, SentenceTransformerEmbedder
+    from prober.forensics import scan_file
+    from prober.ledger import LedgerError, open_ledger
+
+    if not file.is_file():
+        raise _fail(f"{file}: no such file")
+    if not ledger.is_file():
+        raise _fail(f"{ledger}: no such ledger")
+    try:
+        store = open_ledger(ledger)
+        embedder = SentenceTransformerEmbedder(model) if semantic else None
+        scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
+                          embedder=embedder, redact=redact)
+        report = scan_file(file, scanner, store)
+    except (LedgerError, CanaryKeyError, EmbedderError, OSError, sqlite3.DatabaseError) as exc:
+        raise _fail(str(exc)) from None
+    for problem in report.errors:
+        typer.echo(f"warning: {file}: {problem}", err=True)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+    else:
+        _table(["record", "kind", "detector", "severity", "victim", "observer", "canary", "score"],
+               [[f.record_id, f.kind.value, f.detector, f.severity.label, f.victim_tenant or "-",
+                 f.observer_tenant, f.canary_id or "-", f"{f.score:.3f}"] for f in report.findings])
+        typer.echo(f"{report.scanned} records scanned, {len(report.findings)} findings, "
+                   f"{report.own_echoes} own canaries echoed (positive controls)", err=True)
+    raise typer.Exit(1 if report.findings else 0)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*header)
+    for row in rows:
+        table.add_row(*row)
+    Console(highlight=False).print(table)
 
 
 @app.command()

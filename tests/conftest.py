@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from prober.detect import SentenceTransformerEmbedder
 from prober.testbed import TestbedServer, build_config
 
 KEY_A = {"Authorization": "Bearer testbed-key-a"}
@@ -33,3 +34,11 @@ def testbed() -> Iterator[StartTestbed]:
     for server in servers:
         server.stop()
         server.engine.check_invariants()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The default offline model, loaded once per test session."""
+    model = SentenceTransformerEmbedder()
+    model.encode(["warm up"])
+    return model

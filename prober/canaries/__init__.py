@@ -1,0 +1,1 @@
+"""Canaries: tenant-tagged tokens and facts, their packs, filler, and minting."""

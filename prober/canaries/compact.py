@@ -1,0 +1,66 @@
+"""The compact normal form: what is left of a text once a model's reformatting is undone.
+
+    NFKC  ->  upper case  ->  look-alikes to Latin  ->  Crockford aliases (O->0, I/L->1, U->V)
+          ->  drop white space, separators, punctuation and zero-width characters
+
+"LPK-7f3a 9QZ0..." and "lpk7F3A\\n9qzO..." compact to the same string, so one exact search finds a
+canary however a model re-cased, spaced, broke or hyphenated it, or swapped a Cyrillic "А" in.  All of
+it runs in C (`str.upper`, `str.translate`, `unicodedata.normalize`).
+"""
+
+from __future__ import annotations
+
+import string
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+# Upper-case look-alikes (Cyrillic, Greek) of Latin capitals and digits.
+_LOOKALIKES = {
+    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "0", "Р": "P", "С": "C", "Т": "T",
+    "Х": "X", "У": "Y", "Ѕ": "S", "І": "1", "Ј": "J", "Ԁ": "D", "Ԛ": "Q", "Ԝ": "W",
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "1", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "0",
+    "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+}
+_ALIASES = {"O": "0", "I": "1", "L": "1", "U": "V"}
+_DROP = (
+    string.whitespace + string.punctuation
+    + "\u00a0\u00ad\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u200b\u200c\u200d"
+    + "\u2010\u2011\u2012\u2013\u2014\u2015\u2018\u2019\u201c\u201d\u2026\u2028\u2029\u202f\u205f\u2060"
+    + "\u3000\u3001\u3002\ufeff\u00b7\u30fb\uff0c\uff0e"
+)
+_TABLE = str.maketrans({**_LOOKALIKES, **_ALIASES, **dict.fromkeys(_DROP)})
+
+
+def compact(text: str) -> str:
+    """The normal form used for exact and fuzzy matching."""
+    return unicodedata.normalize("NFKC", text).upper().translate(_TABLE)
+
+
+@lru_cache(maxsize=4096)
+def _char_compact_len(ch: str) -> int:
+    return len(compact(ch))
+
+
+def offsets(text: str) -> npt.NDArray[np.int64]:
+    """For each position of compact(text), the index of the original character it came from.
+
+    Computed per character, so only call it for the few texts that matched.  Where NFKC composes
+    several characters into one, positions can be off by a character; they are used for excerpts.
+    """
+    positions: list[int] = []
+    for index, ch in enumerate(text):
+        positions.extend([index] * _char_compact_len(ch))
+    return np.asarray(positions, dtype=np.int64)
+
+
+def original_span(text: str, start: int, end: int, index: npt.NDArray[np.int64] | None = None) -> tuple[int, int]:
+    """Map a [start, end) span of compact(text) back to a span of text."""
+    index = offsets(text) if index is None else index
+    if len(index) == 0:
+        return 0, 0
+    start = min(max(start, 0), len(index) - 1)
+    last = min(max(end - 1, start), len(index) - 1)
+    return int(index[start]), int(index[last]) + 1

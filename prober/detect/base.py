@@ -1,0 +1,61 @@
+"""What every detector shares: the canary set it searches for, and the hit it reports."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from prober.canaries import tokens
+from prober.canaries.compact import compact
+from prober.canaries.tokens import VerifiedToken
+from prober.types import Canary, CanaryKind, Record
+
+
+@dataclass(frozen=True)
+class Hit:
+    """Something in one answer that a detector recognised, with its span in the original text."""
+
+    detector: str
+    score: float  # 0..1, how sure the detector is
+    start: int
+    end: int
+    canary: Canary | None = None  # a canary of this ledger
+    verified: VerifiedToken | None = None  # a MAC-verified token this ledger never saw
+    foreign: bool = False  # answer material that the prompt cannot explain
+    details: dict[str, object] = field(default_factory=dict)
+
+
+class CanarySet:
+    """The active canaries in the forms detectors match on (built once, shared by all detectors)."""
+
+    def __init__(self, canaries: Sequence[Canary], key: bytes | None = None, tenants: Iterable[str] = ()) -> None:
+        self.canaries = list(canaries)
+        self.key = key
+        self.tenants = sorted({*tenants, *(c.tenant for c in self.canaries)})
+        self.patterns = [self.pattern(c) for c in self.canaries]
+
+    @staticmethod
+    def pattern(canary: Canary) -> str:
+        """Token: its compact 32-character body (the prefix is optional to a model).  Fact: compact text."""
+        text = compact(canary.text)
+        if canary.kind is CanaryKind.TOKEN:
+            return text.removeprefix("1PK")[-tokens.BODY_LEN :]
+        return text
+
+    def facts(self) -> list[int]:
+        return [i for i, c in enumerate(self.canaries) if c.kind is CanaryKind.FACT]
+
+
+class Detector(ABC):
+    """One way of recognising a canary (or foreign material) in an answer; knows nothing of HTTP.
+
+    The first line of a subclass docstring is its description in reports.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def detect(self, record: Record, compacted: str) -> list[Hit]:
+        """Hits in record.text; `compacted` is compact(record.text), computed once per record."""

@@ -1,0 +1,87 @@
+"""Fuzzy detection: canaries with a few characters changed ("typo fixes", dropped or doubled letters).
+
+Never a scan of every canary per answer: a 4-gram index over the compact patterns narrows each
+answer to the few canaries that share enough 4-grams with it, and only those are scored with
+rapidfuzz's partial_ratio (best alignment of the pattern inside the answer).  4-grams that occur in
+many canaries (template words of facts) are left out of the index: they say nothing about *which*
+canary it is.
+
+Thresholds (calibrated with `bench/detect.py --calibrate`, figures in the README): a token body with
+3 substituted characters scores 0.906, with 4 0.875; an unrelated answer's best alignment against a
+candidate token stays below 0.70 and a same-template fact of another tenant below 0.85 once its slot
+values are required to agree.  Tokens hit at >= 0.84, facts at >= 0.88 with half of their
+distinctive values present.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from rapidfuzz import fuzz
+
+from prober.canaries.compact import compact, original_span
+from prober.detect.base import CanarySet, Detector, Hit
+from prober.types import CanaryKind, Record
+
+Q = 4
+MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
+TOKEN_THRESHOLD = 0.84
+FACT_THRESHOLD = 0.88
+SLOT_THRESHOLD = 0.85
+
+
+def grams(text: str) -> set[str]:
+    return {text[i : i + Q] for i in range(len(text) - Q + 1)}
+
+
+class FuzzyDetector(Detector):
+    """Canary text with a few characters edited, found through a 4-gram candidate index."""
+
+    name = "fuzzy"
+
+    def __init__(self, canaries: CanarySet) -> None:
+        self.canaries = canaries
+        postings: dict[str, list[int]] = defaultdict(list)
+        for index, pattern in enumerate(canaries.patterns):
+            for gram in grams(pattern):
+                postings[gram].append(index)
+        self._postings = {g: np.asarray(ids, dtype=np.int32) for g, ids in postings.items()
+                          if len(ids) <= MAX_POSTINGS}
+        indexed = np.zeros(len(canaries.patterns), dtype=np.int32)
+        for ids in self._postings.values():
+            indexed[ids] += 1
+        # A candidate must share a third of its indexed grams (3 edits in a 32-char body leave 17 of 29).
+        self._min_shared = np.maximum(2, indexed // 3)
+        self._slots = [[compact(v) for v in c.slots] for c in canaries.canaries]
+
+    def candidates(self, compacted: str) -> list[int]:
+        found = [self._postings[g] for g in grams(compacted) if g in self._postings]
+        if not found:
+            return []
+        counts = np.bincount(np.concatenate(found), minlength=len(self.canaries.patterns))
+        return np.flatnonzero(counts >= self._min_shared).tolist()
+
+    def detect(self, record: Record, compacted: str) -> list[Hit]:
+        hits: list[Hit] = []
+        for index in self.candidates(compacted):
+            canary = self.canaries.canaries[index]
+            pattern = self.canaries.patterns[index]
+            is_token = canary.kind is CanaryKind.TOKEN
+            cutoff = 100 * (TOKEN_THRESHOLD if is_token else FACT_THRESHOLD)
+            aligned = fuzz.partial_ratio_alignment(pattern, compacted, score_cutoff=cutoff)
+            if aligned is None:
+                continue
+            window = compacted[aligned.dest_start : aligned.dest_end]
+            if not is_token and not self._slots_agree(index, window):
+                continue
+            start, end = original_span(record.text, aligned.dest_start, aligned.dest_end)
+            hits.append(Hit(self.name, aligned.score / 100, start, end, canary=canary))
+        return hits
+
+    def _slots_agree(self, index: int, window: str) -> bool:
+        slots = [s for s in self._slots[index] if s]
+        if not slots:
+            return True
+        present = sum(fuzz.partial_ratio(s, window) >= 100 * SLOT_THRESHOLD for s in slots)
+        return 2 * present >= len(slots)

@@ -1,0 +1,20 @@
+"""Where the shipped data lives: inside the wheel, or at the top of a source checkout."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+
+@cache
+def canaries_dir() -> Path:
+    """`canaries/` (packs and filler corpora).
+
+    A wheel carries it as prober/_data/canaries; an editable install or a checkout reads the
+    repository's own `canaries/` so that edits take effect without reinstalling.
+    """
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "_data" / "canaries", package.parent / "canaries"):
+        if (candidate / "packs").is_dir():
+            return candidate
+    raise FileNotFoundError("canary packs not found: reinstall leakprobe (the wheel ships prober/_data/canaries)")

@@ -1,0 +1,99 @@
+"""Value types shared by canaries, the ledger, detection and reporting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+
+class CanaryKind(StrEnum):
+    TOKEN = "token"  # high-entropy, HMAC-verifiable string
+    FACT = "fact"  # natural-language sentence with distinctive slot values
+
+
+class Severity(IntEnum):
+    """Ordered, so `--fail-on` can compare."""
+
+    INFO = 10
+    WARNING = 20
+    HIGH = 30
+    CRITICAL = 40
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r}; choose one of "
+                             f"{', '.join(s.label for s in cls)}") from None
+
+
+class FindingKind(StrEnum):
+    CROSS_TENANT_ECHO = "cross_tenant_echo"  # another tenant's canary in this answer
+    FOREIGN_CONTENT = "foreign_content"  # answer material that the prompt cannot explain
+
+
+@dataclass(frozen=True)
+class Canary:
+    id: str
+    tenant: str
+    kind: CanaryKind
+    text: str
+    probe_id: str = ""
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    pack: str = ""  # fact pack (language) it was minted from
+    slots: tuple[str, ...] = ()  # the distinctive values that attribute a paraphrase
+    embedding: bytes | None = field(default=None, repr=False)  # float32, for facts
+    embedding_model: str = ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One answer to check: who received it, what it says, and (optionally) the prompt it answered."""
+
+    id: str
+    tenant: str
+    text: str
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    record_id: str
+    kind: FindingKind
+    detector: str
+    severity: Severity
+    score: float
+    observer_tenant: str
+    victim_tenant: str | None = None  # None for foreign content: whose it is is unknown
+    canary_id: str | None = None
+    probe_id: str | None = None
+    start: int = 0
+    end: int = 0
+    excerpt: str = ""
+    excerpt_sha256: str = ""
+    redacted: bool = False
+    details: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "record_id": self.record_id,
+            "kind": self.kind.value,
+            "detector": self.detector,
+            "severity": self.severity.label,
+            "score": round(self.score, 4),
+            "victim_tenant": self.victim_tenant,
+            "observer_tenant": self.observer_tenant,
+            "canary_id": self.canary_id,
+            "probe_id": self.probe_id,
+            "offsets": [self.start, self.end],
+            "excerpt": self.excerpt,
+            "excerpt_sha256": self.excerpt_sha256,
+            "redacted": self.redacted,
+            **({"details": self.details} if self.details else {}),
+        }
