@@ -31,7 +31,7 @@ test: lint typecheck unit
 
 bench: setup
 	$(PY) bench/detect.py
-	$(PY) bench/prompt.py
+	$(PY) bench/testbed.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

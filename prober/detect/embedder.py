@@ -24,6 +24,9 @@ class EmbedderError(RuntimeError):
 class Embedder(Protocol):
     name: str
 
+    def load(self) -> None:
+        """Load the model now (raises EmbedderError), so a missing model fails at start, not mid-scan."""
+
     def encode(self, texts: list[str]) -> Vectors:
         """L2-normalised float32 rows, one per text."""
 
@@ -74,6 +77,9 @@ class SentenceTransformerEmbedder:
             raise
         except Exception as exc:  # the library raises many kinds; all mean "cannot load"
             raise EmbedderError(f"cannot load embedding model {self.name!r}: {exc}") from exc
+
+    def load(self) -> None:
+        self._model  # noqa: B018 - the cached property loads it
 
     def encode(self, texts: list[str]) -> Vectors:
         if not texts:

@@ -50,6 +50,7 @@ class SemanticDetector(Detector):
         self.canaries = canaries
         self.embedder = embedder
         self.threshold = threshold
+        embedder.load()
         self._facts = canaries.facts()
         self._slot_count: dict[int, int] = {}
         self._automaton = ahocorasick.Automaton()

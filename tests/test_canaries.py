@@ -1,0 +1,84 @@
+"""Canary tokens, the compact normal form, fact packs and filler."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from prober.canaries import tokens
+from prober.canaries.compact import compact, original_span
+from prober.canaries.filler import load_filler
+from prober.canaries.packs import languages, load_pack
+from prober.detect import CanarySet, ExactDetector, FuzzyDetector
+from prober.types import Canary, CanaryKind, Record
+
+KEY = b"k" * 32
+
+
+def test_token_shape_entropy_and_round_trip() -> None:
+    body = tokens.mint_body(KEY, "tenant-a", "probe-1")
+    text = tokens.display(body)
+    assert len(text) <= 40 and re.fullmatch(r"LPK(-[0-9A-HJKMNP-TV-Z]{8}){4}", text)
+    verified = tokens.verify(KEY, compact(text)[3:], tenants=["tenant-b", "tenant-a"])
+    assert verified is not None and verified.tenant == "tenant-a"
+    assert verified.probe_tag == tokens.probe_tag(KEY, "probe-1")
+    # 16 random characters of 5 bits each = 80 random bits: two mints never collide in practice.
+    assert len({tokens.mint_body(KEY, "t", "p")[8:24] for _ in range(2000)}) == 2000
+
+
+def test_mac_rejects_lookalikes_other_keys_and_edits() -> None:
+    body = tokens.mint_body(KEY, "tenant-a", "p")
+    assert tokens.verify(b"x" * 32, body) is None
+    flipped = body[:10] + ("0" if body[10] != "0" else "1") + body[11:]
+    assert tokens.verify(KEY, flipped) is None
+    rng = random.Random(3)
+    fakes = ("".join(rng.choice(tokens.ALPHABET) for _ in range(32)) for _ in range(5000))
+    assert not any(tokens.verify(KEY, fake) for fake in fakes)
+
+
+def test_unknown_tenant_tag_still_verifies() -> None:
+    verified = tokens.verify(KEY, tokens.mint_body(KEY, "someone-else", "p"), tenants=["tenant-a"])
+    assert verified is not None and verified.tenant is None
+
+
+@pytest.mark.parametrize("variant", [
+    "lpk-{a}-{b}-{c}-{d}", "LPK {a} {b}\n{c} {d}", "LPK{a}{b}{c}{d}", "{a}.{b}.{c}.{d}",
+])
+def test_compact_form_survives_reformatting(variant: str) -> None:
+    text = tokens.display(tokens.mint_body(KEY, "t", "p"))
+    _, a, b, c, d = text.split("-")
+    assert compact(variant.format(a=a, b=b, c=c, d=d)).endswith(compact(text)[3:])
+
+
+def test_compact_maps_confusables_and_spans_back() -> None:
+    assert compact("ОРС") == compact("0PC") == "0PC"  # Cyrillic
+    assert compact("Ｆｕｌｌ width") == "F\u0056\u0031\u0031W1DTH"
+    text = "say: lpk-ab cd"
+    start, end = original_span(text, 3, 8)  # "1PKAB" in "SAY1PKABCD"
+    assert text[start:end] == "lpk-ab"
+
+
+def test_packs_ship_en_and_ko_with_distinctive_slots() -> None:
+    assert {"en", "ko"} <= set(languages())
+    for language in ("en", "ko"):
+        fact = load_pack(language).mint(random.Random(1))
+        assert fact.distinctive and all(value in fact.text for value in fact.distinctive)
+
+
+def test_filler_never_matches_a_canary() -> None:
+    canaries = [Canary(id=f"t{i}", tenant="a", kind=CanaryKind.TOKEN,
+                       text=tokens.display(tokens.mint_body(KEY, "a", "p"))) for i in range(200)]
+    rng = random.Random(5)
+    for language in ("en", "ko"):
+        pack = load_pack(language)
+        canaries += [Canary(id=f"f{language}{i}", tenant="a", kind=CanaryKind.FACT, text=f.text,
+                            slots=f.distinctive) for i, f in enumerate(pack.mint(rng) for _ in range(100))]
+    detectors = [ExactDetector(CanarySet(canaries)), FuzzyDetector(CanarySet(canaries))]
+    for language in ("en", "ko"):
+        text = load_filler(language).text(200_000)
+        assert not re.search(r"\d", text)
+        for start in range(0, len(text), 2000):
+            record = Record("r", "b", text[start : start + 2000])
+            assert not any(d.detect(record, compact(record.text)) for d in detectors)
