@@ -43,9 +43,11 @@ _EMPTY = "The document is empty."
 
 
 def instruction_of(text: str) -> Instruction:
-    """What the request asks for, read from its text (the frontend knows it even when KV does not)."""
+    """What the request asks for, read from the first line of its text (where an instruction leads;
+    the frontend knows it even when KV does not).  The document that follows never changes it."""
+    head = text.lstrip()[:300].split("\n", 1)[0]
     for instruction, pattern in _INSTRUCTION_WORDS:
-        if pattern.search(text):
+        if pattern.search(head):
             return instruction
     return Instruction.QUOTE
 
