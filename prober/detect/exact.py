@@ -8,7 +8,7 @@ import ahocorasick
 from prober.canaries import tokens
 from prober.canaries.compact import original_span
 from prober.detect.base import CanarySet, Detector, Hit
-from prober.types import Record
+from prober.types import CanaryKind, Record
 
 
 class ExactDetector(Detector):
@@ -26,7 +26,7 @@ class ExactDetector(Detector):
         if len(self._automaton):
             self._automaton.make_automaton()
         self._known_bodies = {p for p, c in zip(canaries.patterns, canaries.canaries, strict=True)
-                              if c.kind == "token"}
+                              if c.kind is CanaryKind.TOKEN}
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         hits: list[Hit] = []
