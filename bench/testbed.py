@@ -6,21 +6,22 @@ Baseline in the same run: a 1,000-token request (the fixed cost of HTTP + JSON +
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import statistics
 import time
 
 import httpx
 
+from prober.prompts import LocalCounter, PromptBuilder
 from prober.testbed import TestbedServer, build_config, tokenizer
 
-FILLER = "The river runs past the old mill and the fields turn green in spring. "
 KEY = {"Authorization": "Bearer testbed-key-a"}
 
 
 def prompt_of(tokens: int) -> str:
-    per_copy = tokenizer.count(FILLER * 2) - tokenizer.count(FILLER)
-    return "Quote the document.\n" + FILLER * (tokens // per_copy)
+    builder = PromptBuilder(LocalCounter(tokenizer.count))
+    return asyncio.run(builder.build(tokens, instruction="Quote the document.")).text
 
 
 def timed(client: httpx.Client, prompt: str, runs: int) -> tuple[float, int]:

@@ -7,13 +7,13 @@ import signal
 import sqlite3
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from prober import __version__
 from prober.detect.embedder import DEFAULT_MODEL
-from prober.types import CanaryKind
+from prober.types import CanaryKind, Severity
 
 app = typer.Typer(
     name="leakprobe",
@@ -180,6 +180,71 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
     for row in rows:
         table.add_row(*row)
     Console(highlight=False).print(table)
+
+
+def _severity(value: str) -> Severity:
+    try:
+        return Severity.parse(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@app.command()
+def preflight(
+    target: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://host:8000/v1.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML config with `targets:` (and tenants).")] = None,
+    api: Annotated[str | None, typer.Option(help="chat | completions | workers-ai (with --target).")] = None,
+    tenant: Annotated[list[str] | None, typer.Option(
+        help="NAME=ENVVAR: the first tenant's key is used to read introspection endpoints.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="table | json")] = OutputFormat.table,
+    fail_on: Annotated[str, typer.Option(help="Exit 1 at or above: info | warning | high | critical.")] = "warning",
+    bisect_budget: Annotated[int, typer.Option(
+        min=0, help="Tokens that bisection may send when the engine exposes no context length (0 = never).")] = 0,
+) -> None:
+    """Advertised context vs KV pool per target.  Exit 0 clean, 1 at or above --fail-on, 2 on error."""
+    import asyncio
+    import os
+
+    from prober.config import ConfigError, assemble_config
+    from prober.preflight import preflight as run_preflight
+    from prober.targets.credentials import CredentialError
+
+    threshold = _severity(fail_on)
+    try:
+        cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
+        secret = cfg.tenants[0].credential.load() if cfg.tenants else None
+    except (ConfigError, CredentialError) as exc:
+        raise _fail(str(exc)) from None
+
+    async def run_all() -> list[Any]:
+        return [await run_preflight(t, secret, bisect_budget=bisect_budget) for t in cfg.targets]
+
+    results = asyncio.run(run_all())
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps({"targets": [r.to_json() for r in results]}, indent=2))
+    else:
+        rows = [[r.target, r.capacity.engine or "?", _known(r.capacity.advertised), _known(r.capacity.pool_tokens),
+                 _known(r.capacity.page_size), v.severity.label, v.code] for r in results for v in r.verdicts]
+        if rows:
+            _table(["target", "engine", "advertised", "KV pool", "page", "severity", "verdict"], rows)
+        for r in results:
+            for v in r.verdicts:
+                typer.echo(f"{r.target}: {v.code}: {v.message}")
+            sources = [f"{name} from {known.source}" for name in ("context_length", "pool_tokens",
+                                                                    "max_req_input_len", "page_size", "slots",
+                                                                    "accept_limit")
+                       if (known := getattr(r.capacity, name))]
+            typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
+    errors = [r for r in results if r.error]
+    for r in errors:
+        typer.echo(f"error: {r.target}: {r.error}", err=True)
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(1 if any(r.severity >= threshold for r in results) else 0)
+
+
+def _known(known: Any) -> str:
+    return f"{known.value:,}" if known else "-"
 
 
 @app.command()

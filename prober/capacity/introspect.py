@@ -1,0 +1,150 @@
+"""Reading capacity from what engines expose.  Every reader is optional: a 404, a refusal or an odd shape
+means "this engine does not say", never an error.  Each number is recorded with the field it came from."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from prober.capacity.model import Capacity, Known
+from prober.targets.credentials import Secret
+from prober.targets.transport import Transport
+
+Reader = Callable[[Transport, str, str, Secret | None], Awaitable[Capacity | None]]
+
+
+def origin_of(base_url: str) -> str:
+    """`http://host:8000/v1` -> `http://host:8000`: engine endpoints live at the server root."""
+    url = httpx.URL(base_url)
+    return str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+
+
+async def _get(transport: Transport, url: str, secret: Secret | None) -> tuple[int | None, bytes]:
+    exchange = await transport.exchange("GET", url, secret=secret)
+    return (exchange.status if exchange.error is None else None), exchange.body
+
+
+async def _get_json(transport: Transport, url: str, secret: Secret | None) -> Any:
+    status, body = await _get(transport, url, secret)
+    if status != 200:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _int(obj: Any, *path: str) -> int | None:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj if isinstance(obj, int) and not isinstance(obj, bool) and obj > 0 else None
+
+
+async def read_sglang(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
+    path = "/server_info"
+    info = await _get_json(transport, origin + path, secret)
+    if not isinstance(info, dict):
+        path = "/get_server_info"  # older builds
+        info = await _get_json(transport, origin + path, secret)
+    if not isinstance(info, dict) or not ({"max_total_num_tokens", "scheduler_info", "internal_states"} & info.keys()):
+        return None
+    flat = {**info, **(info.get("scheduler_info") or {})}
+
+    def known(value: int | None, name: str) -> Known | None:
+        return Known(value, f"sglang {path} {name}") if value else None
+
+    pool = _int(flat, "max_total_num_tokens")
+    pool_name = "max_total_num_tokens"
+    states = flat.get("internal_states")
+    if pool is None and isinstance(states, list) and states:
+        pool, pool_name = _int(states[0], "memory_usage", "token_capacity"), "internal_states[0].token_capacity"
+    mode = flat.get("disaggregation_mode")
+    notes: tuple[str, ...] = ()
+    dp = _int(flat, "dp_size")
+    if dp and dp > 1:
+        notes = (f"dp_size {dp}: the pool is per data-parallel rank",)
+    return Capacity(
+        engine="sglang",
+        context_length=known(_int(flat, "context_length"), "context_length"),
+        pool_tokens=known(pool, pool_name),
+        max_req_input_len=known(_int(flat, "max_req_input_len"), "max_req_input_len"),
+        page_size=known(_int(flat, "page_size"), "page_size"),
+        disaggregation_mode=mode if isinstance(mode, str) and mode not in ("null", "") else None,
+        notes=notes)
+
+
+async def read_models(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
+    models = await _get_json(transport, base_url.rstrip("/") + "/models", secret)
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list) or not data:
+        return None
+    length = _int(data[0], "max_model_len")
+    return Capacity(context_length=Known(length, "/v1/models max_model_len")) if length else None
+
+
+_VLLM_CACHE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
+    status, body = await _get(transport, origin + "/metrics", secret)
+    match = _VLLM_CACHE.search(body.decode("utf-8", "replace")) if status == 200 else None
+    if match is None:
+        return None
+    labels = dict(_LABEL.findall(match.group("labels")))
+    blocks, block = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    if not (blocks.isdigit() and block.isdigit()):
+        return Capacity(engine="vllm", notes=("vllm:cache_config_info has no num_gpu_blocks yet",))
+    return Capacity(engine="vllm",
+                    pool_tokens=Known(int(blocks) * int(block), "vllm /metrics cache_config_info "
+                                                                 "num_gpu_blocks x block_size"),
+                    page_size=Known(int(block), "vllm /metrics cache_config_info block_size"))
+
+
+async def read_llamacpp(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
+    props = await _get_json(transport, origin + "/props", secret)
+    if not isinstance(props, dict) or "default_generation_settings" not in props:
+        return None
+    n_ctx = _int(props, "default_generation_settings", "n_ctx")
+    slots = _int(props, "total_slots")
+    return Capacity(
+        engine="llama.cpp",
+        context_length=Known(n_ctx, "llama.cpp /props default_generation_settings.n_ctx (per slot)") if n_ctx else None,
+        slots=Known(slots, "llama.cpp /props total_slots") if slots else None,
+        notes=("llama.cpp does not expose its KV pool size; with --kv-unified every slot advertises the whole "
+               "shared pool",))
+
+
+async def read_tgi(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
+    info = await _get_json(transport, origin + "/info", secret)
+    if not isinstance(info, dict) or "max_total_tokens" not in info:
+        return None
+    total, inputs = _int(info, "max_total_tokens"), _int(info, "max_input_tokens") or _int(info, "max_input_length")
+    batch = _int(info, "max_batch_total_tokens")  # removed in TGI 2.3.0
+    return Capacity(
+        engine="tgi",
+        context_length=Known(total, "tgi /info max_total_tokens") if total else None,
+        max_req_input_len=Known(inputs + 1, "tgi /info max_input_tokens + 1") if inputs else None,
+        pool_tokens=Known(batch, "tgi /info max_batch_total_tokens") if batch else None)
+
+
+READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_llamacpp, read_tgi)
+
+
+async def introspect(transport: Transport, base_url: str, secret: Secret | None, *,
+                     introspection_url: str | None = None, configured: Capacity | None = None) -> Capacity:
+    """Everything the engine says about itself, with configured values taking precedence."""
+    origin = origin_of(introspection_url or base_url)
+    found = await asyncio.gather(*(reader(transport, origin, base_url, secret) for reader in READERS))
+    capacity = configured or Capacity()
+    for part in found:
+        if part is not None:
+            capacity = capacity.merged(part)
+    return capacity

@@ -1,0 +1,189 @@
+"""The prober's configuration file (YAML): targets, tenants, audit settings.
+
+API keys never live here: a tenant names the environment variable or secret file that holds its key.
+Errors name the offending key in one line (`targets[0].url: field required`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from prober.capacity.model import Capacity, Known
+from prober.targets.credentials import CredentialSource
+from prober.targets.transport import TransportPolicy
+from prober.types import Severity
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CapacityHints(_Strict):
+    """Numbers the operator knows; they win over introspection."""
+
+    context_length: int | None = Field(default=None, gt=0)
+    pool_tokens: int | None = Field(default=None, gt=0)
+    max_req_input_len: int | None = Field(default=None, gt=0)
+    page_size: int | None = Field(default=None, gt=0)
+    slots: int | None = Field(default=None, gt=0)
+
+    def capacity(self) -> Capacity:
+        def known(value: int | None) -> Known | None:
+            return Known(value, "config") if value else None
+
+        return Capacity(context_length=known(self.context_length), pool_tokens=known(self.pool_tokens),
+                        max_req_input_len=known(self.max_req_input_len), page_size=known(self.page_size),
+                        slots=known(self.slots))
+
+
+class TargetConfig(_Strict):
+    name: Name
+    url: str  # OpenAI-compatible base (…/v1) or, for workers-ai, the whole run URL
+    api: Literal["chat", "completions", "workers-ai"] = "chat"
+    model: str | None = None
+    introspection_url: str | None = None
+    capacity: CapacityHints = Field(default_factory=CapacityHints)
+    tokenizer: Literal["auto", "endpoint", "usage"] = "auto"
+    timeout_s: float = Field(default=600.0, gt=0)
+    retries: int = Field(default=3, ge=0, le=10)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    verify_tls: bool = True
+
+    @field_validator("url", "introspection_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    def policy(self) -> TransportPolicy:
+        return TransportPolicy(timeout_s=self.timeout_s, retries=self.retries, max_body_bytes=self.max_body_bytes,
+                               verify_tls=self.verify_tls)
+
+
+class TenantConfig(_Strict):
+    name: Name
+    api_key_env: str | None = None
+    api_key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TenantConfig:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
+
+    @property
+    def credential(self) -> CredentialSource:
+        return CredentialSource(env=self.api_key_env, file=self.api_key_file)
+
+
+class AuditSettings(_Strict):
+    fail_on: str = "warning"
+    token_budget: int = Field(default=20_000_000, gt=0)
+    max_tokens: int = Field(default=160, ge=1, le=4096)
+    streaming: Literal["plain", "stream", "both"] = "both"
+    concurrent: bool = True
+    rounds: int = Field(default=1, ge=1, le=100)
+    bisect_budget: int = Field(default=0, ge=0)
+
+    @field_validator("fail_on")
+    @classmethod
+    def _severity(cls, value: str) -> str:
+        Severity.parse(value)
+        return value
+
+
+class ProberConfig(_Strict):
+    ledger: Path = Path("leakprobe.sqlite")
+    targets: list[TargetConfig] = Field(min_length=1)
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ProberConfig:
+        for label, names in (("targets", [t.name for t in self.targets]), ("tenants", [t.name for t in self.tenants])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{label}: duplicate name {dupes[0]!r}")
+        return self
+
+
+def parse_config(data: Any, origin: str = "config") -> ProberConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: top level must be a mapping")
+    try:
+        return ProberConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
+        message = first["msg"].removeprefix("Value error, ")
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{origin}: {where or 'config'}: {message}{more}") from None
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The raw mapping of a YAML config, for callers that overlay flags before validating."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit", "fail_on"),
+                 "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget")}
+
+
+def assemble_config(path: Path | None, *, target: str | None = None, api: str | None = None,
+                    tenants: list[str] | None = None, environ: dict[str, str] | None = None,
+                    **flags: Any) -> ProberConfig:
+    """File, then LEAKPROBE_* environment variables, then flags: later wins.
+
+    `target` replaces the file's targets with one (`--target URL`); `tenants` are `NAME=ENVVAR` pairs
+    that replace the file's tenants; `flags` are audit settings or `ledger` (None = not given)."""
+    data = load_config(path) if path else {}
+    origin = str(path) if path else "flags"
+    for var, where in ENV_OVERRIDES.items():
+        if environ and var in environ:
+            _put(data, where, environ[var])
+    if target:
+        data["targets"] = [{"name": "target", "url": target, **({"api": api} if api else {})}]
+    elif api:
+        raise ConfigError("--api needs --target")
+    if tenants:
+        pairs = []
+        for item in tenants:
+            name, sep, env = item.partition("=")
+            if not sep or not name or not env:
+                raise ConfigError(f"--tenant {item!r}: expected NAME=ENVVAR (the variable holding its API key)")
+            pairs.append({"name": name, "api_key_env": env})
+        data["tenants"] = pairs
+    for key, value in flags.items():
+        if value is not None:
+            _put(data, ("ledger",) if key == "ledger" else ("audit", key), value)
+    if "targets" not in data:
+        raise ConfigError(f"{origin}: targets: give --target URL or a config file with `targets:`")
+    return parse_config(data, origin)
+
+
+def _put(data: dict[str, Any], where: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in where[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
+    node[where[-1]] = value

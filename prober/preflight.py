@@ -1,0 +1,67 @@
+"""`leakprobe preflight`: what each target advertises against what its KV pool can hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prober.capacity import Capacity, Verdict, assess, introspect, origin_of
+from prober.capacity.bisect import bisect_accept_limit
+from prober.config import TargetConfig
+from prober.prompts import CountError, PromptBuilder
+from prober.prompts.select import select_counter
+from prober.targets.credentials import Secret
+from prober.targets.factory import make_target
+from prober.targets.transport import Transport
+from prober.types import Severity
+
+
+@dataclass
+class PreflightResult:
+    target: str
+    url: str
+    capacity: Capacity = field(default_factory=Capacity)
+    verdicts: list[Verdict] = field(default_factory=list)
+    tokenizer: str | None = None
+    error: str | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return max((v.severity for v in self.verdicts), default=Severity.INFO)
+
+    def to_json(self) -> dict[str, object]:
+        return {"target": self.target, "url": self.url, "severity": self.severity.label,
+                "capacity": self.capacity.to_json(), "verdicts": [v.to_json() for v in self.verdicts],
+                "tokenizer": self.tokenizer, "error": self.error}
+
+
+async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0) -> PreflightResult:
+    result = PreflightResult(config.name, config.url)
+    async with Transport(config.policy()) as transport:
+        if config.api != "workers-ai":
+            check = await transport.exchange("GET", config.url.rstrip("/") + "/models", secret=secret)
+            if check.error is not None and check.status is None:
+                result.error = f"cannot reach {config.url}: {check.error}"
+                return result
+            if check.status in (401, 403):
+                result.error = (f"the target refused the credential (HTTP {check.status}); give a tenant's key "
+                                "with --tenant NAME=ENVVAR")
+                return result
+        capacity = await introspect(transport, config.url, secret, introspection_url=config.introspection_url,
+                                    configured=config.capacity.capacity())
+        target = make_target(config, transport)
+        origin = origin_of(config.introspection_url or config.url)
+        try:
+            counter = await select_counter(transport, target, origin, api=config.api, mode=config.tokenizer,
+                                           secret=secret, engine=None)
+            result.tokenizer = counter.source
+            if capacity.advertised is None and bisect_budget > 0:
+                found = await bisect_accept_limit(target, PromptBuilder(counter), secret, budget=bisect_budget)
+                if found.known() is not None:
+                    capacity = capacity.merged(Capacity(accept_limit=found.known()))
+                if found.stopped:
+                    capacity = capacity.merged(Capacity(notes=(f"bisection stopped: {found.stopped}",)))
+        except CountError as exc:
+            result.error = str(exc)
+    result.capacity = capacity
+    result.verdicts = assess(capacity)
+    return result

@@ -1,0 +1,163 @@
+"""Prompts of an exact token length, optionally with a complete canary in every KV page.
+
+Layout: `instruction\\n` (the probe's request, on the first line) + body + tail padding.  The body is a
+unit repeated: a filler block, or, with canaries, a filler stretch plus one canary sentence.  Segment
+costs are measured through the target's counter as differences against the header, so the chat template
+and BOS cancel out; lengths are then assembled arithmetically, and with a tokenizer endpoint the whole
+prompt is counted once more and the tail padding corrected until the count is exact.
+
+Segments end with a line break and start with a capital letter, and the pad is one word costing one token,
+which keeps costs additive across tokenizers that split on whitespace (BPE, SentencePiece, the testbed's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from prober.canaries.filler import load_filler
+from prober.prompts.counter import TokenCounter
+from prober.types import Canary
+
+PAD_CANDIDATES = (" the", " and", " a", " of", " to")
+FILLER_BLOCK_TOKENS = 256
+CANARY_SENTENCE = "The reference code for this section is {code}."
+CANARY_SAMPLES = 4
+VERIFY_ROUNDS = 4
+
+MintCanaries = Callable[[int], Sequence[Canary]]
+
+
+class BuildError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BuiltPrompt:
+    text: str
+    requested: int
+    tokens: int  # the engine's count of the whole text when `counted`, else the calibrated prediction
+    counted: bool
+    counter: str
+    canaries: tuple[Canary, ...] = ()
+    canary_period: int | None = None  # every aligned window of this many tokens holds a complete canary
+
+    @property
+    def exact(self) -> bool:
+        return self.counted and self.tokens == self.requested
+
+
+class PromptBuilder:
+    """One per target (its tokenizer); caches every segment cost it measures."""
+
+    def __init__(self, counter: TokenCounter, *, language: str = "en") -> None:
+        self.counter = counter
+        self.filler = load_filler(language)
+        self._counts: dict[str, int] = {}
+        self._pad: str | None = None
+
+    async def _count(self, text: str) -> int:
+        if text not in self._counts:
+            self._counts[text] = await self.counter.count(text)
+        return self._counts[text]
+
+    async def _cost(self, header: str, segment: str) -> int:
+        return await self._count(header + segment) - await self._count(header)
+
+    async def pad(self, header: str) -> str:
+        """A word that costs exactly one token, also when repeated."""
+        if self._pad is None:
+            for word in PAD_CANDIDATES:
+                if await self._cost(header, word) == 1 and await self._cost(header, word * 16) == 16:
+                    self._pad = word
+                    break
+            else:
+                raise BuildError(f"no single-token pad word among {PAD_CANDIDATES!r} for this tokenizer")
+        return self._pad
+
+    async def _filler_of(self, header: str, tokens: int, seed: int) -> str:
+        """Filler sentences costing exactly `tokens` (whole words, then pad words to fill)."""
+        pad = await self.pad(header)
+        if tokens <= 0:
+            return ""
+        words = self.filler.text(tokens * 8, seed).split(" ")
+        lo, hi = 0, min(len(words), tokens)  # a word costs at least one token
+        while lo < hi:  # the most words that fit
+            mid = (lo + hi + 1) // 2
+            if await self._cost(header, _line(words[:mid])) <= tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        text = _line(words[:lo])
+        missing = tokens - await self._cost(header, text)
+        return text.removesuffix("\n") + pad * missing + "\n"
+
+    async def build(self, tokens: int, *, instruction: str, mint: MintCanaries | None = None,
+                    page_size: int | None = None, seed: int = 0) -> BuiltPrompt:
+        header = instruction.strip() + "\n"
+        overhead = await self._count(header)
+        if tokens < overhead:
+            raise BuildError(f"{tokens} tokens is below the {overhead} that the instruction alone costs")
+        pad = await self.pad(header)
+        canaries: tuple[Canary, ...] = ()
+        period: int | None = None
+        budget = tokens - overhead
+        if mint is None:
+            block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, budget), seed)
+            cost = await self._cost(header, block) if block else 0
+            repeats = budget // cost if cost else 0
+            body = block * repeats
+            predicted = overhead + cost * repeats
+        else:
+            body, predicted, canaries, period = await self._canary_body(header, budget, overhead, mint,
+                                                                        page_size or 16, seed)
+        text = header + body + pad * (tokens - predicted)
+        predicted = tokens
+        if not self.counter.free:
+            return BuiltPrompt(text, tokens, predicted, False, self.counter.source, canaries, period)
+        for _ in range(VERIFY_ROUNDS):
+            actual = await self.counter.count(text)
+            if actual == tokens:
+                return BuiltPrompt(text, tokens, actual, True, self.counter.source, canaries, period)
+            text = _adjust(text, tokens - actual, pad)
+        actual = await self.counter.count(text)
+        return BuiltPrompt(text, tokens, actual, True, self.counter.source, canaries, period)
+
+    async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
+                           seed: int) -> tuple[str, int, tuple[Canary, ...], int]:
+        """Units of filler + one canary sentence, short enough that every aligned page (or every run of
+        k pages, when one canary is longer than half a page) holds a complete canary."""
+        sample = list(mint(CANARY_SAMPLES))
+        costs = [await self._cost(header, CANARY_SENTENCE.format(code=c.text) + "\n") for c in sample]
+        canary_cost = max(costs) + 1  # headroom for canaries that tokenize a little longer than the sample
+        pages = max(1, -(-(2 * canary_cost - 1) // page))
+        period = pages * page
+        unit = period - canary_cost + 1  # canary starts at most this far apart
+        filler = await self._filler_of(header, unit - canary_cost, seed)
+        filler_cost = await self._cost(header, filler) if filler else 0
+        mean_unit = filler_cost + sum(costs) / len(costs)
+        count = int(budget // mean_unit)
+        if count == 0:
+            raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
+        minted = sample[:count] + (list(mint(count - len(sample))) if count > len(sample) else [])
+        parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
+        predicted = overhead + round(count * mean_unit)
+        return "".join(parts), min(predicted, overhead + budget), tuple(minted), period
+
+
+def _line(words: Sequence[str]) -> str:
+    return " ".join(words) + "\n"
+
+
+def _adjust(text: str, delta: int, pad: str) -> str:
+    """Add `delta` pad words at the end, or remove `-delta` tokens' worth from the end (pad words first,
+    then whole trailing characters, which a later round corrects again)."""
+    if delta > 0:
+        return text + pad * delta
+    for _ in range(-delta):
+        if text.endswith(pad):
+            text = text[: -len(pad)]
+        else:
+            cut = text.rstrip("\n").rfind(" ")
+            text = text[:cut] + "\n" if cut > 0 else text
+    return text

@@ -1,0 +1,11 @@
+"""Talking to endpoints the way their users do.  Knows nothing of canaries or detection."""
+
+from prober.targets.base import HTTPTarget, Prompt, Target
+from prober.targets.credentials import CredentialError, CredentialSource, Secret
+from prober.targets.openai import OpenAICompatible
+from prober.targets.result import Completion, ErrorKind, TargetError, Usage
+from prober.targets.transport import Transport, TransportPolicy
+from prober.targets.workers_ai import WorkersAI
+
+__all__ = ["Completion", "CredentialError", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
+           "Prompt", "Secret", "Target", "TargetError", "Transport", "TransportPolicy", "Usage", "WorkersAI"]

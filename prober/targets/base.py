@@ -1,0 +1,201 @@
+"""The target interface, and the request/answer cycle every HTTP adapter shares.
+
+An adapter says where to send a prompt, how to phrase the body, and how to read one JSON answer or one
+stream event; `HTTPTarget.complete` does the rest (transport, SSE, timings, error typing), so each API
+is a few small methods.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from prober.targets.credentials import Secret
+from prober.targets.result import Completion, ErrorKind, TargetError, Usage
+from prober.targets.sse import SSEDecoder
+from prober.targets.transport import ERROR_BODY_CAP, Exchange, Transport
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    max_tokens: int = 64
+    stream: bool = False
+
+
+@dataclass
+class Piece:
+    """What one JSON answer or one stream event contributes."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    error: str | None = None
+
+
+class Target(ABC):
+    """Something that answers prompts on behalf of a tenant."""
+
+    name: str
+
+    @abstractmethod
+    async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion: ...
+
+
+class HTTPTarget(Target):
+    def __init__(self, name: str, transport: Transport) -> None:
+        self.name = name
+        self.transport = transport
+
+    @abstractmethod
+    def endpoint(self) -> str: ...
+
+    @abstractmethod
+    def body(self, prompt: Prompt) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def read_answer(self, obj: Any) -> Piece: ...
+
+    @abstractmethod
+    def read_event(self, obj: Any) -> Piece: ...
+
+    async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
+        if not prompt.stream:
+            exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret)
+            return self._plain(exchange)
+        stream = _StreamReader(self)
+        exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
+                                                 on_chunk=stream.feed)
+        return stream.finish(exchange)
+
+    def _plain(self, exchange: Exchange) -> Completion:
+        common = _common(exchange)
+        if exchange.error is not None or exchange.status != 200:
+            return Completion(**common, error=exchange.error or _http_error(exchange))
+        obj, problem = _json(exchange.body)
+        if problem:
+            return Completion(**common, error=TargetError(ErrorKind.MALFORMED, problem, 200, _snippet(exchange.body)))
+        try:
+            piece = self.read_answer(obj)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            return Completion(**common, error=TargetError(
+                ErrorKind.MALFORMED, f"answer lacks the expected fields ({type(exc).__name__}: {exc})", 200,
+                _snippet(exchange.body)))
+        error = TargetError(ErrorKind.REFUSED, piece.error, 200, _snippet(exchange.body)) if piece.error else None
+        return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
+                          ttft_s=exchange.total_s, error=error)
+
+
+class _StreamReader:
+    """Decode SSE as bytes arrive, so TTFT is the moment the first text arrived, not the first byte."""
+
+    def __init__(self, target: HTTPTarget) -> None:
+        self.target = target
+        self.decoder = SSEDecoder()
+        self.parts: list[str] = []
+        self.ttft: float | None = None
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.error: TargetError | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes, at: float) -> None:
+        for event in self.decoder.feed(chunk):
+            self._event(event, at)
+
+    def _event(self, data: str, at: float) -> None:
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        if self.error is not None and self.error.kind is ErrorKind.MALFORMED:
+            return
+        try:
+            obj = json.loads(data)
+            piece = self.target.read_event(obj)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
+                                     200, data[:ERROR_BODY_CAP])
+            return
+        if piece.text:
+            if self.ttft is None:
+                self.ttft = at
+            self.parts.append(piece.text)
+        self.finish_reason = piece.finish_reason or self.finish_reason
+        self.usage = piece.usage or self.usage
+        if piece.error and self.error is None:
+            self.error = TargetError(ErrorKind.REFUSED, piece.error, 200, data[:ERROR_BODY_CAP])
+
+    def finish(self, exchange: Exchange) -> Completion:
+        common = _common(exchange)
+        if exchange.status != 200 or (exchange.error is not None and not self.parts):
+            return Completion(**common, streamed=True, error=exchange.error or _http_error(exchange))
+        if exchange.error is None:  # a cut-off tail is not an event; flush only a cleanly ended stream
+            for event in self.decoder.close():
+                self._event(event, exchange.total_s)
+        in_band = self.error if self.error is not None and self.error.kind is ErrorKind.REFUSED else None
+        error = in_band or exchange.error or self.error
+        if error is None and self.decoder.invalid_utf8:
+            error = TargetError(ErrorKind.MALFORMED, "stream is not valid UTF-8", 200)
+        if error is None and not self.done:
+            error = TargetError(ErrorKind.TRUNCATED, "stream ended without its [DONE] terminator", 200)
+        # Partial text stays: a truncated answer can still carry someone else's data.
+        return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
+                          ttft_s=self.ttft, streamed=True, error=error)
+
+
+def _common(exchange: Exchange) -> dict[str, Any]:
+    return {"status": exchange.status, "total_s": exchange.total_s, "attempts": exchange.attempts,
+            "headers": exchange.headers}
+
+
+def _json(body: bytes) -> tuple[Any, str | None]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"body is not valid UTF-8 (byte {exc.start})"
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, f"body is not JSON ({exc})"
+
+
+def _snippet(body: bytes) -> str:
+    return body[:ERROR_BODY_CAP].decode("utf-8", "replace")
+
+
+def error_message(obj: Any) -> str | None:
+    """The message of any engine's error shape: OpenAI/vLLM/llama.cpp `{"error": {...}}`, SGLang
+    `{"object": "error", "message"}`, TGI `{"error": "..."}`, Workers AI `{"errors": [{"message"}]}`."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)
+    if isinstance(err, str) and err:
+        return err
+    if obj.get("object") == "error":
+        return str(obj.get("message", "error"))
+    errors = obj.get("errors")
+    if isinstance(errors, list) and errors:
+        first = errors[0]
+        return str(first.get("message", first)) if isinstance(first, dict) else str(first)
+    return None
+
+
+def _http_error(exchange: Exchange) -> TargetError:
+    status = exchange.status or 0
+    obj, _ = _json(exchange.body)
+    message = error_message(obj) or _snippet(exchange.body)[:300] or f"HTTP {status}"
+    if status in (401, 403):
+        kind = ErrorKind.UNAUTHORIZED
+    elif status == 429:
+        kind = ErrorKind.RATE_LIMITED
+    elif status >= 500:
+        kind = ErrorKind.SERVER_ERROR
+    elif 300 <= status < 400:
+        kind = ErrorKind.REDIRECT
+    else:
+        kind = ErrorKind.REFUSED
+    return TargetError(kind, message, status, _snippet(exchange.body))

@@ -1,0 +1,84 @@
+"""What one request to a target produced, normalised across APIs: the unit every later layer consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorKind(StrEnum):
+    """Why a request did not yield a well-formed answer.  `refused` is the engine saying no (4xx): at a
+    capacity boundary that is the *correct* outcome, so it is kept apart from transport failures."""
+
+    REFUSED = "refused"  # HTTP 4xx other than 401/403/429, or an error object inside a 200 stream
+    UNAUTHORIZED = "unauthorized"  # 401/403
+    RATE_LIMITED = "rate_limited"  # 429 after every retry
+    SERVER_ERROR = "server_error"  # 5xx after every retry
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    MALFORMED = "malformed"  # body is not the JSON/SSE the API promises
+    TRUNCATED = "truncated"  # stream ended without its terminator
+    TOO_LARGE = "too_large"  # body over the size cap
+    REDIRECT = "redirect"  # redirect to another origin (credentials withheld)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> Usage | None:
+        if not isinstance(raw, dict):
+            return None
+        details = raw.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return cls(_int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens")), _int(cached))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class TargetError:
+    kind: ErrorKind
+    message: str
+    status: int | None = None
+    body: str = ""  # the raw error body (capped), for the report
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}: " if self.status else ""
+        return f"{self.kind.value}: {where}{self.message}"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answer.  `status` is the HTTP status (a 200 stream can still carry an `error`)."""
+
+    status: int | None
+    text: str = ""
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    ttft_s: float | None = None
+    total_s: float = 0.0
+    streamed: bool = False
+    error: TargetError | None = None
+    attempts: int = 1
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def served(self) -> bool:
+        """HTTP 200 and a well-formed answer: the engine accepted the prompt."""
+        return self.status == 200 and self.error is None
+
+    @property
+    def in_band_error(self) -> bool:
+        """An error object inside an HTTP-200 body or stream: a client that checks status codes misses it."""
+        return self.status == 200 and self.error is not None and self.error.kind is ErrorKind.REFUSED

@@ -1,0 +1,191 @@
+"""HTTP policy shared by every adapter: timeouts, bounded retries that honour Retry-After, a cap on body
+size, TLS verification, and redirects that never carry a credential to another origin.
+
+Adapters get bytes and timings back, or a `TargetError`; nothing here raises on a bad response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from prober.targets.credentials import Secret
+from prober.targets.result import ErrorKind, TargetError
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+ERROR_BODY_CAP = 4_096
+
+
+@dataclass(frozen=True)
+class TransportPolicy:
+    timeout_s: float = 600.0  # a 1M-token prefill takes minutes on real hardware
+    connect_timeout_s: float = 10.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 120.0  # a longer Retry-After ends the request instead of stalling the audit
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_redirects: int = 3
+    verify_tls: bool = True
+
+
+@dataclass
+class Exchange:
+    """A finished HTTP exchange: the body is complete (or the error says why not)."""
+
+    status: int | None
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    first_byte_s: float | None = None
+    total_s: float = 0.0
+    attempts: int = 1
+    error: TargetError | None = None
+
+
+OnChunk = Callable[[bytes, float], None]
+
+
+class Transport:
+    """One async httpx client and the policy around it.  Use as an async context manager."""
+
+    def __init__(self, policy: TransportPolicy | None = None) -> None:
+        self.policy = policy or TransportPolicy()
+        p = self.policy
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
+            follow_redirects=False,
+            verify=p.verify_tls,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            headers={"User-Agent": "leakprobe"},
+        )
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def exchange(self, method: str, url: str, *, json: Any = None, secret: Secret | None = None,
+                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> Exchange:
+        """Send with retries and same-origin redirects; read the whole body under the size cap."""
+        started = time.monotonic()
+        attempt = 0
+        redirects = 0
+        while True:
+            attempt += 1
+            result = await self._once(method, url, json, secret, headers or {}, on_chunk, started)
+            result.attempts = attempt
+            status = result.status
+            if status in REDIRECT_STATUSES and result.error is None:
+                location = result.headers.get("location")
+                if not location:
+                    return _failed(result, ErrorKind.MALFORMED, "redirect without a Location header")
+                target = httpx.URL(url).join(location)
+                if _origin(target) != _origin(httpx.URL(url)):
+                    return _failed(result, ErrorKind.REDIRECT,
+                                   f"redirected to another origin ({_origin(target)}); credentials not sent")
+                redirects += 1
+                if redirects > self.policy.max_redirects:
+                    return _failed(result, ErrorKind.REDIRECT, f"more than {self.policy.max_redirects} redirects")
+                url = str(target)
+                attempt -= 1
+                continue
+            retryable = status in RETRY_STATUSES or (
+                result.error is not None and result.error.kind is ErrorKind.CONNECT)
+            if not retryable or attempt > self.policy.retries:
+                return result
+            delay = self._delay(attempt, result.headers.get("retry-after"))
+            if delay is None:
+                return _failed(result, ErrorKind.RATE_LIMITED if status == 429 else ErrorKind.SERVER_ERROR,
+                               f"Retry-After {result.headers.get('retry-after')} is beyond "
+                               f"{self.policy.retry_after_max_s:.0f} s")
+            await asyncio.sleep(delay)
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float | None:
+        p = self.policy
+        if retry_after:
+            wait = _parse_retry_after(retry_after)
+            if wait is not None:
+                return None if wait > p.retry_after_max_s else wait
+        backoff: float = min(p.backoff_max_s, p.backoff_s * 2 ** (attempt - 1))
+        return backoff * random.uniform(0.8, 1.2)
+
+    async def _once(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
+                    on_chunk: OnChunk | None, started: float) -> Exchange:
+        send_headers = dict(headers)
+        if secret is not None:
+            send_headers["Authorization"] = f"Bearer {secret.reveal()}"
+        cap = self.policy.max_body_bytes
+        result = Exchange(None)
+        try:
+            async with self.client.stream(method, url, json=json, headers=send_headers) as response:
+                result.status = response.status_code
+                result.headers = {k.lower(): v for k, v in response.headers.items()}
+                declared = response.headers.get("content-length")
+                encoded = response.headers.get("content-encoding", "identity") != "identity"
+                if declared and declared.isdigit() and int(declared) > cap and not encoded:
+                    return _failed(result, ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes "
+                                   f"is over the {cap:,}-byte cap", started)
+                parts: list[bytes] = []
+                size = 0  # decoded bytes: a compressed bomb is capped too
+                async for chunk in response.aiter_bytes():
+                    now = time.monotonic() - started
+                    if result.first_byte_s is None and chunk:
+                        result.first_byte_s = now
+                    size += len(chunk)
+                    if size > cap:
+                        return _failed(result, ErrorKind.TOO_LARGE, f"body over the {cap:,}-byte cap", started)
+                    parts.append(chunk)
+                    if on_chunk is not None and response.status_code == 200:
+                        on_chunk(chunk, now)
+                result.body = b"".join(parts)
+                result.total_s = time.monotonic() - started
+                return result
+        except httpx.DecodingError as exc:
+            kind, message = ErrorKind.MALFORMED, f"undecodable content encoding: {exc}"
+        except httpx.TimeoutException as exc:
+            kind, message = ErrorKind.TIMEOUT, f"{type(exc).__name__} after {time.monotonic() - started:.1f} s"
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            # A peer that closes mid-body is a truncation, not a refusal to connect.
+            kind = ErrorKind.CONNECT if isinstance(exc, httpx.ConnectError) else ErrorKind.TRUNCATED
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        except httpx.HTTPError as exc:
+            kind, message = ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"
+        # Keep the status and what arrived: a stream that stalls after a leak still carries the leak.
+        result.total_s = time.monotonic() - started
+        result.error = TargetError(kind, message, result.status)
+        return result
+
+
+def _failed(result: Exchange, kind: ErrorKind, message: str, started: float | None = None) -> Exchange:
+    if started is not None:
+        result.total_s = time.monotonic() - started
+    result.error = TargetError(kind, message, result.status, result.body[:ERROR_BODY_CAP].decode("utf-8", "replace"))
+    return result
+
+
+def _origin(url: httpx.URL) -> str:
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
+    return f"{url.scheme}://{url.host}:{port}"
+
+
+def _parse_retry_after(value: str) -> float | None:
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

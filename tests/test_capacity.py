@@ -1,0 +1,274 @@
+"""Capacity introspection, bisection, token-exact prompts and `leakprobe preflight`, all over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from prober.canaries.mint import Minter
+from prober.capacity import Capacity, Known, assess, introspect
+from prober.capacity.bisect import bisect_accept_limit
+from prober.cli import app
+from prober.config import CapacityHints, ConfigError, assemble_config
+from prober.ledger import open_ledger
+from prober.prompts import EndpointCounter, PromptBuilder, UsageCounter, detect_counter
+from prober.targets import OpenAICompatible, Prompt, Secret, Transport
+from prober.testbed import tokenizer
+from prober.types import Severity
+from tests.conftest import SMALL, StartTestbed
+from tests.shaped import Reply, Seen, ShapedServer, chat_answer
+from tests.test_targets import FAST, run
+
+KEY_A = Secret("testbed-key-a")
+
+
+def _introspect(url: str, secret: Secret | None = KEY_A, configured: Capacity | None = None) -> Capacity:
+    async def go() -> Capacity:
+        async with Transport(FAST) as transport:
+            return await introspect(transport, url, secret, configured=configured)
+    return run(go())
+
+
+@pytest.mark.parametrize(("preset", "severity", "code"), [
+    ("incident", Severity.CRITICAL, "capacity_inversion"),
+    ("fixed", Severity.CRITICAL, "capacity_inversion"),
+    ("healthy", Severity.INFO, "ok"),
+])
+def test_reference_engine_presets(testbed: StartTestbed, preset: str, severity: Severity, code: str) -> None:
+    server = testbed(preset, prefill_ms_per_1k_tokens=0)
+    cfg = server.engine.config
+    capacity = _introspect(server.url + "/v1")
+    assert capacity.engine == "sglang"
+    assert capacity.context_length == Known(cfg.context_length, "sglang /server_info context_length")
+    assert capacity.pool_tokens == Known(cfg.pool_tokens, "sglang /server_info max_total_num_tokens")
+    assert capacity.max_req_input_len is not None and capacity.max_req_input_len.value == cfg.max_req_input_len
+    assert capacity.page_size is not None and capacity.page_size.value == cfg.page_size
+    verdicts = assess(capacity)
+    assert max(v.severity for v in verdicts) is severity and verdicts[0].code == code
+
+
+def test_vllm_shape() -> None:
+    metrics = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
+               'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
+               'engine="0",num_cpu_blocks="None",num_gpu_blocks="2048"} 1.0\n')
+    routes: dict[str, Any] = {
+        "GET /v1/models": lambda r, _: r.send(200, {"object": "list", "data": [
+            {"id": "m", "object": "model", "max_model_len": 131072}]}),
+        "GET /metrics": lambda r, _: r.send(200, metrics, content_type="text/plain")}
+    with ShapedServer(routes) as srv:
+        capacity = _introspect(srv.url + "/v1")
+    assert capacity.engine == "vllm"
+    assert capacity.context_length == Known(131072, "/v1/models max_model_len")
+    assert capacity.pool_tokens is not None and capacity.pool_tokens.value == 2048 * 16
+    assert "num_gpu_blocks x block_size" in capacity.pool_tokens.source
+    assert assess(capacity)[0].code == "capacity_inversion"
+
+
+def test_llamacpp_shape() -> None:
+    props = {"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 4,
+             "model_path": "m.gguf", "build_info": "b1"}
+    with ShapedServer({"GET /props": lambda r, _: r.send(200, props)}) as srv:
+        capacity = _introspect(srv.url + "/v1", secret=None)
+    assert capacity.engine == "llama.cpp"
+    assert capacity.context_length is not None and capacity.context_length.value == 8192
+    assert capacity.slots is not None and capacity.slots.value == 4 and "total_slots" in capacity.slots.source
+    assert assess(capacity)[0].code == "capacity_unknown"
+
+
+def test_tgi_shape_and_old_sglang_alias() -> None:
+    info = {"model_id": "m", "max_input_tokens": 4095, "max_total_tokens": 4096, "max_concurrent_requests": 128}
+    old = {"max_total_num_tokens": 20480, "max_req_input_len": 20474, "page_size": 1, "context_length": None,
+           "disaggregation_mode": "null"}
+    routes: dict[str, Any] = {"GET /info": lambda r, _: r.send(200, info),
+                              "GET /get_server_info": lambda r, _: r.send(200, old)}
+    with ShapedServer(routes) as srv:
+        capacity = _introspect(srv.url + "/v1", secret=None)
+    assert capacity.pool_tokens == Known(20480, "sglang /get_server_info max_total_num_tokens")
+    assert capacity.context_length == Known(4096, "tgi /info max_total_tokens")
+    assert capacity.disaggregation_mode is None  # "null" is SGLang's way of saying none
+
+
+def test_configured_values_win(testbed: StartTestbed) -> None:
+    server = testbed("incident", **SMALL)
+    hints = CapacityHints(pool_tokens=999_999)
+    capacity = _introspect(server.url + "/v1", configured=hints.capacity())
+    assert capacity.pool_tokens == Known(999_999, "config")
+    assert capacity.context_length is not None and capacity.context_length.value == SMALL["context_length"]
+
+
+def test_garbage_introspection_is_ignored() -> None:
+    routes: dict[str, Any] = {"GET /server_info": lambda r, _: r.send(200, b"\xff<html>"),
+                              "GET /v1/models": lambda r, _: r.send(200, {"data": "nope"}),
+                              "GET /props": lambda r, _: r.send(200, [1, 2]),
+                              "GET /metrics": lambda r, _: r.send(500, b"")}
+    with ShapedServer(routes) as srv:
+        capacity = _introspect(srv.url + "/v1", secret=None)
+    assert capacity == Capacity() and assess(capacity)[0].severity is Severity.INFO
+
+
+def _counter(url: str, api: str, calibrate: bool) -> Any:
+    async def go() -> tuple[list[tuple[int, int, int | None, bool]], str]:
+        async with Transport(FAST) as transport:
+            target = OpenAICompatible("t", url + "/v1", transport, api=api)  # type: ignore[arg-type]
+            found = await detect_counter(transport, url, api, KEY_A)  # type: ignore[arg-type]
+            counter = UsageCounter(target, KEY_A) if calibrate else found
+            assert counter is not None
+            builder = PromptBuilder(counter)
+            rows = []
+            for length in (40, 1_000, 4_089, 4_096, 4_097, 9_000):
+                built = await builder.build(length, instruction="Quote the document.")
+                answer = await target.complete(Prompt(built.text, max_tokens=1), KEY_A)
+                assert answer.usage is not None, answer.error
+                rows.append((length, built.tokens, answer.usage.prompt_tokens, built.counted))
+            return rows, counter.source
+    return run(go())
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("calibrate", [False, True], ids=["tokenizer-endpoint", "calibration-only"])
+def test_built_prompts_are_token_exact(testbed: StartTestbed, api: str, calibrate: bool) -> None:
+    server = testbed("healthy", **{**SMALL, "pool_tokens": 32_768})
+    rows, source = _counter(server.url, api, calibrate)
+    for length, predicted, served, counted in rows:
+        assert served == length == predicted, rows
+        assert counted is not calibrate
+    assert ("usage" in source) is calibrate and ("chat form" in source) is (api == "chat" and not calibrate)
+
+
+def test_canary_in_every_window(testbed: StartTestbed, tmp_path: Any) -> None:
+    server = testbed("healthy", **SMALL)
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    minter = Minter(ledger, b"k" * 32)
+
+    async def go() -> Any:
+        async with Transport(FAST) as transport:
+            counter = await detect_counter(transport, server.url, "completions", KEY_A)
+            assert isinstance(counter, EndpointCounter)
+            return await PromptBuilder(counter).build(
+                3_000, instruction="Quote the document.", page_size=64,
+                mint=lambda n: minter.tokens("tenant-a", n, probe_id="p"))
+    built = run(go())
+    assert built.exact and built.canary_period is not None
+    stored = {c.text for c in ledger.active_canaries()}
+    assert all(c.text in stored for c in built.canaries)  # persisted before anyone could send them
+    pieces = tokenizer.pieces(built.text)
+    header = tokenizer.count("Quote the document.\n")
+    period = built.canary_period
+    text_ends = [built.text.rindex(c.text) + len(c.text) for c in built.canaries[-1:]]
+    body_end = tokenizer.count(built.text[: text_ends[0]])  # after the last canary only the tail pad remains
+    assert len(pieces) - body_end < period
+    for start in range(header, body_end - period, period // 2):
+        window = "".join(pieces[start : start + period])
+        assert any(c.text in window for c in built.canaries), (start, window)
+
+
+def test_bisection_finds_the_refusal_boundary(testbed: StartTestbed) -> None:
+    server = testbed("fixed", **SMALL, mode="monolithic")
+    cfg = server.engine.config
+
+    async def go() -> Any:
+        async with Transport(FAST) as transport:
+            target = OpenAICompatible("t", server.url + "/v1", transport, api="completions")
+            counter = await detect_counter(transport, server.url, "completions", KEY_A)
+            assert counter is not None
+            return await bisect_accept_limit(target, PromptBuilder(counter), KEY_A, budget=200_000, start=512)
+    found = run(go())
+    assert found.served == cfg.max_req_input_len - 1 and found.refused == cfg.max_req_input_len, found
+    assert found.known() is not None and "bisection" in found.known().source  # type: ignore[union-attr]
+    poor = run(_bisect_poor(server.url))
+    assert poor.stopped.startswith("token budget") and poor.tokens_spent <= 3_000
+
+
+async def _bisect_poor(url: str) -> Any:
+    async with Transport(FAST) as transport:
+        target = OpenAICompatible("t", url + "/v1", transport, api="completions")
+        counter = await detect_counter(transport, url, "completions", KEY_A)
+        assert counter is not None
+        return await bisect_accept_limit(target, PromptBuilder(counter), KEY_A, budget=3_000, start=512)
+
+
+runner = CliRunner()
+
+
+def _preflight(*args: str, env: dict[str, str] | None = None) -> Any:
+    return runner.invoke(app, ["preflight", *args], env={"LP_KEY_A": "testbed-key-a", **(env or {})})
+
+
+@pytest.mark.parametrize(("preset", "code"), [("incident", 1), ("fixed", 1), ("healthy", 0)])
+def test_preflight_cli_exit_codes(testbed: StartTestbed, preset: str, code: int) -> None:
+    server = testbed(preset, prefill_ms_per_1k_tokens=0)
+    result = _preflight("--target", server.url + "/v1", "--tenant", "a=LP_KEY_A", "--format", "json")
+    assert result.exit_code == code, result.output
+    report = json.loads(result.stdout)["targets"][0]
+    assert report["capacity"]["pool_tokens"]["value"] == server.engine.config.pool_tokens
+    assert report["tokenizer"] == "sglang /v1/tokenize (chat form)"
+    assert "testbed-key-a" not in result.output
+
+
+def test_preflight_fail_on_and_errors(testbed: StartTestbed, tmp_path: Any) -> None:
+    server = testbed("incident", prefill_ms_per_1k_tokens=0)
+    url = server.url + "/v1"
+    assert _preflight("--target", url, "--tenant", "a=LP_KEY_A", "--fail-on", "critical").exit_code == 1
+    table = _preflight("--target", url, "--tenant", "a=LP_KEY_A")
+    assert "capacity_inversion" in table.stdout and "681,280" in table.stdout
+    denied = _preflight("--target", url)
+    assert denied.exit_code == 2 and "refused the credential" in denied.output
+    missing = _preflight("--target", url, "--tenant", "a=LP_NOT_SET")
+    assert missing.exit_code == 2 and "LP_NOT_SET is not set" in missing.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("targets:\n  - name: x\n    url: ftp://nope\n")
+    broken = _preflight("--config", str(bad))
+    assert broken.exit_code == 2 and re.search(r"targets\[0\]\.url: .*http", broken.output), broken.output
+    with ShapedServer({}) as gone:
+        dead = gone.url
+    unreachable = _preflight("--target", dead + "/v1")
+    assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
+
+
+def test_config_layers() -> None:
+    cfg = assemble_config(None, target="http://h:1/v1", tenants=["a=A_KEY", "b=B_KEY"],
+                          environ={"LEAKPROBE_FAIL_ON": "critical", "LEAKPROBE_TOKEN_BUDGET": "1000"},
+                          token_budget=5000)
+    assert cfg.audit.fail_on == "critical" and cfg.audit.token_budget == 5000
+    assert [t.credential.env for t in cfg.tenants] == ["A_KEY", "B_KEY"]
+    for kwargs, message in (({"tenants": ["novalue"]}, "NAME=ENVVAR"), ({}, "targets"),
+                            ({"target": "http://h/v1", "environ": {"LEAKPROBE_FAIL_ON": "loud"}}, "fail_on")):
+        with pytest.raises(ConfigError, match=message):
+            assemble_config(None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_unused_reply_helpers_are_real() -> None:
+    # chat_answer is a shape the adapters accept end to end (guards the fixtures used above)
+    def route(r: Reply, s: Seen) -> None:
+        r.send(200, chat_answer(s.json()["messages"][0]["content"]))
+
+    with ShapedServer({"POST /v1/chat/completions": route}) as srv:
+        async def go() -> Any:
+            async with Transport(FAST) as transport:
+                return await OpenAICompatible("t", srv.url + "/v1", transport).complete(Prompt("echo"), None)
+        assert run(go()).text == "echo"
+
+
+def test_no_api_key_in_any_output_or_log(testbed: StartTestbed, caplog: pytest.LogCaptureFixture) -> None:
+    """Preflight, counting, plain and streamed requests with every logger at DEBUG: the key never shows."""
+    caplog.set_level(logging.DEBUG)
+    server = testbed("incident", **SMALL)
+    outputs = [_preflight("--target", server.url + "/v1", "--tenant", "a=LP_KEY_A", *fmt).output
+               for fmt in ((), ("--format", "json"))]
+
+    async def go() -> list[str]:
+        async with Transport(FAST) as transport:
+            target = OpenAICompatible("t", server.url + "/v1", transport)
+            counter = await detect_counter(transport, server.url, "chat", KEY_A)
+            assert counter is not None
+            built = await PromptBuilder(counter).build(500, instruction="Quote.")
+            answers = [await target.complete(Prompt(built.text, stream=s), KEY_A) for s in (False, True)]
+            return [repr(a) for a in answers] + [repr(counter.__dict__), repr(target.__dict__)]
+    outputs += run(go())
+    assert all("testbed-key-a" not in text for text in [*outputs, caplog.text])
+    assert "httpx" in caplog.text or "httpcore" in caplog.text  # the logs were really captured
