@@ -23,7 +23,7 @@ PAD_CANDIDATES = (" the", " and", " a", " of", " to")
 FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."
 CANARY_SAMPLES = 4
-VERIFY_ROUNDS = 4
+VERIFY_ROUNDS = 6
 
 MintCanaries = Callable[[int], Sequence[Canary]]
 
@@ -99,32 +99,34 @@ class PromptBuilder:
         if tokens < overhead:
             raise BuildError(f"{tokens} tokens is below the {overhead} that the instruction alone costs")
         pad = await self.pad(header)
-        canaries: tuple[Canary, ...] = ()
-        period: int | None = None
         budget = tokens - overhead
+        minted: tuple[Canary, ...] = ()
+        period: int | None = None
         if mint is None:
             block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, budget), seed)
-            cost = await self._cost(header, block) if block else 0
-            repeats = budget // cost if cost else 0
-            body = block * repeats
-            predicted = overhead + cost * repeats
+            unit_cost = float(await self._cost(header, block)) if block else 0.0
+            parts = [block] * (int(budget // unit_cost) if unit_cost else 0)
         else:
-            body, predicted, canaries, period = await self._canary_body(header, budget, overhead, mint,
-                                                                        page_size or 16, seed)
-        text = header + body + pad * (tokens - predicted)
-        predicted = tokens
+            parts, unit_cost, minted, period = await self._canary_body(header, budget, overhead, mint,
+                                                                       page_size or 16, seed)
+        pads = tokens - overhead - round(len(parts) * unit_cost)
         if not self.counter.free:
-            return BuiltPrompt(text, tokens, predicted, False, self.counter.source, canaries, period)
+            return BuiltPrompt(header + "".join(parts) + pad * max(0, pads), tokens, tokens, False,
+                               self.counter.source, minted[: len(parts)], period)
+        actual = 0
         for _ in range(VERIFY_ROUNDS):
+            while pads < 0 and parts:  # over: drop whole units from the end, never cut into a canary
+                parts.pop()
+                pads += round(unit_cost)
+            text = header + "".join(parts) + pad * max(0, pads)
             actual = await self.counter.count(text)
             if actual == tokens:
-                return BuiltPrompt(text, tokens, actual, True, self.counter.source, canaries, period)
-            text = _adjust(text, tokens - actual, pad)
-        actual = await self.counter.count(text)
-        return BuiltPrompt(text, tokens, actual, True, self.counter.source, canaries, period)
+                break
+            pads += tokens - actual
+        return BuiltPrompt(text, tokens, actual, True, self.counter.source, minted[: len(parts)], period)
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
-                           seed: int) -> tuple[str, int, tuple[Canary, ...], int]:
+                           seed: int) -> tuple[list[str], float, tuple[Canary, ...], int]:
         """Units of filler + one canary sentence, short enough that every aligned page (or every run of
         k pages, when one canary is longer than half a page) holds a complete canary."""
         sample = list(mint(CANARY_SAMPLES))
@@ -141,23 +143,8 @@ class PromptBuilder:
             raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
         minted = sample[:count] + (list(mint(count - len(sample))) if count > len(sample) else [])
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
-        predicted = overhead + round(count * mean_unit)
-        return "".join(parts), min(predicted, overhead + budget), tuple(minted), period
+        return parts, mean_unit, tuple(minted), period
 
 
 def _line(words: Sequence[str]) -> str:
     return " ".join(words) + "\n"
-
-
-def _adjust(text: str, delta: int, pad: str) -> str:
-    """Add `delta` pad words at the end, or remove `-delta` tokens' worth from the end (pad words first,
-    then whole trailing characters, which a later round corrects again)."""
-    if delta > 0:
-        return text + pad * delta
-    for _ in range(-delta):
-        if text.endswith(pad):
-            text = text[: -len(pad)]
-        else:
-            cut = text.rstrip("\n").rfind(" ")
-            text = text[:cut] + "\n" if cut > 0 else text
-    return text
