@@ -13,6 +13,7 @@ import typer
 
 from prober import __version__
 from prober.detect.embedder import DEFAULT_MODEL
+from prober.report import ReportFormat
 from prober.types import CanaryKind, Severity
 
 app = typer.Typer(
@@ -248,11 +249,73 @@ def _known(known: Any) -> str:
 
 
 @app.command()
-def demo() -> None:
-    """Reproduce the incident on the reference engine and show the leaked text."""
+def audit(
+    config: Annotated[Path | None, typer.Option(help="YAML config: targets, tenants, audit settings.")] = None,
+    target: Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")] = None,
+    api: Annotated[str | None, typer.Option(help="chat | completions | workers-ai (with --target).")] = None,
+    tenant: Annotated[list[str] | None, typer.Option(
+        help="NAME=ENVVAR, repeatable: a tenant and the variable holding its API key.")] = None,
+    ledger: Annotated[Path | None, typer.Option(help="Ledger file (default leakprobe.sqlite).")] = None,
+    output_format: Annotated[ReportFormat, typer.Option(
+        "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+    fail_on: Annotated[str | None, typer.Option(help="Exit 1 at or above: info | warning | high | critical.")] = None,
+    token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
+    streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
+    concurrent: Annotated[bool | None, typer.Option(help="Also prime and probe at the same time.")] = None,
+    rounds: Annotated[int | None, typer.Option(min=1, help="Repeat the whole plan.")] = None,
+    bisect_budget: Annotated[int | None, typer.Option(
+        min=0, help="Tokens bisection may send when no context length is exposed.")] = None,
+    semantic: Annotated[bool, typer.Option(help="Also look for paraphrased canary facts (loads a model).")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
+) -> None:
+    """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
+
+    Exit 0 clean, 1 findings at or above --fail-on, 2 error or an audit that could not finish."""
+    import os
+
+    from prober.audit import exit_code, load_secrets, run_audit
+    from prober.config import ConfigError, assemble_config
+    from prober.detect import EmbedderError, SentenceTransformerEmbedder
+    from prober.ledger import LedgerError
+    from prober.progress import AuditProgress
+    from prober.report import render
+    from prober.targets.credentials import CredentialError
+
+    try:
+        cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
+                              ledger=ledger, fail_on=fail_on, token_budget=token_budget, streaming=streaming,
+                              concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget)
+        secrets = load_secrets(cfg)
+        embedder = SentenceTransformerEmbedder() if semantic else None
+        with AuditProgress() as progress:
+            result = run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress)
+    except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError, sqlite3.DatabaseError) as exc:
+        raise _fail(str(exc)) from None
+    threshold = Severity.parse(cfg.audit.fail_on)
+    report = render(result, output_format, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold)
+    if output is not None:
+        try:
+            output.write_text(report, encoding="utf-8")
+        except OSError as exc:
+            raise _fail(f"cannot write {output}: {exc.strerror}") from None
+        typer.echo(f"report written to {output}; findings are also in the ledger {cfg.ledger}", err=True)
+    else:
+        typer.echo(report, nl=False)
+    code = exit_code(result, threshold)
+    if code == 2:
+        typer.echo("error: the audit did not finish; see the errors above", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Directory for the reports and the ledger.")] = Path("leakprobe-demo"),
+) -> None:
+    """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
     from prober.demo import run_demo
 
-    raise typer.Exit(run_demo())
+    raise typer.Exit(run_demo(out))
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ Errors name the offending key in one line (`targets[0].url: field required`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -89,7 +90,7 @@ class TenantConfig(_Strict):
 
 class AuditSettings(_Strict):
     fail_on: str = "warning"
-    token_budget: int = Field(default=20_000_000, gt=0)
+    token_budget: int = Field(default=50_000_000, gt=0)
     max_tokens: int = Field(default=160, ge=1, le=4096)
     streaming: Literal["plain", "stream", "both"] = "both"
     concurrent: bool = True
@@ -150,7 +151,8 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget")}
 
 
-def assemble_config(path: Path | None, *, target: str | None = None, api: str | None = None,
+def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,
+                    api: str | None = None,
                     tenants: list[str] | None = None, environ: dict[str, str] | None = None,
                     **flags: Any) -> ProberConfig:
     """File, then LEAKPROBE_* environment variables, then flags: later wins.
@@ -163,7 +165,7 @@ def assemble_config(path: Path | None, *, target: str | None = None, api: str | 
         if environ and var in environ:
             _put(data, where, environ[var])
     if target:
-        data["targets"] = [{"name": "target", "url": target, **({"api": api} if api else {})}]
+        data["targets"] = [{"name": target_name or _name_of(target), "url": target, **({"api": api} if api else {})}]
     elif api:
         raise ConfigError("--api needs --target")
     if tenants:
@@ -187,3 +189,9 @@ def _put(data: dict[str, Any], where: tuple[str, ...], value: Any) -> None:
     for key in where[:-1]:
         node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
     node[where[-1]] = value
+
+
+def _name_of(url: str) -> str:
+    """A target name from its URL's host and port (`http://10.0.0.5:8000/v1` -> `10.0.0.5-8000`)."""
+    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    return re.sub(r"[^A-Za-z0-9._-]", "-", hostport).strip("-._")[:64] or "target"

@@ -1,75 +1,68 @@
-"""`leakprobe demo`: the incident, reproduced on the reference engine in this process, and caught.
+"""`leakprobe demo` (what `make demo` runs): the incident, found by the audit, on one machine.
 
-Tenant A sends a long prompt (below the KV pool) with a canary token minted for it in every stretch
-of text; tenant B then sends a canary-free prompt between the pool and the advertised context.  On
-the `incident` preset B's HTTP 200 answer quotes A's canaries, and the scanner attributes them to A;
-on `fixed` B gets a 400 and nothing of A's.  (The boundary audit replaces this scripted exchange.)
+The reference engine starts in this process with the `incident` preset (advertised context 1,048,576
+tokens, KV pool 681,280), and the audit probes it with two tenants; then the same with `fixed`.  Reports
+and the ledger go to a directory the user can open afterwards.  No network beyond loopback.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
+from typing import Any
 
-import httpx
 from rich.console import Console
 
-from prober.canaries.filler import load_filler
-from prober.canaries.mint import Minter
-from prober.detect import Scanner
-from prober.ledger import open_ledger
-from prober.testbed import DEFAULT_TENANTS, TestbedServer, build_config, tokenizer
-from prober.types import Record
+from prober.audit import run_audit
+from prober.campaign import AuditResult
+from prober.config import assemble_config
+from prober.progress import AuditProgress
+from prober.report import ReportFormat, render
+from prober.targets.credentials import Secret
+from prober.testbed import DEFAULT_TENANTS, TestbedServer, build_config
+from prober.types import FindingKind
 
-INSTRUCTION = "Quote the document."
-KEY = b"leakprobe-demo-key-not-a-secret!"
-
-
-def _prompt(blocks: list[str], tokens: int) -> str:
-    """INSTRUCTION plus blocks repeated until the engine's tokenizer counts about `tokens`."""
-    body = " ".join(blocks) + " "
-    per_copy = tokenizer.count(body * 2) - tokenizer.count(body)
-    return INSTRUCTION + "\n" + body * max(1, tokens // per_copy)
+LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION}
 
 
-def _exchange(console: Console, preset: str, ledger_path: Path) -> bool:
-    config = build_config(preset)
-    ledger = open_ledger(ledger_path)
-    canaries = Minter(ledger, KEY).tokens("tenant-a", 8, probe_id=f"demo-{preset}")
-    filler = load_filler("en").text(3_000)
-    a_blocks = [f"{filler} The access code is {c.text}." for c in canaries]
-    keys = {name: {"Authorization": f"Bearer {key}"} for name, key in DEFAULT_TENANTS.items()}
-    with TestbedServer(config) as server, httpx.Client(base_url=server.url + "/v1", timeout=120) as http:
+def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) -> AuditResult:
+    config = build_config(preset, overrides)
+    with TestbedServer(config) as server:
         console.rule(f"preset [bold]{preset}[/]: advertised context {config.context_length:,} tokens, "
-                     f"KV pool {config.pool_tokens:,} tokens")
-        a = http.post("/completions", headers=keys["tenant-a"],
-                      json={"prompt": _prompt(a_blocks, 200_000), "max_tokens": 64})
-        console.print(f"tenant-a sends {a.json()['usage']['prompt_tokens']:,} tokens with "
-                      f"{len(canaries)} canaries -> HTTP {a.status_code}")
-        b_prompt = _prompt([filler], (config.pool_tokens + config.context_length) // 2)
-        b = http.post("/completions", headers=keys["tenant-b"], json={"prompt": b_prompt, "max_tokens": 256})
-        console.print(f"tenant-b sends {tokenizer.count(b_prompt):,} tokens -> HTTP {b.status_code}")
-        if b.status_code != 200:
-            console.print(f"  refused: {b.json().get('message')}")
-            return False
-    text = b.json()["choices"][0]["text"]
-    result = Scanner(ledger.active_canaries(), key=KEY).scan(Record("demo-b", "tenant-b", text, b_prompt))
-    ledger.add_findings(result.findings, target=f"testbed-{preset}")
-    console.print(f"  answer: {text[:400]}")
-    for finding in result.findings:
-        console.print(f"  [bold red]{finding.kind.value}[/] ({finding.severity.label}, {finding.detector}): "
-                      f"canary {finding.canary_id} of [bold]{finding.victim_tenant}[/] in the answer to "
-                      f"[bold]{finding.observer_tenant}[/]")
-    return any(f.victim_tenant == "tenant-a" for f in result.findings)
+                     f"KV pool {config.pool_tokens:,} tokens, {server.url}/v1")
+        cfg = assemble_config(None, target=server.url + "/v1", target_name=f"testbed-{preset}", tenants=[f"{n}=unused" for n in DEFAULT_TENANTS],
+                              ledger=str(out / "ledger.sqlite"), streaming="both", concurrent=True)
+        secrets: dict[str, Secret | None] = {name: Secret(key) for name, key in DEFAULT_TENANTS.items()}
+        with AuditProgress() as progress:
+            result = run_audit(cfg, secrets, on_event=progress)
+    for fmt, suffix in ((ReportFormat.html, "html"), (ReportFormat.json, "json")):
+        (out / f"{preset}.{suffix}").write_text(render(result, fmt), encoding="utf-8")
+    return result
 
 
-def run_demo() -> int:
-    console = Console(highlight=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        ledger = Path(tmp) / "demo-ledger.sqlite"
-        leaked = _exchange(console, "incident", ledger)
-        clean = not _exchange(console, "fixed", ledger)
-        console.rule()
-        console.print(f"incident preset leaked: {leaked}; fixed preset clean: {clean}; "
-                      f"findings recorded in the ledger: {len(open_ledger(ledger).findings())}")
-    return 0 if leaked and clean else 1
+def _summary(console: Console, preset: str, result: AuditResult, out: Path) -> None:
+    findings = result.findings
+    echoes = [f for f in findings if f.kind is FindingKind.CROSS_TENANT_ECHO]
+    if echoes:
+        first = echoes[0]
+        console.print(f"[bold red]{len(echoes)} cross-tenant echoes[/]: e.g. canary {first.canary_id} of "
+                      f"[bold]{first.victim_tenant}[/] in the HTTP 200 answer to [bold]{first.observer_tenant}[/] "
+                      f"({first.details.get('prompt_tokens'):,}-token prompt, {first.details.get('boundary')})")
+    kinds = sorted({f.kind.value for f in findings})
+    console.print(f"{preset}: {len(findings)} findings ({', '.join(kinds) or 'none'}); "
+                  f"report {out / (preset + '.html')}, JSON {out / (preset + '.json')}, ledger {out / 'ledger.sqlite'}")
+
+
+def run_demo(out: Path = Path("leakprobe-demo"), overrides: dict[str, Any] | None = None) -> int:
+    """0 when the incident preset leaks and is caught and the fixed preset comes out clean."""
+    console = Console(highlight=False, stderr=True)
+    out.mkdir(parents=True, exist_ok=True)
+    incident = _audit(console, "incident", out, overrides or {})
+    _summary(console, "incident", incident, out)
+    fixed = _audit(console, "fixed", out, overrides or {})
+    _summary(console, "fixed", fixed, out)
+    caught = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in incident.findings)
+    clean = not any(f.kind in LEAKS for f in fixed.findings)
+    console.rule()
+    console.print(f"incident preset: leak {'caught' if caught else 'NOT caught'}; fixed preset: "
+                  f"{'clean' if clean else 'NOT clean'}.  Open {out / 'incident.html'} to read the evidence.")
+    return 0 if caught and clean and incident.complete and fixed.complete else 1

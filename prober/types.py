@@ -35,6 +35,13 @@ class Severity(IntEnum):
 class FindingKind(StrEnum):
     CROSS_TENANT_ECHO = "cross_tenant_echo"  # another tenant's canary in this answer
     FOREIGN_CONTENT = "foreign_content"  # answer material that the prompt cannot explain
+    BOUNDARY_ACCEPTED = "boundary_accepted"  # served a prompt a correct engine must refuse
+    PLACEHOLDER_SUBSTITUTION = "placeholder_substitution"  # usage says far fewer tokens than were sent
+    STREAM_ERROR = "stream_error"  # an error object inside an HTTP-200 stream
+    ODD_FINISH_REASON = "odd_finish_reason"  # served, but finished for a reason no client expects
+    UNEXPECTED_REFUSAL = "unexpected_refusal"  # refused a prompt the capacity says fits
+    ENGINE_ERROR = "engine_error"  # HTTP 5xx: the engine failed instead of answering or refusing
+    CROSS_TENANT_CACHE_HIT = "cross_tenant_cache_hit"  # another tenant's prompt prefix was served from cache
 
 
 @dataclass(frozen=True)

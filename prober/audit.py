@@ -1,0 +1,39 @@
+"""`leakprobe audit` as a library call: credentials, ledger and key in; result and exit code out."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prober.campaign import Auditor, AuditResult
+from prober.campaign.runner import Event
+from prober.canaries.keys import resolve_key
+from prober.config import ProberConfig
+from prober.detect.embedder import Embedder
+from prober.ledger import open_ledger
+from prober.targets.credentials import Secret
+from prober.types import Severity
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:
+    """Every tenant's key, read now so a missing one fails before anything is sent (CredentialError)."""
+    return {tenant.name: tenant.credential.load() for tenant in config.tenants}
+
+
+def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
+              embedder: Embedder | None = None, on_event: Event | None = None) -> AuditResult:
+    ledger = open_ledger(config.ledger)
+    try:
+        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, on_event=on_event,
+                          dry_run=dry_run)
+        return asyncio.run(auditor.run())
+    finally:
+        ledger.close()
+
+
+def exit_code(result: AuditResult, fail_on: Severity) -> int:
+    """Errors outrank findings: an audit that did not finish never exits 0 or 1."""
+    if not result.complete:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if any(f.severity >= fail_on for f in result.findings) else EXIT_CLEAN

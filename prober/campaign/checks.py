@@ -1,0 +1,58 @@
+"""What an answer's envelope says, checked against what a correct engine does with that prompt length.
+The scanner judges the text; these judge status, usage and finish reason."""
+
+from __future__ import annotations
+
+from prober.campaign.plan import Step
+from prober.targets.result import Completion, ErrorKind
+from prober.types import Finding, FindingKind, Severity
+
+PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
+CACHE_SHARE = 0.5  # an observer served half of another tenant's prompt from cache
+USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max_tokens", "stop_sequence",
+                          "tool_calls", "content_filter"})
+
+
+def check_answer(step: Step, sent_tokens: int, answer: Completion, target: str, *,
+                 repeats_other_tenant: bool = False) -> list[Finding]:
+    """`repeats_other_tenant`: this prompt is another tenant's, sent again (the prefix-cache check)."""
+    findings: list[Finding] = []
+
+    def add(kind: FindingKind, severity: Severity, message: str, **details: object) -> None:
+        findings.append(Finding(record_id=step.id, kind=kind, detector="envelope", severity=severity, score=1.0,
+                                observer_tenant=step.tenant, probe_id=step.id, excerpt=message,
+                                details={"target": target, "prompt_tokens": sent_tokens,
+                                         "boundary": step.boundary, "status": answer.status, **details}))
+
+    refused = answer.error is not None and answer.error.kind is ErrorKind.REFUSED
+    if answer.served and not step.expect_served:
+        add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
+            f"served a {sent_tokens:,}-token prompt ({step.boundary}) that a correct engine refuses",
+            expected="refused")
+    if refused and step.expect_served:
+        add(FindingKind.UNEXPECTED_REFUSAL, Severity.INFO,
+            f"refused a {sent_tokens:,}-token prompt ({step.boundary}) that the capacity says fits: "
+            f"{answer.error.message if answer.error else ''}", expected="served")
+    if answer.in_band_error and answer.error is not None:
+        # Refusing in-band where a refusal is due is correct (SGLang does it); elsewhere it hides a failure.
+        severity = Severity.INFO if not step.expect_served else Severity.WARNING
+        add(FindingKind.STREAM_ERROR, severity,
+            f"error inside an HTTP-200 {'stream' if answer.streamed else 'body'}: {answer.error.message}")
+    if answer.error is not None and answer.error.kind is ErrorKind.SERVER_ERROR and answer.status:
+        add(FindingKind.ENGINE_ERROR, Severity.WARNING,
+            f"HTTP {answer.status} on a {sent_tokens:,}-token prompt ({step.boundary}): {answer.error.message}")
+    cached = answer.usage.cached_tokens if answer.usage else None
+    # Half the prompt, not any hit: chat-template tokens every request starts with are cached legitimately.
+    if repeats_other_tenant and cached and cached >= sent_tokens * CACHE_SHARE:
+        add(FindingKind.CROSS_TENANT_CACHE_HIT, Severity.WARNING,
+            f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by another tenant: a timing "
+            "side channel (per-tenant cache salts close it)", cached_tokens=cached)
+    usage = answer.usage.prompt_tokens if answer.usage else None
+    if answer.status == 200 and usage is not None and usage < sent_tokens * PLACEHOLDER_SHARE:
+        add(FindingKind.PLACEHOLDER_SUBSTITUTION, Severity.HIGH,
+            f"usage.prompt_tokens is {usage:,} for a {sent_tokens:,}-token prompt: the prompt was replaced "
+            "before it was processed", usage_prompt_tokens=usage)
+    if answer.served and answer.finish_reason is not None and answer.finish_reason not in USUAL_FINISH:
+        add(FindingKind.ODD_FINISH_REASON, Severity.WARNING,
+            f"finish_reason {answer.finish_reason!r} on an HTTP-200 answer", finish_reason=answer.finish_reason)
+    return findings

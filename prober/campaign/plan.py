@@ -1,0 +1,169 @@
+"""The boundary plan: which prompt lengths to send, from whom, in what order, and what a correct engine
+does with each.  Pure data from a capacity; nothing here touches the network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prober.capacity.model import Capacity
+
+Streaming = Literal["plain", "stream", "both"]
+CACHE_CHECK_TOKENS = 1_024
+
+
+class PlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Boundary:
+    label: str  # "pool+1", "advertised-1", ...
+    length: int
+    expect_served: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    """One request: a priming prompt (victim's canaries in every page) or a probe (asks to quote)."""
+
+    id: str
+    role: Literal["prime", "probe"]
+    tenant: str
+    length: int
+    stream: bool
+    expect_served: bool
+    boundary: str = ""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Prime as the victim, then probe as the observer (or both at once when `concurrent`)."""
+
+    id: str
+    victim: str
+    observer: str
+    prime: Step
+    probe: Step
+    concurrent: bool = False
+    same_text: bool = False  # the observer resends the victim's (canary-free) prompt: prefix-cache isolation
+
+    @property
+    def tokens(self) -> int:
+        return self.prime.length + self.probe.length
+
+
+@dataclass
+class Plan:
+    target: str
+    boundaries: list[Boundary]
+    exchanges: list[Exchange] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(e.tokens for e in self.exchanges)
+
+    def to_json(self) -> dict[str, object]:
+        return {"target": self.target, "tokens": self.tokens,
+                "boundaries": [{"label": b.label, "length": b.length, "expect": _expect(b.expect_served)}
+                               for b in self.boundaries],
+                "exchanges": [{"id": e.id, "victim": e.victim, "observer": e.observer, "concurrent": e.concurrent,
+                               "same_text": e.same_text,
+                               "prime_tokens": e.prime.length, "probe_tokens": e.probe.length,
+                               "boundary": e.probe.boundary, "stream": e.probe.stream,
+                               "expect": _expect(e.probe.expect_served)} for e in self.exchanges]}
+
+
+def _expect(served: bool) -> str:
+    return "served" if served else "refused"
+
+
+def acceptance_limit(capacity: Capacity) -> int | None:
+    """The shortest prompt a correct engine must refuse: its scheduler limit, else what the pool or the
+    advertised context can hold."""
+    if capacity.max_req_input_len:
+        return capacity.max_req_input_len.value
+    known = [k.value for k in (capacity.pool_tokens, capacity.advertised) if k]
+    return min(known) if known else None
+
+
+def boundaries(capacity: Capacity) -> list[Boundary]:
+    limit = acceptance_limit(capacity)
+    if limit is None:
+        raise PlanError("capacity unknown: no advertised context, KV pool or input limit; set `capacity:` for the "
+                        "target in the config or allow bisection with --bisect-budget")
+    candidates: list[tuple[str, int]] = []
+    if capacity.max_req_input_len:
+        m = capacity.max_req_input_len.value
+        candidates += [("max_req_input_len-1", m - 1), ("max_req_input_len", m)]
+    if capacity.pool_tokens:
+        pool = capacity.pool_tokens.value
+        page = capacity.page_size.value if capacity.page_size else 1
+        candidates += [("pool", pool), ("pool+1", pool + 1), ("pool+page", pool + max(page, 2))]
+    if capacity.advertised:
+        ctx = capacity.advertised.value
+        candidates += [("advertised-1", ctx - 1), ("advertised", ctx)]
+    if not capacity.max_req_input_len and not capacity.pool_tokens:
+        candidates.append(("limit-1", limit - 1))
+    ceiling = capacity.advertised.value if capacity.advertised else max(v for _, v in candidates)
+    seen: dict[int, str] = {}
+    for label, length in candidates:
+        if 0 < length <= ceiling and length not in seen:
+            seen[length] = label
+    return [Boundary(label, length, length < limit) for length, label in sorted(seen.items())]
+
+
+def prime_length(capacity: Capacity) -> int:
+    """As long as a correct engine still serves, so the victim's canaries cover as many pages as possible."""
+    limit = acceptance_limit(capacity)
+    assert limit is not None
+    return max(1, limit - 1)
+
+
+def pairs(tenants: list[str]) -> list[tuple[str, str]]:
+    """(victim, observer) for every direction: both ways for two tenants, a ring for more."""
+    if len(tenants) < 2:
+        raise PlanError("an audit needs at least two tenants (victim and observer); give --tenant twice")
+    if len(tenants) == 2:
+        return [(tenants[0], tenants[1]), (tenants[1], tenants[0])]
+    return [(tenants[i], tenants[(i + 1) % len(tenants)]) for i in range(len(tenants))]
+
+
+def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
+              concurrent: bool = True, rounds: int = 1) -> Plan:
+    """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
+    boundary in every direction, alternating plain and streaming when both are asked for; then, above the
+    acceptance limit, the prime and the probe at the same time."""
+    plan = Plan(target, boundaries(capacity))
+    prime = prime_length(capacity)
+    directions = pairs(tenants)
+    n = 0
+
+    def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
+            same_text: bool = False) -> None:
+        nonlocal n
+        n += 1
+        eid = f"x{n:03d}"
+        first = boundary.length if same_text else prime
+        plan.exchanges.append(Exchange(
+            eid, victim, observer,
+            Step(f"{eid}-prime", "prime", victim, first, stream, True, "prime"),
+            Step(f"{eid}-probe", "probe", observer, boundary.length, stream, boundary.expect_served, boundary.label),
+            together, same_text))
+
+    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
+    for victim, observer in directions:
+        add(victim, observer, cache, False, False, same_text=True)
+
+    for _ in range(rounds):
+        for i, boundary in enumerate(plan.boundaries):
+            for d, (victim, observer) in enumerate(directions):
+                stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
+                add(victim, observer, boundary, stream, False)
+        if concurrent:
+            above = [b for b in plan.boundaries if not b.expect_served]
+            if above:
+                for d, (victim, observer) in enumerate(directions):
+                    add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
+                        (streaming == "both" and d % 2 == 1), True)
+    return plan

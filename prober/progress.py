@@ -1,0 +1,70 @@
+"""How an audit reports while it runs: a rich progress bar on a terminal, plain log lines otherwise.
+Findings are announced only after the runner has persisted them."""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from prober.campaign.plan import Plan
+from prober.campaign.runner import StepResult
+from prober.types import Finding
+
+
+def describe_finding(f: Finding) -> str:
+    where = f.details.get("target", "?")
+    tokens = f.details.get("prompt_tokens")
+    victim = f" victim={f.victim_tenant}" if f.victim_tenant else ""
+    return (f"finding {f.severity.label} {f.kind.value} target={where} observer={f.observer_tenant}{victim} "
+            f"probe={f.probe_id or f.record_id} prompt_tokens={tokens} detector={f.detector}"
+            + (f" canary={f.canary_id}" if f.canary_id else ""))
+
+
+class AuditProgress:
+    def __init__(self, stream: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.interactive = self.stream.isatty() if interactive is None else interactive
+        self.console = Console(file=self.stream, highlight=False)
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> AuditProgress:
+        if self.interactive:
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _line(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def __call__(self, kind: str, payload: object) -> None:
+        if kind == "plan" and isinstance(payload, Plan):
+            steps = 2 * len(payload.exchanges)
+            self._line(f"plan {payload.target}: {len(payload.boundaries)} boundaries, {len(payload.exchanges)} "
+                       f"exchanges, {payload.tokens:,} tokens")
+            if self._bar is not None:
+                self._task = self._bar.add_task(f"auditing {payload.target}", total=steps)
+        elif kind == "step" and isinstance(payload, StepResult):
+            s = payload.step
+            if self._bar is not None and self._task is not None:
+                self._bar.advance(self._task)
+            else:
+                self._line(f"step {s.id} {s.role} tenant={s.tenant} tokens={payload.sent_tokens:,} "
+                           f"boundary={s.boundary} expect={'served' if s.expect_served else 'refused'} "
+                           f"outcome={payload.outcome} status={payload.answer.status} findings={len(payload.findings)}")
+        elif kind == "finding" and isinstance(payload, Finding):
+            self._line(describe_finding(payload))
+        elif kind == "error":
+            self._line(f"error: {payload}")

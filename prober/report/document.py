@@ -1,0 +1,71 @@
+"""The audit as one JSON-ready document: the single source every report format renders from."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from prober import __version__
+from prober.campaign.runner import AuditResult, StepResult, TargetReport
+from prober.types import Finding
+
+
+def finding_json(finding: Finding) -> dict[str, Any]:
+    details = dict(finding.details)
+    return {
+        "kind": finding.kind.value,
+        "severity": finding.severity.label,
+        "victim_tenant": finding.victim_tenant,
+        "observer_tenant": finding.observer_tenant,
+        "target": details.pop("target", None),
+        "probe": finding.record_id,  # the request whose answer carried it
+        "canary_probe": finding.probe_id if finding.probe_id != finding.record_id else None,
+        "prompt_tokens": details.pop("prompt_tokens", None),
+        "boundary": details.pop("boundary", None),
+        "status": details.pop("status", None),
+        "detector": finding.detector,
+        "canary_id": finding.canary_id,
+        "score": round(finding.score, 4),
+        "evidence": {"excerpt": finding.excerpt, "excerpt_sha256": finding.excerpt_sha256,
+                     "offsets": [finding.start, finding.end], "redacted": finding.redacted},
+        **({"details": details} if details else {}),
+    }
+
+
+def step_json(step: StepResult) -> dict[str, Any]:
+    answer = step.answer
+    return {
+        "id": step.step.id, "exchange": step.exchange, "role": step.step.role, "tenant": step.step.tenant,
+        "boundary": step.step.boundary, "prompt_tokens": step.sent_tokens, "counted": step.counted,
+        "expect": "served" if step.step.expect_served else "refused", "outcome": step.outcome,
+        "status": answer.status, "stream": step.step.stream,
+        "usage_prompt_tokens": answer.usage.prompt_tokens if answer.usage else None,
+        "token_error": step.token_error, "finish_reason": answer.finish_reason,
+        "ttft_s": None if answer.ttft_s is None else round(answer.ttft_s, 4), "total_s": round(answer.total_s, 4),
+        "error": str(answer.error) if answer.error else None, "canaries": len(step.canary_ids),
+        "own_echoes": step.own_echoes, "findings": len(step.findings),
+    }
+
+
+def target_json(report: TargetReport) -> dict[str, Any]:
+    return {"name": report.name, "url": report.url, "complete": report.complete,
+            "capacity": report.capacity.to_json(), "verdicts": [v.to_json() for v in report.verdicts],
+            "tokenizer": report.tokenizer, "tokens_sent": report.tokens_sent,
+            "plan": report.plan.to_json() if report.plan else None,
+            "steps": [step_json(s) for s in report.steps], "errors": report.errors}
+
+
+def document(result: AuditResult) -> dict[str, Any]:
+    findings = result.findings
+    worst = result.worst()
+    return {
+        "tool": {"name": "leakprobe", "version": __version__},
+        "started": result.started, "finished": result.finished, "dry_run": result.dry_run,
+        "complete": result.complete,
+        "summary": {"findings": len(findings), "worst": worst.label if worst else None,
+                    "by_kind": dict(Counter(f.kind.value for f in findings)),
+                    "by_severity": dict(Counter(f.severity.label for f in findings)),
+                    "tokens_sent": sum(t.tokens_sent for t in result.targets)},
+        "findings": [finding_json(f) for f in findings],
+        "targets": [target_json(t) for t in result.targets],
+    }

@@ -1,0 +1,48 @@
+"""SARIF 2.1.0 for code-scanning dashboards.  A live endpoint has no source file, so each result points at
+the config that defines the target; fingerprints make reruns deduplicate."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from prober.types import FindingKind, Severity
+
+RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, security-severity)
+    FindingKind.CROSS_TENANT_ECHO: ("LEAK001", "Another tenant's canary in an answer", "9.5"),
+    FindingKind.FOREIGN_CONTENT: ("LEAK002", "Answer content that its own prompt cannot explain", "5.0"),
+    FindingKind.BOUNDARY_ACCEPTED: ("CAP001", "Prompt above the KV capacity served instead of refused", "8.0"),
+    FindingKind.PLACEHOLDER_SUBSTITUTION: ("CAP002", "Prompt replaced by a placeholder before processing", "8.0"),
+    FindingKind.STREAM_ERROR: ("API001", "Error inside an HTTP-200 stream", "3.0"),
+    FindingKind.ODD_FINISH_REASON: ("API002", "Unusual finish_reason on an HTTP-200 answer", "3.0"),
+    FindingKind.UNEXPECTED_REFUSAL: ("CAP003", "Refused a prompt the capacity says fits", "1.0"),
+    FindingKind.ENGINE_ERROR: ("API003", "HTTP 5xx instead of an answer or a refusal", "4.0"),
+    FindingKind.CROSS_TENANT_CACHE_HIT: ("LEAK003", "Prefix cache shared across tenants (timing channel)", "6.0"),
+}
+LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def sarif(doc: dict[str, Any], config_uri: str) -> dict[str, Any]:
+    rules = [{"id": rule, "name": kind, "shortDescription": {"text": text},
+              "properties": {"tags": ["security", "multi-tenant"], "security-severity": score}}
+             for kind, (rule, text, score) in RULES.items()]
+    results = []
+    for f in doc["findings"]:
+        rule = RULES[FindingKind(f["kind"])][0]
+        who = f"{f['victim_tenant']}'s canary {f['canary_id'] or ''} reached {f['observer_tenant']}" \
+            if f["victim_tenant"] else f"answer to {f['observer_tenant']}"
+        text = (f"{f['kind']} on {f['target']} ({who}; probe {f['probe']}, {f['prompt_tokens']} prompt tokens, "
+                f"{f['boundary']}): {f['evidence']['excerpt']}")
+        fingerprint = hashlib.sha256("|".join(str(x) for x in (
+            rule, f["target"], f["canary_id"] or f["evidence"]["excerpt_sha256"], f["boundary"])).encode())
+        results.append({"ruleId": rule, "level": LEVEL[Severity.parse(f["severity"])], "message": {"text": text},
+                        "locations": [{"physicalLocation": {"artifactLocation": {"uri": config_uri}}}],
+                        "partialFingerprints": {"leakprobe/v1": fingerprint.hexdigest()},
+                        "properties": {k: f[k] for k in ("severity", "victim_tenant", "observer_tenant", "target",
+                                                         "probe", "prompt_tokens", "detector", "score")}})
+    return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+            "runs": [{"tool": {"driver": {"name": "leakprobe", "version": doc["tool"]["version"],
+                                          "informationUri": "https://github.com/leakprobe/leakprobe",
+                                          "rules": rules}},
+                      "invocations": [{"executionSuccessful": doc["complete"]}],
+                      "results": results}]}
