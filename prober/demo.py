@@ -29,7 +29,8 @@ def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) 
     with TestbedServer(config) as server:
         console.rule(f"preset [bold]{preset}[/]: advertised context {config.context_length:,} tokens, "
                      f"KV pool {config.pool_tokens:,} tokens, {server.url}/v1")
-        cfg = assemble_config(None, target=server.url + "/v1", target_name=f"testbed-{preset}", tenants=[f"{n}=unused" for n in DEFAULT_TENANTS],
+        cfg = assemble_config(None, target=server.url + "/v1", target_name=f"testbed-{preset}",
+                              tenants=[f"{n}=unused" for n in DEFAULT_TENANTS],
                               ledger=str(out / "ledger.sqlite"), streaming="both", concurrent=True)
         secrets: dict[str, Secret | None] = {name: Secret(key) for name, key in DEFAULT_TENANTS.items()}
         with AuditProgress() as progress:
