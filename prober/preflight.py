@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prober.capacity import Capacity, Verdict, assess, introspect, origin_of
+from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config import TargetConfig
 from prober.prompts import CountError, PromptBuilder
@@ -37,15 +37,10 @@ class PreflightResult:
 async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0) -> PreflightResult:
     result = PreflightResult(config.name, config.url)
     async with Transport(config.policy()) as transport:
-        if config.api != "workers-ai":
-            check = await transport.exchange("GET", config.url.rstrip("/") + "/models", secret=secret)
-            if check.error is not None and check.status is None:
-                result.error = f"cannot reach {config.url}: {check.error}"
-                return result
-            if check.status in (401, 403):
-                result.error = (f"the target refused the credential (HTTP {check.status}); give a tenant's key "
-                                "with --tenant NAME=ENVVAR")
-                return result
+        problem = await reachability(transport, config.url, secret) if config.api != "workers-ai" else None
+        if problem:
+            result.error = problem
+            return result
         capacity = await introspect(transport, config.url, secret, introspection_url=config.introspection_url,
                                     configured=config.capacity.capacity())
         target = make_target(config, transport)

@@ -20,7 +20,7 @@ def describe_finding(f: Finding) -> str:
     tokens = f.details.get("prompt_tokens")
     victim = f" victim={f.victim_tenant}" if f.victim_tenant else ""
     return (f"finding {f.severity.label} {f.kind.value} target={where} observer={f.observer_tenant}{victim} "
-            f"probe={f.probe_id or f.record_id} prompt_tokens={tokens} detector={f.detector}"
+            f"probe={f.record_id} prompt_tokens={tokens} detector={f.detector}"
             + (f" canary={f.canary_id}" if f.canary_id else ""))
 
 

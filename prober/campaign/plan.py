@@ -34,6 +34,7 @@ class Step:
     stream: bool
     expect_served: bool
     boundary: str = ""
+    max_tokens: int = 160  # clamped so prompt + completion fit the advertised context
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,19 @@ def pairs(tenants: list[str]) -> list[tuple[str, str]]:
 
 
 def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
-              concurrent: bool = True, rounds: int = 1) -> Plan:
+              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160) -> Plan:
     """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
     acceptance limit, the prime and the probe at the same time."""
     plan = Plan(target, boundaries(capacity))
     prime = prime_length(capacity)
+    ctx = capacity.advertised.value if capacity.advertised else None
+
+    def room(length: int) -> int:
+        """Engines refuse prompt + max_tokens over the context; a probe tests the prompt, so it asks for
+        no more completion than fits (at least one token)."""
+        return max(1, min(max_tokens, ctx - length)) if ctx else max_tokens
+
     directions = pairs(tenants)
     n = 0
 
@@ -147,8 +155,9 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
         first = boundary.length if same_text else prime
         plan.exchanges.append(Exchange(
             eid, victim, observer,
-            Step(f"{eid}-prime", "prime", victim, first, stream, True, "prime"),
-            Step(f"{eid}-probe", "probe", observer, boundary.length, stream, boundary.expect_served, boundary.label),
+            Step(f"{eid}-prime", "prime", victim, first, stream, True, "prime", room(first)),
+            Step(f"{eid}-probe", "probe", observer, boundary.length, stream, boundary.expect_served, boundary.label,
+                 room(boundary.length)),
             together, same_text))
 
     cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)

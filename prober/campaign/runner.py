@@ -10,12 +10,13 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import cycle, islice
+from secrets import token_hex
 
 from prober.campaign.checks import check_answer
 from prober.campaign.plan import Exchange, Plan, PlanError, Step, make_plan
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
-from prober.capacity import Capacity, Verdict, assess, introspect, origin_of
+from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config import ProberConfig, TargetConfig
 from prober.detect.embedder import Embedder
@@ -31,7 +32,11 @@ from prober.types import Canary, Finding, Record, Severity
 
 PROBE_INSTRUCTION = "Quote the document word for word, including every reference code."
 PRIME_INSTRUCTION = "Summarize the document."
-DISTINCT_PER_PROMPT = 64  # canaries cycle through a prompt: each names its tenant and step
+DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
+
+
+class TargetUnusable(RuntimeError):
+    """The target cannot be audited with these credentials (unreachable, credential refused)."""
 
 
 @dataclass
@@ -124,7 +129,7 @@ class Auditor:
             result.targets.append(report)
             try:
                 await self._run_target(target_config, report)
-            except (PlanError, CountError, BuildError) as exc:
+            except (TargetUnusable, PlanError, CountError, BuildError) as exc:
                 report.errors.append(str(exc))
                 self.emit("error", f"{target_config.name}: {exc}")
         result.finished = time.time()
@@ -134,6 +139,11 @@ class Auditor:
         observer_secret = self.secrets.get(self.tenants[0]) if self.tenants else None
         async with Transport(cfg.policy()) as transport:
             target = make_target(cfg, transport)
+            for tenant in self.tenants:
+                problem = await reachability(transport, cfg.url, self.secrets.get(tenant)) \
+                    if cfg.api != "workers-ai" else None
+                if problem:
+                    raise TargetUnusable(f"{problem} (tenant {tenant})")
             report.capacity = await introspect(transport, cfg.url, observer_secret,
                                                introspection_url=cfg.introspection_url,
                                                configured=cfg.capacity.capacity())
@@ -150,7 +160,7 @@ class Auditor:
             report.verdicts = assess(report.capacity)
             settings = self.config.audit
             plan = make_plan(cfg.name, report.capacity, self.tenants, streaming=settings.streaming,
-                             concurrent=settings.concurrent, rounds=settings.rounds)
+                             concurrent=settings.concurrent, rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
             self.emit("plan", plan)
             if plan.tokens > self.tokens_left:
@@ -168,8 +178,10 @@ class Auditor:
     async def _exchange(self, exchange: Exchange, target: Target, builder: PromptBuilder, page: int | None,
                         report: TargetReport) -> None:
         if exchange.same_text:
-            prime = probe = await builder.build(exchange.prime.length, instruction=PROBE_INSTRUCTION,
-                                                seed=zlib.crc32(exchange.id.encode()) & 0xFFFF)
+            # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
+            nonce = token_hex(6)
+            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
+                                                seed=int(nonce[:4], 16))
         else:
             prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, page)
             probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, page)
@@ -191,7 +203,7 @@ class Auditor:
                                    seed=zlib.crc32(step.id.encode()) & 0xFFFF)
 
     async def _send(self, target: Target, step: Step, built: BuiltPrompt) -> Completion:
-        prompt = Prompt(built.text, max_tokens=self.config.audit.max_tokens, stream=step.stream)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
         return await target.complete(prompt, self.secrets.get(step.tenant))
 
     def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,

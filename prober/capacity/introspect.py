@@ -135,6 +135,17 @@ async def read_tgi(transport: Transport, origin: str, base_url: str, secret: Sec
         pool_tokens=Known(batch, "tgi /info max_batch_total_tokens") if batch else None)
 
 
+async def reachability(transport: Transport, base_url: str, secret: Secret | None) -> str | None:
+    """Why the OpenAI-compatible API cannot be used with this credential, or None if it can."""
+    check = await transport.exchange("GET", base_url.rstrip("/") + "/models", secret=secret)
+    if check.error is not None and check.status is None:
+        return f"cannot reach {base_url}: {check.error}"
+    if check.status in (401, 403):
+        return (f"the target refused the credential (HTTP {check.status}); give a tenant's key with "
+                "--tenant NAME=ENVVAR")
+    return None
+
+
 READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_llamacpp, read_tgi)
 
 

@@ -1,0 +1,207 @@
+"""`leakprobe audit` end to end against the reference engine: findings, exit codes, reports, crash safety."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from prober.audit import exit_code, run_audit
+from prober.canaries.keys import resolve_key
+from prober.canaries.tokens import verify
+from prober.cli import app
+from prober.config import assemble_config
+from prober.ledger import open_ledger
+from prober.report import ReportFormat
+from prober.targets import Secret
+from prober.testbed import tokenizer
+from prober.types import FindingKind, Severity
+from tests.conftest import SMALL, StartTestbed
+
+KEYS = {"LP_A": "testbed-key-a", "LP_B": "testbed-key-b"}
+TENANTS = ["--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B"]
+HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
+LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION,
+         FindingKind.FOREIGN_CONTENT}
+runner = CliRunner()
+
+
+def cli(*args: str) -> Any:
+    return runner.invoke(app, ["audit", *args], env=KEYS)
+
+
+def library_audit(url: str, ledger: Path, **settings: Any) -> Any:
+    cfg = assemble_config(None, target=url, tenants=["tenant-a=LP_A", "tenant-b=LP_B"], ledger=str(ledger),
+                          **settings)
+    secrets: dict[str, Secret | None] = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
+    return run_audit(cfg, secrets)
+
+
+def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    ledger = tmp_path / "l.sqlite"
+    report = tmp_path / "r.json"
+    result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", "json", "-o", str(report))
+    assert result.exit_code == 1, result.output
+    doc = json.loads(report.read_text())
+    assert doc["complete"] and doc["summary"]["worst"] == "critical"
+    kinds = {f["kind"] for f in doc["findings"]}
+    assert {"boundary_accepted", "cross_tenant_echo"} <= kinds
+    echoes = [f for f in doc["findings"] if f["kind"] == "cross_tenant_echo"]
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes} == {("tenant-a", "tenant-b"),
+                                                                             ("tenant-b", "tenant-a")}
+    for f in echoes:  # every finding names target, tenants, probe, prompt length, severity, evidence
+        assert f["target"] and f["probe"].endswith("-probe") and f["prompt_tokens"] > 4_089
+        assert f["severity"] == "critical" and f["evidence"]["excerpt_sha256"] and f["canary_id"]
+    steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
+    assert {steps[f["probe"]]["stream"] for f in echoes} == {True, False}  # plain and streaming both leak
+    accepted = [f for f in doc["findings"] if f["kind"] == "boundary_accepted"]
+    assert all(steps[f["probe"]]["prompt_tokens"] >= server.engine.config.max_req_input_len for f in accepted)
+    assert len(open_ledger(ledger).findings()) == len(doc["findings"])  # persisted as found
+
+
+@pytest.mark.parametrize(("preset", "overrides"), [("fixed", SMALL), ("healthy", HEALTHY)])
+def test_fixed_and_healthy_are_clean_over_repeated_runs(testbed: StartTestbed, tmp_path: Path, preset: str,
+                                                         overrides: dict[str, Any]) -> None:
+    server = testbed(preset, **overrides)
+    for run in range(2):
+        result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"),
+                     "--rounds", "2", "-f", "json")
+        assert result.exit_code == 0, (run, result.output)
+        doc = json.loads(result.stdout)
+        assert not [f for f in doc["findings"] if f["kind"] in LEAKS or f["severity"] != "info"]
+        outcomes = {(s["boundary"], s["outcome"]) for s in doc["targets"][0]["steps"] if s["role"] == "probe"}
+        assert all(outcome == ("served" if b in ("max_req_input_len-1", "prefix-cache", "limit-1") else "refused")
+                   for b, outcome in outcomes), outcomes
+
+
+@pytest.mark.parametrize(("fault", "expected", "code"), [
+    ("abort_flag_unsynced", {FindingKind.ENGINE_ERROR}, 1),
+    ("decode_skips_page_check", set(), 0),  # latent: nothing leaks while aborts are honoured
+    ("usage_reports_placeholder", {FindingKind.PLACEHOLDER_SUBSTITUTION, FindingKind.BOUNDARY_ACCEPTED}, 1),
+    ("shared_prefix_cache", {FindingKind.CROSS_TENANT_CACHE_HIT}, 1),
+])
+def test_each_fault_alone(testbed: StartTestbed, tmp_path: Path, fault: str, expected: set[FindingKind],
+                          code: int) -> None:
+    server = testbed("fixed", **SMALL, faults={fault: True})
+    result = library_audit(server.url + "/v1", tmp_path / "l.sqlite")
+    found = {f.kind for f in result.findings if f.severity >= Severity.WARNING}
+    assert found == expected and result.complete
+    assert exit_code(result, Severity.WARNING) == code
+    assert not any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
+
+
+def test_reports_in_every_format_and_no_key_anywhere(testbed: StartTestbed, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = testbed("incident", **SMALL)
+    ledger = tmp_path / "l.sqlite"
+    outputs = []
+    for fmt in ReportFormat:
+        result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", fmt.value,
+                     "--streaming", "stream", "--no-concurrent")
+        assert result.exit_code == 1, result.output
+        outputs.append(result.output)
+        if fmt is ReportFormat.sarif:
+            sarif = json.loads(result.stdout)
+            results = sarif["runs"][0]["results"]
+            assert {r["ruleId"] for r in results} >= {"LEAK001", "CAP001"}
+            assert all(r["locations"] and r["partialFingerprints"]["leakprobe/v1"] for r in results)
+        elif fmt is ReportFormat.junit:
+            suites = ET.fromstring(result.stdout.split("?>", 1)[1])
+            assert int(suites[0].get("failures", 0)) > 0 and int(suites[0].get("tests", 0)) > 10
+        elif fmt is ReportFormat.html:
+            page = result.stdout
+            assert page.count("<svg") >= 2 and "cross_tenant_echo" in page
+            assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # self-contained
+    stored = ledger.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("l.sqlite*"))
+    for key in KEYS.values():
+        assert all(key not in text for text in [*outputs, caplog.text])
+        assert key.encode() not in stored
+    assert "httpx" in caplog.text or "httpcore" in caplog.text
+
+
+def test_dry_run_sends_no_prompt(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "plan (" in result.stdout and "dry run" in result.stdout and "pool+1" in result.stdout
+    assert server.engine.prefill_pool.usage().tokens_used == 0  # nothing reached the KV pool
+    scrape = httpx.get(server.url + "/metrics").text
+    assert not re.search(r'route="(chat|completions)"', scrape)
+
+
+def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    url = server.url + "/v1"
+    poor = cli("--target", url, *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "--token-budget", "1000")
+    assert poor.exit_code == 2 and "budget" in poor.output
+    missing = runner.invoke(app, ["audit", "--target", url, "--tenant", "a=LP_NOPE", "--tenant", "b=LP_B"],
+                            env=KEYS)
+    assert missing.exit_code == 2 and "LP_NOPE is not set" in missing.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"targets:\n  - name: t\n    url: {url}\naudit:\n  streaming: sometimes\n")
+    broken = cli("--config", str(bad), *TENANTS)
+    assert broken.exit_code == 2 and "audit.streaming" in broken.output and len(broken.output.splitlines()) == 1
+    alone = cli("--target", url, "--tenant", "tenant-a=LP_A", "--ledger", str(tmp_path / "l.sqlite"))
+    assert alone.exit_code == 2 and "at least two tenants" in alone.output
+    with_unreachable = cli("--target", "http://127.0.0.1:9/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"))
+    assert with_unreachable.exit_code == 2
+
+
+def _pool_tokens(server: Any, key: bytes) -> set[str]:
+    """Every MAC-valid canary body left in the engine's KV pool: what was really sent."""
+    pool = server.engine.prefill_pool
+    text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
+    bodies = {m.replace("-", "")[3:] for m in re.findall(r"LPK(?:-[0-9A-Z]{8}){4}", text)}
+    return {b for b in bodies if verify(key, b)}
+
+
+def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
+    ledger = tmp_path / "l.sqlite"
+    rng = random.Random(20261129)
+    env = {**os.environ, **KEYS, "COLUMNS": "200"}
+    args = [sys.executable, "-m", "prober", "audit", "--target", server.url + "/v1", *TENANTS, "--ledger",
+            str(ledger), "-f", "json"]
+    for trial in range(4):
+        log = tmp_path / f"stderr-{trial}.log"
+        with log.open("w") as sink:
+            proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink, env=env)
+            time.sleep(rng.uniform(1.5, 6.0))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        store = open_ledger(ledger)
+        key = resolve_key(store)
+        minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
+        sent = _pool_tokens(server, key)
+        assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but not in the ledger"
+        stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
+        for line in log.read_text().splitlines():
+            if line.startswith("finding "):
+                fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+                assert (line.split()[2], fields["probe"], fields.get("canary")) in stored, line
+        store.close()
+    # A late leak of a canary minted by a killed run is still attributed.
+    store = open_ledger(ledger)
+    old = next(c for c in store.active_canaries() if c.tenant == "tenant-a")
+    store.close()
+    answers = tmp_path / "late.jsonl"
+    answers.write_text(json.dumps({"id": "late", "tenant": "tenant-b", "text": f"It said {old.text} here."}) + "\n")
+    late = runner.invoke(app, ["scan", str(answers), "--ledger", str(ledger), "--format", "json", "--no-semantic"])
+    assert late.exit_code == 1 and json.loads(late.stdout)["findings"][0]["victim_tenant"] == "tenant-a"
+    rerun = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 1, rerun.stderr[-2000:]
