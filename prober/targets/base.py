@@ -23,6 +23,8 @@ class Prompt:
     text: str
     max_tokens: int = 64
     stream: bool = False
+    temperature: float = 0.0  # probes are greedy, so a rerun asks the same question the same way
+    seed: int | None = None
 
 
 @dataclass

@@ -25,7 +25,10 @@ class OpenAICompatible(HTTPTarget):
         return f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
-        body: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": 0, "stream": prompt.stream}
+        body: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": prompt.temperature,
+                                "stream": prompt.stream}
+        if prompt.seed is not None:
+            body["seed"] = prompt.seed
         if self.model:
             body["model"] = self.model
         if self.api == "chat":

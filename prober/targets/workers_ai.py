@@ -23,7 +23,8 @@ class WorkersAI(HTTPTarget):
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         return {"messages": [{"role": "user", "content": prompt.text}], "max_tokens": prompt.max_tokens,
-                "temperature": 0, "stream": prompt.stream}
+                "temperature": prompt.temperature, "stream": prompt.stream,
+                **({"seed": prompt.seed} if prompt.seed is not None else {})}
 
     def read_answer(self, obj: Any) -> Piece:
         if obj.get("success") is False or not isinstance(obj.get("result"), dict):
