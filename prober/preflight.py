@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config import TargetConfig
-from prober.prompts import CountError, PromptBuilder
+from prober.prompts import CountError, PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
@@ -34,29 +34,36 @@ class PreflightResult:
                 "tokenizer": self.tokenizer, "error": self.error}
 
 
-async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0) -> PreflightResult:
+async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *,
+                 bisect_budget: int = 0) -> tuple[PreflightResult, TokenCounter | None]:
+    """Reachability, capacity (introspection, config, bisection) and how to count tokens: what both
+    preflight and the audit need to know before the first prompt."""
     result = PreflightResult(config.name, config.url)
-    async with Transport(config.policy()) as transport:
-        problem = await reachability(transport, config.url, secret) if config.api != "workers-ai" else None
-        if problem:
-            result.error = problem
-            return result
-        capacity = await introspect(transport, config.url, secret, introspection_url=config.introspection_url,
-                                    configured=config.capacity.capacity())
-        target = make_target(config, transport)
-        origin = origin_of(config.introspection_url or config.url)
-        try:
-            counter = await select_counter(transport, target, origin, api=config.api, mode=config.tokenizer,
-                                           secret=secret, engine=None)
-            result.tokenizer = counter.source
-            if capacity.advertised is None and bisect_budget > 0:
-                found = await bisect_accept_limit(target, PromptBuilder(counter), secret, budget=bisect_budget)
-                if found.known() is not None:
-                    capacity = capacity.merged(Capacity(accept_limit=found.known()))
-                if found.stopped:
-                    capacity = capacity.merged(Capacity(notes=(f"bisection stopped: {found.stopped}",)))
-        except CountError as exc:
-            result.error = str(exc)
+    problem = await reachability(transport, config.url, secret) if config.api != "workers-ai" else None
+    if problem:
+        result.error = problem
+        return result, None
+    capacity = await introspect(transport, config.url, secret, introspection_url=config.introspection_url,
+                                configured=config.capacity.capacity())
+    target = make_target(config, transport)
+    counter: TokenCounter | None = None
+    try:
+        counter = await select_counter(transport, target, origin_of(config.introspection_url or config.url),
+                                       api=config.api, mode=config.tokenizer, secret=secret, engine=capacity.engine)
+        result.tokenizer = counter.source
+        if capacity.advertised is None and bisect_budget > 0:
+            found = await bisect_accept_limit(target, PromptBuilder(counter), secret, budget=bisect_budget)
+            known = found.known()
+            notes = (f"bisection stopped: {found.stopped}",) if found.stopped else ()
+            capacity = capacity.merged(Capacity(accept_limit=known, notes=notes))
+    except CountError as exc:
+        result.error = str(exc)
     result.capacity = capacity
     result.verdicts = assess(capacity)
+    return result, counter
+
+
+async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0) -> PreflightResult:
+    async with Transport(config.policy()) as transport:
+        result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget)
     return result

@@ -16,13 +16,13 @@ from prober.campaign.checks import check_answer
 from prober.campaign.plan import Exchange, Plan, PlanError, Step, make_plan
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
-from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
-from prober.capacity.bisect import bisect_accept_limit
+from prober.capacity import reachability
 from prober.config import ProberConfig, TargetConfig
 from prober.detect.embedder import Embedder
 from prober.ledger.base import Ledger
+from prober.preflight import PreflightResult
+from prober.preflight import survey as survey_target
 from prober.prompts import BuildError, BuiltPrompt, CountError, PromptBuilder
-from prober.prompts.select import select_counter
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
@@ -70,9 +70,7 @@ class StepResult:
 class TargetReport:
     name: str
     url: str
-    capacity: Capacity = field(default_factory=Capacity)
-    verdicts: list[Verdict] = field(default_factory=list)
-    tokenizer: str | None = None
+    survey: PreflightResult | None = None  # capacity, verdicts, tokenizer: learned before the first prompt
     plan: Plan | None = None
     steps: list[StepResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -136,30 +134,23 @@ class Auditor:
         return result
 
     async def _run_target(self, cfg: TargetConfig, report: TargetReport) -> None:
-        observer_secret = self.secrets.get(self.tenants[0]) if self.tenants else None
         async with Transport(cfg.policy()) as transport:
+            if cfg.api != "workers-ai":
+                for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey
+                    problem = await reachability(transport, cfg.url, self.secrets.get(tenant))
+                    if problem:
+                        raise TargetUnusable(f"{problem} (tenant {tenant})")
+            budget = 0 if self.dry_run else self.config.audit.bisect_budget
+            survey, counter = await survey_target(transport, cfg, self.secrets.get(self.tenants[0]),
+                                                  bisect_budget=budget)
+            report.survey = survey
+            if survey.error or counter is None:
+                raise TargetUnusable(survey.error or "no way to count tokens")
             target = make_target(cfg, transport)
-            for tenant in self.tenants:
-                problem = await reachability(transport, cfg.url, self.secrets.get(tenant)) \
-                    if cfg.api != "workers-ai" else None
-                if problem:
-                    raise TargetUnusable(f"{problem} (tenant {tenant})")
-            report.capacity = await introspect(transport, cfg.url, observer_secret,
-                                               introspection_url=cfg.introspection_url,
-                                               configured=cfg.capacity.capacity())
-            counter = await select_counter(transport, target, origin_of(cfg.introspection_url or cfg.url),
-                                           api=cfg.api, mode=cfg.tokenizer, secret=observer_secret,
-                                           engine=report.capacity.engine)
-            report.tokenizer = counter.source
             builder = PromptBuilder(counter)
-            budget = self.config.audit.bisect_budget
-            if report.capacity.advertised is None and budget and not self.dry_run:
-                found = await bisect_accept_limit(target, builder, observer_secret, budget=budget)
-                if found.known():
-                    report.capacity = report.capacity.merged(Capacity(accept_limit=found.known()))
-            report.verdicts = assess(report.capacity)
+            capacity = survey.capacity
             settings = self.config.audit
-            plan = make_plan(cfg.name, report.capacity, self.tenants, streaming=settings.streaming,
+            plan = make_plan(cfg.name, capacity, self.tenants, streaming=settings.streaming,
                              concurrent=settings.concurrent, rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
             self.emit("plan", plan)
@@ -170,7 +161,7 @@ class Auditor:
                 report.complete = True
                 return
             self.tokens_left -= plan.tokens
-            page = report.capacity.page_size.value if report.capacity.page_size else None
+            page = capacity.page_size.value if capacity.page_size else None
             for exchange in plan.exchanges:
                 await self._exchange(exchange, target, builder, page, report)
             report.complete = not report.errors

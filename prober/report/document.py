@@ -7,6 +7,7 @@ from typing import Any
 
 from prober import __version__
 from prober.campaign.runner import AuditResult, StepResult, TargetReport
+from prober.preflight import PreflightResult
 from prober.types import Finding
 
 
@@ -48,9 +49,10 @@ def step_json(step: StepResult) -> dict[str, Any]:
 
 
 def target_json(report: TargetReport) -> dict[str, Any]:
+    survey = report.survey or PreflightResult(report.name, report.url)
     return {"name": report.name, "url": report.url, "complete": report.complete,
-            "capacity": report.capacity.to_json(), "verdicts": [v.to_json() for v in report.verdicts],
-            "tokenizer": report.tokenizer, "tokens_sent": report.tokens_sent,
+            "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
+            "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent,
             "plan": report.plan.to_json() if report.plan else None,
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}
 
