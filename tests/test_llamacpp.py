@@ -115,6 +115,18 @@ def test_clean_audit_with_two_tenants(llama_install: Installation, tmp_path: Pat
     assert exit_code(result, Severity.INFO) == 0
 
 
+def test_shared_pool_overcommit_is_reported(llama_install: Installation, tmp_path: Path) -> None:
+    """--kv-unified: each slot advertises the whole pool.  Two tenants' prompts that each fit but not
+    together make llama.cpp fail both with HTTP 500 (measured): reported as engine_error, nothing leaks."""
+    with LlamaServer(llama_install, ctx_size=SLOT_CTX, parallel=2, kv_unified=True,
+                     extra=("--no-cache-prompt",)) as server:
+        result = _audit(server, tmp_path / "l.sqlite")
+    errors = [f for f in result.findings if f.severity >= Severity.WARNING]
+    assert errors and {f.kind for f in errors} == {FindingKind.ENGINE_ERROR}, [(f.kind, f.excerpt) for f in errors]
+    assert {f.details["boundary"] for f in errors} <= {"shared-pool", "prime"}
+    assert "Context size has been exceeded" in errors[0].excerpt
+
+
 def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> None:
     ledger = open_ledger(":memory:")
     minter = Minter(ledger, KEY)

@@ -134,7 +134,8 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
               concurrent: bool = True, rounds: int = 1, max_tokens: int = 160) -> Plan:
     """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
-    acceptance limit, the prime and the probe at the same time."""
+    acceptance limit, the prime and the probe at the same time; and, where several slots are known, two
+    prompts at 60% of the context at once (the shared-pool check)."""
     plan = Plan(target, boundaries(capacity))
     prime = prime_length(capacity)
     ctx = capacity.advertised.value if capacity.advertised else None
@@ -148,11 +149,11 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
     n = 0
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
-            same_text: bool = False) -> None:
+            same_text: bool = False, first: int = prime) -> None:
         nonlocal n
         n += 1
         eid = f"x{n:03d}"
-        first = boundary.length if same_text else prime
+        first = boundary.length if same_text else first
         plan.exchanges.append(Exchange(
             eid, victim, observer,
             Step(f"{eid}-prime", "prime", victim, first, stream, True, "prime", room(first)),
@@ -175,4 +176,17 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
                 for d, (victim, observer) in enumerate(directions):
                     add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
                         (streaming == "both" and d % 2 == 1), True)
+            shared = shared_pool_check(capacity)
+            if shared is not None:
+                for victim, observer in directions:
+                    add(victim, observer, shared, False, True, first=shared.length)
     return plan
+
+
+def shared_pool_check(capacity: Capacity) -> Boundary | None:
+    """With several slots, two prompts that each fit the advertised context but not one pool together:
+    where slots share one KV pool (llama.cpp --kv-unified) this shows what the engine does then."""
+    limit = acceptance_limit(capacity)
+    if not (capacity.slots and capacity.slots.value > 1 and capacity.advertised and limit):
+        return None
+    return Boundary("shared-pool", min(limit - 1, -(-capacity.advertised.value * 3 // 5)), True)

@@ -1,0 +1,50 @@
+"""The boundary plan is pure data from a capacity: checked here without any engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from prober.campaign.plan import PlanError, make_plan, pairs
+from prober.capacity import Capacity, Known
+
+
+def k(value: int) -> Known:
+    return Known(value, "test")
+
+
+INCIDENT = Capacity(context_length=k(1_048_576), pool_tokens=k(681_280), max_req_input_len=k(681_274),
+                    page_size=k(64))
+
+
+def test_incident_boundaries_and_expectations() -> None:
+    plan = make_plan("t", INCIDENT, ["a", "b"])
+    got = [(b.label, b.length, b.expect_served) for b in plan.boundaries]
+    assert got == [("max_req_input_len-1", 681_273, True), ("max_req_input_len", 681_274, False),
+                   ("pool", 681_280, False), ("pool+1", 681_281, False), ("pool+page", 681_344, False),
+                   ("advertised-1", 1_048_575, False), ("advertised", 1_048_576, False)]
+    probes = [e for e in plan.exchanges if not e.same_text and not e.concurrent]
+    assert {(e.victim, e.observer) for e in probes} == {("a", "b"), ("b", "a")}
+    assert {e.probe.stream for e in probes} == {True, False}
+    assert all(e.prime.length == 681_273 and e.prime.expect_served for e in probes)
+    assert all(e.probe.length + e.probe.max_tokens <= 1_048_576 or e.probe.max_tokens == 1 for e in plan.exchanges)
+    cache = [e for e in plan.exchanges if e.same_text]
+    assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
+    assert [e.probe.boundary for e in plan.exchanges if e.concurrent] == ["pool", "pool"]
+    assert plan.tokens == sum(e.prime.length + e.probe.length for e in plan.exchanges)
+
+
+def test_slots_add_the_shared_pool_check_and_unknowns_fail() -> None:
+    llama = Capacity(engine="llama.cpp", context_length=k(1_024), slots=k(2))
+    plan = make_plan("t", llama, ["a", "b"], streaming="plain", max_tokens=32)
+    assert [(b.label, b.expect_served) for b in plan.boundaries] == [("advertised-1", True), ("advertised", False)]
+    shared = [e for e in plan.exchanges if e.probe.boundary == "shared-pool"]
+    assert len(shared) == 2 and all(e.concurrent and e.prime.length == e.probe.length == 615 for e in shared)
+    assert not any(e.probe.stream for e in plan.exchanges)
+    with pytest.raises(PlanError, match="capacity unknown"):
+        make_plan("t", Capacity(), ["a", "b"])
+    with pytest.raises(PlanError, match="two tenants"):
+        make_plan("t", INCIDENT, ["a"])
+
+
+def test_three_tenants_form_a_ring() -> None:
+    assert pairs(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a")]
