@@ -16,42 +16,54 @@ def _esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def _clusters(lengths: list[int]) -> list[list[int]]:
+    """Boundaries close together (within 2% of each other) share one zoomed panel."""
+    groups: list[list[int]] = []
+    for length in sorted(set(lengths)):
+        if groups and length - groups[-1][-1] <= max(16, groups[-1][-1] * 0.02):
+            groups[-1].append(length)
+        else:
+            groups.append([length])
+    return groups
+
+
 def outcome_plot(target: dict[str, Any]) -> str:
-    """Each request as a dot: x = prompt tokens (zoomed to the boundaries), y = outcome, red when it
-    produced a finding; dashed lines mark the boundaries from the capacity."""
+    """One panel per group of nearby boundaries: x = prompt tokens, zoomed to the group; y = outcome; a dot
+    per probe (red when it produced a finding); dashed lines mark the boundaries."""
     steps = [s for s in target["steps"] if s["role"] == "probe"]
     if not steps:
         return "<p>No probes were sent.</p>"
-    lengths = [s["prompt_tokens"] for s in steps]
-    lo, hi = min(lengths), max(lengths)
-    span = max(1, hi - lo)
-    lo, hi = lo - span * 0.05, hi + span * 0.05
-
-    def x(n: float) -> float:
-        return float(PAD + (n - lo) / (hi - lo) * (W - 2 * PAD))
-
-    rows = {"served": 60, "refused": 120, "error": 180}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 30}" role="img" '
-             f'aria-label="outcome against prompt length">',
-             f'<rect width="{W}" height="{H + 30}" fill="#fff"/>']
-    for label, y in rows.items():
-        parts.append(f'<text x="4" y="{y + 4}" font-size="11">{label}</text>')
-        parts.append(f'<line x1="{PAD}" y1="{y}" x2="{W - PAD}" y2="{y}" stroke="#eee"/>')
     marks = {b["length"]: b["label"] for b in (target["plan"] or {}).get("boundaries", [])}
-    for i, (length, label) in enumerate(sorted(marks.items())):
-        if lo <= length <= hi:
-            parts.append(f'<line x1="{x(length):.1f}" y1="30" x2="{x(length):.1f}" y2="{H - 10}" stroke="#adb5bd" '
-                         f'stroke-dasharray="3,3"/><text x="{x(length) + 2:.1f}" y="{22 + (i % 2) * 10}" '
-                         f'font-size="9" fill="#495057">{_esc(label)}</text>')
-    for s in steps:
-        row = "served" if s["outcome"] == "served" else "refused" if s["outcome"] == "refused" else "error"
-        colour = COLOURS["finding"] if s["findings"] else COLOURS[row]
-        title = (f"{s['id']} {s['tenant']} {s['prompt_tokens']:,} tokens ({s['boundary']}): {s['outcome']}, "
-                 f"expected {s['expect']}, {s['findings']} findings")
-        parts.append(f'<circle cx="{x(s["prompt_tokens"]):.1f}" cy="{rows[row]}" r="5" fill="{colour}" '
-                     f'fill-opacity="0.8"><title>{_esc(title)}</title></circle>')
-    parts.append(f'<text x="{PAD}" y="{H + 20}" font-size="10">{lo:,.0f} tokens</text>'
-                 f'<text x="{W - PAD}" y="{H + 20}" font-size="10" text-anchor="end">{hi:,.0f} tokens</text>')
+    groups = _clusters(list(marks) or [s["prompt_tokens"] for s in steps])
+    rows = {"served": 80, "refused": 130, "error": 180}
+    panel = (W - PAD) / len(groups)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 30}" role="img" '
+             f'aria-label="outcome against prompt length"><rect width="{W}" height="{H + 30}" fill="#fff"/>']
+    for label, y in rows.items():
+        parts.append(f'<text x="2" y="{y + 4}" font-size="11">{label}</text>'
+                     f'<line x1="{PAD}" y1="{y}" x2="{W}" y2="{y}" stroke="#eee"/>')
+    for g, group in enumerate(groups):
+        left = PAD + g * panel + 12
+        width = panel - 24
+        spread = max(group[-1] - group[0], 8)
+        lo, hi = group[0] - spread * 0.15, group[-1] + spread * 0.15
+
+        def x(n: float, left: float = left, width: float = width, lo: float = lo, hi: float = hi) -> float:
+            return left + (n - lo) / (hi - lo) * width
+
+        parts.append(f'<text x="{left + width / 2:.1f}" y="{H + 20}" font-size="10" text-anchor="middle">'
+                     f'{group[0]:,}{"–" + format(group[-1], ",") if len(group) > 1 else ""} tokens</text>')
+        for i, length in enumerate(group):
+            parts.append(f'<line x1="{x(length):.1f}" y1="{50}" x2="{x(length):.1f}" y2="{H - 20}" '
+                         f'stroke="#adb5bd" stroke-dasharray="3,3"/><text x="{x(length):.1f}" y="{11 + 10 * (i % 4)}" '
+                         f'font-size="9" fill="#495057" text-anchor="middle">{_esc(marks.get(length, ""))}</text>')
+        for k, s in enumerate(st for st in steps if lo <= st["prompt_tokens"] <= hi):
+            row = "served" if s["outcome"] == "served" else "refused" if s["outcome"] == "refused" else "error"
+            colour = COLOURS["finding"] if s["findings"] else COLOURS[row]
+            title = (f"{s['id']} {s['tenant']} {s['prompt_tokens']:,} tokens ({s['boundary']}): {s['outcome']}, "
+                     f"expected {s['expect']}, {s['findings']} findings")
+            parts.append(f'<circle cx="{x(s["prompt_tokens"]):.1f}" cy="{rows[row] + (k % 3 - 1) * 7}" r="5" '
+                         f'fill="{colour}" fill-opacity="0.8"><title>{_esc(title)}</title></circle>')
     parts.append("</svg>")
     return "".join(parts)
 
