@@ -63,7 +63,7 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
         builder = PromptBuilder(counter)
         started = time.monotonic()
 
-        async def one(i: int) -> tuple[str, str, str, Completion]:
+        async def one(i: int) -> tuple[str, str, str, Completion, bool]:
             tenant = TENANTS[i % len(TENANTS)]
             tokens, facts = own[tenant]
             picked = rng.sample(tokens, 3)
@@ -72,17 +72,18 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
                                         mint=lambda n: list(islice(cycle(picked), n)), page_size=64, seed=i)
             text = built.text.replace("\n", f"\n{fact_lines}\n", 1)
             sampled = Prompt(text, max_tokens=64, temperature=0.0 if i % 5 == 0 else 0.8, seed=i)
-            return tenant, text, f"a{i}", await target.complete(sampled, None)
+            return tenant, text, f"a{i}", await target.complete(sampled, None), i % 5 == 0
 
         for start in range(0, answers, 2):  # two slots: two requests in flight
             batch = await asyncio.gather(*(one(i) for i in range(start, min(answers, start + 2))))
-            for tenant, prompt, rid, answer in batch:
+            for tenant, prompt, rid, answer, greedy in batch:
                 assert answer.ok, answer.error
                 lengths.append(len(answer.text))
                 result = scanner.scan(Record(rid, tenant, answer.text, prompt))
                 own_echoes += len(result.own_echoes)
                 for severity in {f.severity.label for f in result.findings}:
                     answers_with[severity] += 1
+                    answers_with[f"{severity}/{'greedy' if greedy else 'sampled'}"] += 1
                 for f in result.findings:
                     by_severity[f.severity.label] += 1
                     by_kind[f"{f.kind.value}/{f.detector}"] += 1
@@ -91,8 +92,10 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
     print(f"false positives over {answers} real Gemma answers ({elapsed:.0f} s, median answer "
           f"{statistics.median(lengths)} chars, {own_echoes} own canaries echoed back as positive controls):")
     print(f"  answers with a critical/high finding: {crit} ({crit / answers:.2%})")
-    print(f"  answers with a warning: {answers_with[Severity.WARNING.label]} "
-          f"({answers_with[Severity.WARNING.label] / answers:.2%})")
+    greedy = len(range(0, answers, 5))
+    warn = Severity.WARNING.label
+    print(f"  answers with a warning: {answers_with[warn]} ({answers_with[warn] / answers:.2%}); greedy "
+          f"{answers_with[warn + '/greedy']}/{greedy}, sampled {answers_with[warn + '/sampled']}/{answers - greedy}")
     print(f"  findings by severity: {dict(by_severity) or 'none'}; by kind/detector: {dict(by_kind) or 'none'}")
 
 
