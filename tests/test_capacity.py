@@ -242,8 +242,8 @@ def test_config_layers() -> None:
             assemble_config(None, **kwargs)  # type: ignore[arg-type]
 
 
-def test_unused_reply_helpers_are_real() -> None:
-    # chat_answer is a shape the adapters accept end to end (guards the fixtures used above)
+def test_chat_answer_shape_round_trips() -> None:
+    """The fault servers' happy-path shape is one the adapter reads (so their fault tests test faults)."""
     def route(r: Reply, s: Seen) -> None:
         r.send(200, chat_answer(s.json()["messages"][0]["content"]))
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
+from prober.targets.openai import API
 from prober.targets.transport import Transport
 
 
@@ -63,9 +64,6 @@ class _Dialect:
         if isinstance(obj, list):  # TGI: one entry per token
             return len(obj)
         raise CountError(f"unexpected tokenizer answer: {str(obj)[:200]}")
-
-
-API = Literal["chat", "completions"]
 
 
 def dialects(api: API) -> list[_Dialect]:
