@@ -158,6 +158,8 @@ def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> N
     assert broken.exit_code == 2 and "audit.streaming" in broken.output and len(broken.output.splitlines()) == 1
     alone = cli("--target", url, "--tenant", "tenant-a=LP_A", "--ledger", str(tmp_path / "l.sqlite"))
     assert alone.exit_code == 2 and "at least two tenants" in alone.output
+    nobody = cli("--target", url, "--ledger", str(tmp_path / "l.sqlite"))
+    assert nobody.exit_code == 2 and "at least two tenants" in nobody.output
     with_unreachable = cli("--target", "http://127.0.0.1:9/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"))
     assert with_unreachable.exit_code == 2
 

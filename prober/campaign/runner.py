@@ -13,7 +13,7 @@ from itertools import cycle, islice
 from secrets import token_hex
 
 from prober.campaign.checks import check_answer
-from prober.campaign.plan import Exchange, Plan, PlanError, Step, make_plan
+from prober.campaign.plan import Exchange, Plan, PlanError, Step, make_plan, pairs
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
 from prober.capacity import reachability
@@ -134,6 +134,7 @@ class Auditor:
         return result
 
     async def _run_target(self, cfg: TargetConfig, report: TargetReport) -> None:
+        pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants
         async with Transport(cfg.policy()) as transport:
             if cfg.api != "workers-ai":
                 for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey
