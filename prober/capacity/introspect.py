@@ -4,7 +4,6 @@ means "this engine does not say", never an error.  Each number is recorded with 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,7 +12,7 @@ import httpx
 
 from prober.capacity.model import Capacity, Known
 from prober.targets.credentials import Secret
-from prober.targets.transport import Transport
+from prober.targets.transport import Exchange, Transport
 
 Reader = Callable[[Transport, str, str, Secret | None], Awaitable[Capacity | None]]
 
@@ -24,19 +23,15 @@ def origin_of(base_url: str) -> str:
     return str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
 
 
-async def _get(transport: Transport, url: str, secret: Secret | None) -> tuple[int | None, bytes]:
+async def _get(transport: Transport, url: str, secret: Secret | None) -> Exchange | None:
+    """The exchange when the engine answered 200, else None ("not exposed")."""
     exchange = await transport.exchange("GET", url, secret=secret)
-    return (exchange.status if exchange.error is None else None), exchange.body
+    return exchange if exchange.error is None and exchange.status == 200 else None
 
 
 async def _get_json(transport: Transport, url: str, secret: Secret | None) -> Any:
-    status, body = await _get(transport, url, secret)
-    if status != 200:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
+    exchange = await _get(transport, url, secret)
+    return exchange.json()[0] if exchange else None
 
 
 def _int(obj: Any, *path: str) -> int | None:
@@ -94,8 +89,8 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
-    status, body = await _get(transport, origin + "/metrics", secret)
-    match = _VLLM_CACHE.search(body.decode("utf-8", "replace")) if status == 200 else None
+    exchange = await _get(transport, origin + "/metrics", secret)
+    match = _VLLM_CACHE.search(exchange.body.decode("utf-8", "replace")) if exchange else None
     if match is None:
         return None
     labels = dict(_LABEL.findall(match.group("labels")))

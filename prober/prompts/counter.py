@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
 from prober.targets.openai import API
@@ -105,10 +103,10 @@ class EndpointCounter(TokenCounter):
         exchange = await self.transport.exchange("POST", self.origin + path, json=body, secret=self.secret)
         if exchange.error is not None or exchange.status != 200:
             raise CountError(f"{self.origin}{path}: {exchange.error or f'HTTP {exchange.status}'}")
-        try:
-            return httpx.Response(200, content=exchange.body).json()
-        except ValueError as exc:
-            raise CountError(f"{self.origin}{path}: answer is not JSON ({exc})") from None
+        obj, problem = exchange.json()
+        if problem:
+            raise CountError(f"{self.origin}{path}: {problem}")
+        return obj
 
 
 async def detect_counter(transport: Transport, origin: str, api: API, secret: Secret | None,

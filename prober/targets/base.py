@@ -76,16 +76,16 @@ class HTTPTarget(Target):
         common = _common(exchange)
         if exchange.error is not None or exchange.status != 200:
             return Completion(**common, error=exchange.error or _http_error(exchange))
-        obj, problem = _json(exchange.body)
+        obj, problem = exchange.json()
         if problem:
-            return Completion(**common, error=TargetError(ErrorKind.MALFORMED, problem, 200, _snippet(exchange.body)))
+            return Completion(**common, error=TargetError(ErrorKind.MALFORMED, problem, 200, exchange.snippet()))
         try:
             piece = self.read_answer(obj)
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             return Completion(**common, error=TargetError(
                 ErrorKind.MALFORMED, f"answer lacks the expected fields ({type(exc).__name__}: {exc})", 200,
-                _snippet(exchange.body)))
-        error = TargetError(ErrorKind.REFUSED, piece.error, 200, _snippet(exchange.body)) if piece.error else None
+                exchange.snippet()))
+        error = TargetError(ErrorKind.REFUSED, piece.error, 200, exchange.snippet()) if piece.error else None
         return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
                           ttft_s=exchange.total_s, error=error)
 
@@ -152,21 +152,6 @@ def _common(exchange: Exchange) -> dict[str, Any]:
             "headers": exchange.headers}
 
 
-def _json(body: bytes) -> tuple[Any, str | None]:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, f"body is not valid UTF-8 (byte {exc.start})"
-    try:
-        return json.loads(text), None
-    except ValueError as exc:
-        return None, f"body is not JSON ({exc})"
-
-
-def _snippet(body: bytes) -> str:
-    return body[:ERROR_BODY_CAP].decode("utf-8", "replace")
-
-
 def error_message(obj: Any) -> str | None:
     """The message of any engine's error shape: OpenAI/vLLM/llama.cpp `{"error": {...}}`, SGLang
     `{"object": "error", "message"}`, TGI `{"error": "..."}`, Workers AI `{"errors": [{"message"}]}`."""
@@ -188,8 +173,8 @@ def error_message(obj: Any) -> str | None:
 
 def _http_error(exchange: Exchange) -> TargetError:
     status = exchange.status or 0
-    obj, _ = _json(exchange.body)
-    message = error_message(obj) or _snippet(exchange.body)[:300] or f"HTTP {status}"
+    obj, _ = exchange.json()
+    message = error_message(obj) or exchange.snippet()[:300] or f"HTTP {status}"
     if status in (401, 403):
         kind = ErrorKind.UNAUTHORIZED
     elif status == 429:
@@ -200,4 +185,4 @@ def _http_error(exchange: Exchange) -> TargetError:
         kind = ErrorKind.REDIRECT
     else:
         kind = ErrorKind.REFUSED
-    return TargetError(kind, message, status, _snippet(exchange.body))
+    return TargetError(kind, message, status, exchange.snippet())

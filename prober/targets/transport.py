@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json as json_module
 import random
 import time
 from collections.abc import Callable
@@ -48,6 +49,21 @@ class Exchange:
     total_s: float = 0.0
     attempts: int = 1
     error: TargetError | None = None
+
+    def json(self) -> tuple[Any, str | None]:
+        """The body as JSON, or None and why not (not UTF-8, not JSON)."""
+        try:
+            text = self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, f"body is not valid UTF-8 (byte {exc.start})"
+        try:
+            return json_module.loads(text), None
+        except ValueError as exc:
+            return None, f"body is not JSON ({exc})"
+
+    def snippet(self) -> str:
+        """The start of the body, for an error report."""
+        return self.body[:ERROR_BODY_CAP].decode("utf-8", "replace")
 
 
 OnChunk = Callable[[bytes, float], None]
@@ -171,7 +187,7 @@ class Transport:
 def _failed(result: Exchange, kind: ErrorKind, message: str, started: float | None = None) -> Exchange:
     if started is not None:
         result.total_s = time.monotonic() - started
-    result.error = TargetError(kind, message, result.status, result.body[:ERROR_BODY_CAP].decode("utf-8", "replace"))
+    result.error = TargetError(kind, message, result.status, result.snippet())
     return result
 
 
