@@ -24,15 +24,14 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, target: str, 
                                 details={"target": target, "prompt_tokens": sent_tokens,
                                          "boundary": step.boundary, "status": answer.status, **details}))
 
-    refused = answer.error is not None and answer.error.kind is ErrorKind.REFUSED
     if answer.served and not step.expect_served:
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
             f"served a {sent_tokens:,}-token prompt ({step.boundary}) that a correct engine refuses",
             expected="refused")
-    if refused and step.expect_served:
+    if answer.refused and answer.error is not None and step.expect_served:
         add(FindingKind.UNEXPECTED_REFUSAL, Severity.INFO,
             f"refused a {sent_tokens:,}-token prompt ({step.boundary}) that the capacity says fits: "
-            f"{answer.error.message if answer.error else ''}", expected="served")
+            f"{answer.error.message}", expected="served")
     if answer.in_band_error and answer.error is not None:
         # Refusing in-band where a refusal is due is correct (SGLang does it); elsewhere it hides a failure.
         severity = Severity.INFO if not step.expect_served else Severity.WARNING

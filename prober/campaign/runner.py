@@ -61,7 +61,7 @@ class StepResult:
     def outcome(self) -> str:
         if self.answer.served:
             return "served"
-        if self.answer.error is not None and self.answer.error.kind is ErrorKind.REFUSED:
+        if self.answer.refused:
             return "refused"
         return self.answer.error.kind.value if self.answer.error else "unknown"
 
@@ -225,6 +225,6 @@ class Auditor:
 def _answered(answer: Completion) -> bool:
     """The engine gave its verdict (an answer, a refusal, or its own 5xx); anything else means this request
     could not be observed, and the audit is incomplete."""
-    if answer.error is None or answer.error.kind is ErrorKind.REFUSED:
+    if answer.error is None or answer.refused:
         return True
     return answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None

@@ -9,7 +9,6 @@ from prober.capacity.model import Known
 from prober.prompts.builder import BuildError, PromptBuilder
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
-from prober.targets.result import ErrorKind
 
 INSTRUCTION = "Reply with the single word ok."
 
@@ -55,7 +54,7 @@ async def bisect_accept_limit(target: Target, builder: PromptBuilder, secret: Se
                     result.stopped = f"served at the {ceiling:,}-token ceiling"
                     break
                 length = min(length * 2, ceiling)
-        elif answer.error is not None and answer.error.kind is ErrorKind.REFUSED:
+        elif answer.refused and answer.error is not None:
             result.refused = length
             if result.served is None:
                 result.stopped = f"even {length:,} tokens were refused: {answer.error.message}"

@@ -79,6 +79,11 @@ class Completion:
         return self.status == 200 and self.error is None
 
     @property
+    def refused(self) -> bool:
+        """The engine said no (a 4xx, or an error inside a 200 body or stream): at a boundary, correct."""
+        return self.error is not None and self.error.kind is ErrorKind.REFUSED
+
+    @property
     def in_band_error(self) -> bool:
         """An error object inside an HTTP-200 body or stream: a client that checks status codes misses it."""
-        return self.status == 200 and self.error is not None and self.error.kind is ErrorKind.REFUSED
+        return self.status == 200 and self.refused
