@@ -25,8 +25,9 @@ from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.filler import load_filler
 from prober.canaries.packs import load_pack
-from prober.detect import CanarySet, ExactDetector, FuzzyDetector, SemanticDetector, SentenceTransformerEmbedder
+from prober.detect import CanarySet, ExactDetector, FuzzyDetector, SemanticDetector
 from prober.detect.semantic import blocked_cosine
+from prober.embeddings import SentenceTransformerEmbedder
 from prober.types import Canary, CanaryKind, Record
 
 KEY = b"bench-key-000000000000000000000000"

@@ -24,10 +24,12 @@ from collections import Counter
 from itertools import cycle, islice
 
 from prober.canaries.mint import Minter
-from prober.detect import Scanner, SentenceTransformerEmbedder
+from prober.detect import Scanner
+from prober.embeddings import SentenceTransformerEmbedder
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
-from prober.targets import Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
+from prober.prompts.builder import MintCanaries
+from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
 from prober.types import Canary, Record, Severity
 from tests.llamacpp import LlamaServer, ensure_installed
 
@@ -41,6 +43,13 @@ INSTRUCTIONS = [
     "What is this document about?",
 ]
 POLICY = TransportPolicy(timeout_s=300, retries=1)
+
+
+def cycling(canaries: list[Canary]) -> MintCanaries:
+    """A mint that hands out these canaries in turn (they are in the ledger already)."""
+    async def mint(n: int) -> list[Canary]:
+        return list(islice(cycle(canaries), n))
+    return mint
 
 
 async def false_positives(server: LlamaServer, answers: int) -> None:
@@ -57,8 +66,8 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
     own_echoes = 0
     lengths: list[int] = []
     async with Transport(POLICY) as transport:
-        target = OpenAICompatible("gemma", server.url + "/v1", transport, api="completions")
-        counter = await detect_counter(transport, server.url, "completions", None, engine="llama.cpp")
+        target = OpenAICompatible("gemma", server.url + "/v1", transport, api=Api.COMPLETIONS)
+        counter = await detect_counter(transport, server.url, Api.COMPLETIONS, None, engine="llama.cpp")
         assert counter is not None
         builder = PromptBuilder(counter)
         started = time.monotonic()
@@ -69,7 +78,7 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
             picked = rng.sample(tokens, 3)
             fact_lines = " ".join(f.text for f in rng.sample(facts, 2))
             built = await builder.build(rng.choice([120, 200, 320]), instruction=rng.choice(INSTRUCTIONS),
-                                        mint=lambda n: list(islice(cycle(picked), n)), page_size=64, seed=i)
+                                        mint=cycling(picked), page_size=64, seed=i)
             text = built.text.replace("\n", f"\n{fact_lines}\n", 1)
             sampled = Prompt(text, max_tokens=64, temperature=0.0 if i % 5 == 0 else 0.8, seed=i)
             return tenant, text, f"a{i}", await target.complete(sampled, None), i % 5 == 0
@@ -105,8 +114,8 @@ async def shared_pool(server: LlamaServer, rounds: int = 6) -> None:
     print("shared KV pool (--kv-unified, --ctx-size 2048, --parallel 2): concurrent prompts from two tenants")
     async with Transport(POLICY) as transport:
         props = (await transport.exchange("GET", server.url + "/props")).body
-        target = OpenAICompatible("gemma", server.url + "/v1", transport, api="completions")
-        counter = await detect_counter(transport, server.url, "completions", None, engine="llama.cpp")
+        target = OpenAICompatible("gemma", server.url + "/v1", transport, api=Api.COMPLETIONS)
+        counter = await detect_counter(transport, server.url, Api.COMPLETIONS, None, engine="llama.cpp")
         assert counter is not None
         builder = PromptBuilder(counter)
         advertised = json.loads(props)["default_generation_settings"]["n_ctx"]
@@ -123,7 +132,7 @@ async def shared_pool(server: LlamaServer, rounds: int = 6) -> None:
                     canaries = minter.tokens(tenant, 8, probe_id=f"{tenant}-{length}-{r}")
                     built[tenant] = await builder.build(
                         length, instruction=INSTRUCTIONS[0], page_size=64,
-                        mint=lambda n, c=canaries: list(islice(cycle(c), n)), seed=r)
+                        mint=cycling(canaries), seed=r)
                 answers = await asyncio.gather(*(target.complete(Prompt(b.text, max_tokens=64), None)
                                                  for b in built.values()))
                 scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"])

@@ -21,6 +21,7 @@ from prober.canaries.mint import Minter
 from prober.ledger import open_ledger
 from prober.prompts import LocalCounter, PromptBuilder
 from prober.testbed import tokenizer
+from prober.types import Canary
 
 TARGET = 1_048_576
 
@@ -42,8 +43,12 @@ def naive(tokens: int) -> str:
 async def build(tokens: int, canaries: bool = False) -> int:
     builder = PromptBuilder(LocalCounter(tokenizer.count))
     minter = Minter(open_ledger(":memory:"), b"bench-key-bench-key-bench-key-32")
+
+    async def mint(n: int) -> list[Canary]:
+        return minter.tokens("tenant-a", n)
+
     built = await builder.build(tokens, instruction="Quote the document.", page_size=64,
-                                mint=(lambda n: minter.tokens("tenant-a", n)) if canaries else None)
+                                mint=mint if canaries else None)
     assert built.exact, (built.tokens, tokens)
     return len(built.canaries)
 

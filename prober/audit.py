@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prober.campaign import Auditor, AuditResult
-from prober.campaign.runner import Event
+from prober.campaign.events import Observer, ignore
 from prober.canaries.keys import resolve_key
 from prober.config import ProberConfig
-from prober.detect.embedder import Embedder
+from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.targets.credentials import Secret
 from prober.types import Severity
@@ -21,13 +19,13 @@ def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:
     return {tenant.name: tenant.credential.load() for tenant in config.tenants}
 
 
-def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
-              embedder: Embedder | None = None, on_event: Event | None = None) -> AuditResult:
+async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
+                    embedder: Embedder | None = None, observe: Observer = ignore) -> AuditResult:
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, on_event=on_event,
+        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, observe=observe,
                           dry_run=dry_run)
-        return asyncio.run(auditor.run())
+        return await auditor.run()
     finally:
         ledger.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from prober import __version__
-from prober.detect.embedder import DEFAULT_MODEL
+from prober.embeddings import DEFAULT_MODEL
 from prober.report import ReportFormat
 from prober.types import CanaryKind, Severity
 
@@ -61,14 +60,14 @@ def testbed_serve(
     config: Annotated[Path | None, typer.Option(help="YAML file: `preset` plus engine keys.")] = None,
 ) -> None:
     """Serve the reference engine until interrupted; prints the URL it listens on."""
-    from prober.testbed import ConfigError, TestbedServer, build_config, load_config_file
+    from prober.testbed import EngineConfigError, TestbedServer, build_config, load_config_file
 
     try:
         file_preset, overrides = load_config_file(config) if config else (None, {})
         if tenant:
             overrides["tenants"] = dict(_split_pair(item) for item in tenant)
         cfg = build_config(preset or file_preset or "incident", overrides)
-    except (ConfigError, ValueError) as exc:
+    except (EngineConfigError, ValueError) as exc:
         raise _fail(str(exc)) from None
     server = TestbedServer(cfg, host=host, port=port)
     try:
@@ -113,7 +112,7 @@ def canaries_mint(
     from prober.canaries.keys import CanaryKeyError, resolve_key
     from prober.canaries.mint import Minter
     from prober.canaries.packs import PackError
-    from prober.detect import EmbedderError, SentenceTransformerEmbedder
+    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
     from prober.ledger import LedgerError, open_ledger
 
     try:
@@ -144,7 +143,8 @@ def scan(
 ) -> None:
     """Forensic log audit: scan recorded answers for other tenants' canaries.  Exit 0 clean, 1 findings."""
     from prober.canaries.keys import CanaryKeyError, resolve_key
-    from prober.detect import EmbedderError, Scanner, SentenceTransformerEmbedder
+    from prober.detect import Scanner
+    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
     from prober.forensics import scan_file
     from prober.ledger import LedgerError, open_ledger
 
@@ -158,7 +158,7 @@ def scan(
         scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
                           embedder=embedder, redact=redact)
         report = scan_file(file, scanner, store)
-    except (LedgerError, CanaryKeyError, EmbedderError, OSError, sqlite3.DatabaseError) as exc:
+    except (LedgerError, CanaryKeyError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
     for problem in report.errors:
         typer.echo(f"warning: {file}: {problem}", err=True)
@@ -206,8 +206,8 @@ def preflight(
     import asyncio
     import os
 
+    from prober.campaign.survey import preflight as run_preflight
     from prober.config import ConfigError, assemble_config
-    from prober.preflight import preflight as run_preflight
     from prober.targets.credentials import CredentialError
 
     threshold = _severity(fail_on)
@@ -272,11 +272,12 @@ def audit(
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
 
     Exit 0 clean, 1 findings at or above --fail-on, 2 error or an audit that could not finish."""
+    import asyncio
     import os
 
     from prober.audit import exit_code, load_secrets, run_audit
     from prober.config import ConfigError, assemble_config
-    from prober.detect import EmbedderError, SentenceTransformerEmbedder
+    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
     from prober.ledger import LedgerError
     from prober.progress import AuditProgress
     from prober.report import render
@@ -289,10 +290,10 @@ def audit(
         secrets = load_secrets(cfg)
         embedder = SentenceTransformerEmbedder() if semantic else None
         with AuditProgress() as progress:
-            result = run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress)
-    except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError, sqlite3.DatabaseError) as exc:
+            result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, observe=progress))
+    except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
-    threshold = Severity.parse(cfg.audit.fail_on)
+    threshold = cfg.audit.fail_on
     report = render(result, output_format, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold)
     if output is not None:
         try:
@@ -313,9 +314,11 @@ def demo(
     out: Annotated[Path, typer.Option(help="Directory for the reports and the ledger.")] = Path("leakprobe-demo"),
 ) -> None:
     """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
+    import asyncio
+
     from prober.demo import run_demo
 
-    raise typer.Exit(run_demo(out))
+    raise typer.Exit(asyncio.run(run_demo(out)))
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
-"""The prober's configuration file (YAML): targets, tenants, audit settings.
+"""The prober's configuration file (YAML): targets, tenants, audit and daemon settings.
 
 API keys never live here: a tenant names the environment variable or secret file that holds its key.
-Errors name the offending key in one line (`targets[0].url: field required`).
+Errors name the offending key in one line (`targets[0].url: field required`).  Precedence, later wins:
+the file, then LEAKPROBE_* environment variables, then command-line flags.
 """
 
 from __future__ import annotations
@@ -11,18 +12,46 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prober.capacity.model import Capacity, Known
+from prober.capacity.limits import Capacity, Known
+from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy
 from prober.types import Severity
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+DEFAULT_LISTEN = "127.0.0.1:10461"
+JOBS = ("preflight", "sentinel", "campaign")
 
 
 class ConfigError(ValueError):
     pass
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `"2s"`, `"5m"`, `"6h"`, `"1h30m"`, `"500ms"` (Prometheus' spelling) or a bare number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value and _DURATION_PART.sub("", value.strip()) == "":
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value.strip()))
+    else:
+        raise ValueError(f"expected a duration such as 30s, 5m or 6h, not {value!r}")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+def _severity(value: Any) -> Severity:
+    return value if isinstance(value, Severity) else Severity.parse(str(value))
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+SeverityName = Annotated[Severity, BeforeValidator(_severity)]
 
 
 class _Strict(BaseModel):
@@ -50,7 +79,7 @@ class CapacityHints(_Strict):
 class TargetConfig(_Strict):
     name: Name
     url: str  # OpenAI-compatible base (…/v1) or, for workers-ai, the whole run URL
-    api: Literal["chat", "completions", "workers-ai"] = "chat"
+    api: Api = Api.CHAT
     model: str | None = None
     introspection_url: str | None = None
     capacity: CapacityHints = Field(default_factory=CapacityHints)
@@ -89,7 +118,7 @@ class TenantConfig(_Strict):
 
 
 class AuditSettings(_Strict):
-    fail_on: str = "warning"
+    fail_on: SeverityName = Severity.WARNING
     token_budget: int = Field(default=50_000_000, gt=0)
     max_tokens: int = Field(default=160, ge=1, le=4096)
     streaming: Literal["plain", "stream", "both"] = "both"
@@ -97,18 +126,68 @@ class AuditSettings(_Strict):
     rounds: int = Field(default=1, ge=1, le=100)
     bisect_budget: int = Field(default=0, ge=0)
 
-    @field_validator("fail_on")
+
+class Schedule(_Strict):
+    """How often each job runs, per target."""
+
+    preflight: Duration = 300.0
+    sentinel: Duration = 60.0
+    campaign: Duration = 21_600.0
+
+
+class Jitter(_Strict):
+    """Random delay added to each run, so replicas and targets do not fire in step (default: a tenth of the
+    interval)."""
+
+    preflight: Duration | None = None
+    sentinel: Duration | None = None
+    campaign: Duration | None = None
+
+
+class SentinelSettings(_Strict):
+    tokens: int = Field(default=128, ge=16, le=8192)  # prompt length of each sentinel request
+    max_tokens: int = Field(default=64, ge=1, le=1024)
+
+
+class DaemonSettings(_Strict):
+    listen: str = DEFAULT_LISTEN
+    schedule: Schedule = Field(default_factory=Schedule)
+    jitter: Jitter = Field(default_factory=Jitter)
+    tokens_per_day: int = Field(default=50_000_000, gt=0)  # per target, counted per UTC day
+    sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
+    incident_hold: Duration = 3_600.0  # an incident stays open this long after its last finding
+    shutdown_grace: Duration = 30.0  # SIGTERM: how long in-flight requests may take to finish
+    engine_telemetry: bool = True  # scrape the engine's own /metrics around each probe
+
+    @field_validator("listen")
     @classmethod
-    def _severity(cls, value: str) -> str:
-        Severity.parse(value)
+    def _listen(cls, value: str) -> str:
+        listen_address(value)
         return value
+
+    def interval(self, job: str) -> float:
+        return float(getattr(self.schedule, job))
+
+    def jitter_of(self, job: str) -> float:
+        given = getattr(self.jitter, job)
+        return float(given) if given is not None else self.interval(job) / 10
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[V6]:PORT` -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, not {value!r}")
+    host = host.removeprefix("[").removesuffix("]") or "0.0.0.0"
+    return host, int(port)
 
 
 class ProberConfig(_Strict):
-    ledger: Path = Path("leakprobe.sqlite")
+    ledger: str = "leakprobe.sqlite"
     targets: list[TargetConfig] = Field(min_length=1)
     tenants: list[TenantConfig] = Field(default_factory=list)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
     @model_validator(mode="after")
     def _unique(self) -> ProberConfig:
@@ -148,7 +227,9 @@ def load_config(path: Path) -> dict[str, Any]:
 
 
 ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit", "fail_on"),
-                 "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget")}
+                 "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget"), "LEAKPROBE_LISTEN": ("daemon", "listen"),
+                 "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
+_TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,
@@ -158,7 +239,7 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
     """File, then LEAKPROBE_* environment variables, then flags: later wins.
 
     `target` replaces the file's targets with one (`--target URL`); `tenants` are `NAME=ENVVAR` pairs
-    that replace the file's tenants; `flags` are audit settings or `ledger` (None = not given)."""
+    that replace the file's tenants; `flags` are audit settings, `ledger` or `listen` (None = not given)."""
     data = load_config(path) if path else {}
     origin = str(path) if path else "flags"
     for var, where in ENV_OVERRIDES.items():
@@ -178,7 +259,8 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
         data["tenants"] = pairs
     for key, value in flags.items():
         if value is not None:
-            _put(data, ("ledger",) if key == "ledger" else ("audit", key), value)
+            value = str(value) if isinstance(value, Path) else value
+            _put(data, _TOP_LEVEL_FLAGS.get(key, ("audit", key)), value)
     if "targets" not in data:
         raise ConfigError(f"{origin}: targets: give --target URL or a config file with `targets:`")
     return parse_config(data, origin)

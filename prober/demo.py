@@ -24,7 +24,7 @@ from prober.types import FindingKind
 LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION}
 
 
-def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) -> AuditResult:
+async def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) -> AuditResult:
     config = build_config(preset, overrides)
     with TestbedServer(config) as server:
         console.rule(f"preset [bold]{preset}[/]: advertised context {config.context_length:,} tokens, "
@@ -34,7 +34,7 @@ def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) 
                               ledger=str(out / "ledger.sqlite"), streaming="both", concurrent=True)
         secrets: dict[str, Secret | None] = {name: Secret(key) for name, key in DEFAULT_TENANTS.items()}
         with AuditProgress() as progress:
-            result = run_audit(cfg, secrets, on_event=progress)
+            result = await run_audit(cfg, secrets, observe=progress)
     for fmt, suffix in ((ReportFormat.html, "html"), (ReportFormat.json, "json")):
         (out / f"{preset}.{suffix}").write_text(render(result, fmt), encoding="utf-8")
     return result
@@ -53,13 +53,13 @@ def _summary(console: Console, preset: str, result: AuditResult, out: Path) -> N
                   f"report {out / (preset + '.html')}, JSON {out / (preset + '.json')}, ledger {out / 'ledger.sqlite'}")
 
 
-def run_demo(out: Path = Path("leakprobe-demo"), overrides: dict[str, Any] | None = None) -> int:
+async def run_demo(out: Path = Path("leakprobe-demo"), overrides: dict[str, Any] | None = None) -> int:
     """0 when the incident preset leaks and is caught and the fixed preset comes out clean."""
     console = Console(highlight=False, stderr=True)
     out.mkdir(parents=True, exist_ok=True)
-    incident = _audit(console, "incident", out, overrides or {})
+    incident = await _audit(console, "incident", out, overrides or {})
     _summary(console, "incident", incident, out)
-    fixed = _audit(console, "fixed", out, overrides or {})
+    fixed = await _audit(console, "fixed", out, overrides or {})
     _summary(console, "fixed", fixed, out)
     caught = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in incident.findings)
     clean = not any(f.kind in LEAKS for f in fixed.findings)

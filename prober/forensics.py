@@ -7,8 +7,9 @@ received the text.  A bad line is reported with its number and skipped; the rest
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prober.detect import Scanner
@@ -71,8 +72,9 @@ def scan_file(path: Path, scanner: Scanner, ledger: Ledger | None = None) -> For
     for record in read_records(path, report.errors):
         result = scanner.scan(record)
         report.scanned += 1
-        if result.findings and ledger is not None:
-            ledger.add_findings(result.findings, target=f"scan:{path.name}")
-        report.findings.extend(result.findings)
+        found = [replace(f, target=f"scan:{path.name}", found_at=time.time()) for f in result.findings]
+        if found and ledger is not None:
+            ledger.add_findings(found)
+        report.findings.extend(found)
         report.own_echoes += len(result.own_echoes)
     return report

@@ -10,13 +10,12 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from prober.campaign.plan import Plan
-from prober.campaign.runner import StepResult
+from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
 from prober.types import Finding
 
 
 def describe_finding(f: Finding) -> str:
-    where = f.details.get("target", "?")
+    where = f.target or "?"
     tokens = f.details.get("prompt_tokens")
     victim = f" victim={f.victim_tenant}" if f.victim_tenant else ""
     return (f"finding {f.severity.label} {f.kind.value} target={where} observer={f.observer_tenant}{victim} "
@@ -49,22 +48,25 @@ class AuditProgress:
         else:
             print(text, file=self.stream, flush=True)
 
-    def __call__(self, kind: str, payload: object) -> None:
-        if kind == "plan" and isinstance(payload, Plan):
-            steps = 2 * len(payload.exchanges)
-            self._line(f"plan {payload.target}: {len(payload.boundaries)} boundaries, {len(payload.exchanges)} "
-                       f"exchanges, {payload.tokens:,} tokens")
-            if self._bar is not None:
-                self._task = self._bar.add_task(f"auditing {payload.target}", total=steps)
-        elif kind == "step" and isinstance(payload, StepResult):
-            s = payload.step
-            if self._bar is not None and self._task is not None:
-                self._bar.advance(self._task)
-            else:
-                self._line(f"step {s.id} {s.role} tenant={s.tenant} tokens={payload.sent_tokens:,} "
-                           f"boundary={s.boundary} expect={'served' if s.expect_served else 'refused'} "
-                           f"outcome={payload.outcome} status={payload.answer.status} findings={len(payload.findings)}")
-        elif kind == "finding" and isinstance(payload, Finding):
-            self._line(describe_finding(payload))
-        elif kind == "error":
-            self._line(f"error: {payload}")
+    def __call__(self, event: Event) -> None:
+        match event:
+            case PlanReady(plan=plan):
+                self._line(f"plan {plan.target}: {len(plan.boundaries)} boundaries, {len(plan.exchanges)} "
+                           f"exchanges, {plan.tokens:,} tokens")
+                if self._bar is not None:
+                    self._task = self._bar.add_task(f"auditing {plan.target}", total=2 * len(plan.exchanges))
+            case StepDone(result=result):
+                s = result.step
+                if self._bar is not None and self._task is not None:
+                    self._bar.advance(self._task)
+                else:
+                    self._line(f"step {s.id} {s.role} tenant={s.tenant} tokens={result.sent_tokens:,} "
+                               f"boundary={s.boundary} expect={'served' if s.expect_served else 'refused'} "
+                               f"outcome={result.outcome} status={result.answer.status} "
+                               f"findings={len(result.findings)}")
+            case FindingRecorded(finding=finding):
+                self._line(describe_finding(finding))
+            case TargetFailed(target=target, message=message):
+                self._line(f"error: {target}: {message}")
+            case SurveyDone():
+                pass

@@ -78,6 +78,8 @@ class Finding:
     score: float
     observer_tenant: str
     victim_tenant: str | None = None  # None for foreign content: whose it is is unknown
+    target: str = ""  # the endpoint that answered (set by whoever knows it: the runner, a log scan)
+    found_at: float = 0.0  # when it was recorded (unix seconds)
     canary_id: str | None = None
     probe_id: str | None = None
     start: int = 0
@@ -90,6 +92,7 @@ class Finding:
     def to_json(self) -> dict[str, object]:
         return {
             "record_id": self.record_id,
+            "target": self.target,
             "kind": self.kind.value,
             "detector": self.detector,
             "severity": self.severity.label,

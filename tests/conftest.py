@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from prober.detect import SentenceTransformerEmbedder
+from prober.embeddings import SentenceTransformerEmbedder
 from prober.testbed import TestbedServer, build_config
 
 KEY_A = {"Authorization": "Bearer testbed-key-a"}

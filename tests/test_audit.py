@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ def library_audit(url: str, ledger: Path, **settings: Any) -> Any:
     cfg = assemble_config(None, target=url, tenants=["tenant-a=LP_A", "tenant-b=LP_B"], ledger=str(ledger),
                           **settings)
     secrets: dict[str, Secret | None] = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
-    return run_audit(cfg, secrets)
+    return asyncio.run(run_audit(cfg, secrets))
 
 
 def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from prober.config import CapacityHints, ConfigError, assemble_config
 from prober.ledger import open_ledger
 from prober.prompts import EndpointCounter, PromptBuilder, UsageCounter, detect_counter
 from prober.targets import OpenAICompatible, Prompt, Secret, Transport
+from prober.targets.api import Api
 from prober.testbed import tokenizer
 from prober.types import Severity
 from tests.conftest import SMALL, StartTestbed
@@ -114,8 +115,8 @@ def test_garbage_introspection_is_ignored() -> None:
 def _counter(url: str, api: str, calibrate: bool) -> Any:
     async def go() -> tuple[list[tuple[int, int, int | None, bool]], str]:
         async with Transport(FAST) as transport:
-            target = OpenAICompatible("t", url + "/v1", transport, api=api)  # type: ignore[arg-type]
-            found = await detect_counter(transport, url, api, KEY_A)  # type: ignore[arg-type]
+            target = OpenAICompatible("t", url + "/v1", transport, api=Api(api))
+            found = await detect_counter(transport, url, Api(api), KEY_A)
             counter = UsageCounter(target, KEY_A) if calibrate else found
             assert counter is not None
             builder = PromptBuilder(counter)
@@ -145,13 +146,15 @@ def test_canary_in_every_window(testbed: StartTestbed, tmp_path: Any) -> None:
     ledger = open_ledger(tmp_path / "l.sqlite")
     minter = Minter(ledger, b"k" * 32)
 
+    async def mint(n: int) -> Any:
+        return minter.tokens("tenant-a", n, probe_id="p")
+
     async def go() -> Any:
         async with Transport(FAST) as transport:
-            counter = await detect_counter(transport, server.url, "completions", KEY_A)
+            counter = await detect_counter(transport, server.url, Api.COMPLETIONS, KEY_A)
             assert isinstance(counter, EndpointCounter)
-            return await PromptBuilder(counter).build(
-                3_000, instruction="Quote the document.", page_size=64,
-                mint=lambda n: minter.tokens("tenant-a", n, probe_id="p"))
+            return await PromptBuilder(counter).build(3_000, instruction="Quote the document.", page_size=64,
+                                                      mint=mint)
     built = run(go())
     assert built.exact and built.canary_period is not None
     stored = {c.text for c in ledger.active_canaries()}
@@ -173,8 +176,8 @@ def test_bisection_finds_the_refusal_boundary(testbed: StartTestbed) -> None:
 
     async def go() -> Any:
         async with Transport(FAST) as transport:
-            target = OpenAICompatible("t", server.url + "/v1", transport, api="completions")
-            counter = await detect_counter(transport, server.url, "completions", KEY_A)
+            target = OpenAICompatible("t", server.url + "/v1", transport, api=Api.COMPLETIONS)
+            counter = await detect_counter(transport, server.url, Api.COMPLETIONS, KEY_A)
             assert counter is not None
             return await bisect_accept_limit(target, PromptBuilder(counter), KEY_A, budget=200_000, start=512)
     found = run(go())
@@ -186,8 +189,8 @@ def test_bisection_finds_the_refusal_boundary(testbed: StartTestbed) -> None:
 
 async def _bisect_poor(url: str) -> Any:
     async with Transport(FAST) as transport:
-        target = OpenAICompatible("t", url + "/v1", transport, api="completions")
-        counter = await detect_counter(transport, url, "completions", KEY_A)
+        target = OpenAICompatible("t", url + "/v1", transport, api=Api.COMPLETIONS)
+        counter = await detect_counter(transport, url, Api.COMPLETIONS, KEY_A)
         assert counter is not None
         return await bisect_accept_limit(target, PromptBuilder(counter), KEY_A, budget=3_000, start=512)
 
@@ -234,7 +237,7 @@ def test_config_layers() -> None:
     cfg = assemble_config(None, target="http://h:1/v1", tenants=["a=A_KEY", "b=B_KEY"],
                           environ={"LEAKPROBE_FAIL_ON": "critical", "LEAKPROBE_TOKEN_BUDGET": "1000"},
                           token_budget=5000)
-    assert cfg.audit.fail_on == "critical" and cfg.audit.token_budget == 5000
+    assert cfg.audit.fail_on is Severity.CRITICAL and cfg.audit.token_budget == 5000
     assert [t.credential.env for t in cfg.tenants] == ["A_KEY", "B_KEY"]
     for kwargs, message in (({"tenants": ["novalue"]}, "NAME=ENVVAR"), ({}, "targets"),
                             ({"target": "http://h/v1", "environ": {"LEAKPROBE_FAIL_ON": "loud"}}, "fail_on")):
@@ -264,7 +267,7 @@ def test_no_api_key_in_any_output_or_log(testbed: StartTestbed, caplog: pytest.L
     async def go() -> list[str]:
         async with Transport(FAST) as transport:
             target = OpenAICompatible("t", server.url + "/v1", transport)
-            counter = await detect_counter(transport, server.url, "chat", KEY_A)
+            counter = await detect_counter(transport, server.url, Api.CHAT, KEY_A)
             assert counter is not None
             built = await PromptBuilder(counter).build(500, instruction="Quote.")
             answers = [await target.complete(Prompt(built.text, stream=s), KEY_A) for s in (False, True)]

@@ -10,7 +10,8 @@ import pytest
 
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
-from prober.detect import Scanner, SentenceTransformerEmbedder
+from prober.detect import Scanner
+from prober.embeddings import SentenceTransformerEmbedder
 from prober.ledger import open_ledger
 from prober.types import FindingKind
 from tests import evalset

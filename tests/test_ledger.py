@@ -40,8 +40,8 @@ def test_findings_round_trip_with_evidence(tmp_path: Path) -> None:
     finding = Finding(record_id="r1", kind=FindingKind.CROSS_TENANT_ECHO, detector="exact",
                       severity=Severity.CRITICAL, score=1.0, observer_tenant="b", victim_tenant="a",
                       canary_id="cn_1", probe_id="p1", start=3, end=42, excerpt="S***: LPK-...",
-                      excerpt_sha256="ab" * 32, redacted=True, details={"k": 1})
-    ledger.add_findings([finding], target="scan:x")
+                      excerpt_sha256="ab" * 32, redacted=True, details={"k": 1}, target="scan:x", found_at=1.5e9)
+    ledger.add_findings([finding])
     assert open_ledger(tmp_path / "l.sqlite").findings() == [finding]
 
 

@@ -7,6 +7,7 @@ LEAKPROBE_SKIP_LLAMACPP=1 (CI never sets it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from prober.detect import Scanner
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
+from prober.targets.api import Api
 from prober.types import FindingKind, Record, Severity
 from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, LlamaServer, ensure_installed
 from tests.test_targets import FAST, run
@@ -63,9 +65,9 @@ def test_preflight_reads_props_and_tokenizer(llama: LlamaServer) -> None:
 def test_token_exact_lengths_match_usage(llama: LlamaServer, api: str) -> None:
     async def go() -> list[tuple[int, int | None, bool]]:
         async with Transport(FAST) as transport:
-            counter = await detect_counter(transport, llama.url, api, None, engine="llama.cpp")  # type: ignore[arg-type]
+            counter = await detect_counter(transport, llama.url, Api(api), None, engine="llama.cpp")
             assert counter is not None
-            target = OpenAICompatible("llama", llama.url + "/v1", transport, api=api)  # type: ignore[arg-type]
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api(api))
             builder = PromptBuilder(counter)
             rows = []
             for length in (48, 400, SLOT_CTX - 1):
@@ -80,7 +82,7 @@ def test_token_exact_lengths_match_usage(llama: LlamaServer, api: str) -> None:
 def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
     async def go() -> Any:
         async with Transport(FAST) as transport:
-            target = OpenAICompatible("llama", llama.url + "/v1", transport, api="completions")
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api.COMPLETIONS)
             return await target.complete(Prompt("word " * (SLOT_CTX + 100), max_tokens=4), None)
     answer = run(go())
     assert answer.status == 400 and answer.error is not None and answer.error.kind is ErrorKind.REFUSED
@@ -88,9 +90,9 @@ def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
 
 
 def _audit(server: LlamaServer, ledger: Path) -> Any:
-    cfg = assemble_config(None, target=server.url + "/v1", api="completions", ledger=str(ledger),
+    cfg = assemble_config(None, target=server.url + "/v1", api=Api.COMPLETIONS, ledger=str(ledger),
                           tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32)
-    result = run_audit(cfg, {"tenant-a": None, "tenant-b": None})  # the engine has no keys of its own
+    result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete, result.targets[0].errors
     steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
     assert steps["advertised"].outcome == "refused" and steps["advertised"].answer.status == 400
@@ -135,7 +137,7 @@ def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> No
 
     async def echo(text: str) -> str:
         async with Transport(FAST) as transport:
-            target = OpenAICompatible("llama", llama.url + "/v1", transport, api="completions")
+            target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api.COMPLETIONS)
             answer = await target.complete(Prompt(f"The code word is {text}. Repeat: The code word is",
                                                   max_tokens=40), None)
             assert answer.ok, answer.error

@@ -22,6 +22,7 @@ from prober.targets import (
     TransportPolicy,
     WorkersAI,
 )
+from prober.targets.api import Api
 from tests.conftest import SMALL, StartTestbed
 from tests.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
 
@@ -41,7 +42,7 @@ def ask(url: str, prompt: Prompt, secret: Secret | None = None, api: str = "chat
         policy: TransportPolicy = FAST) -> Completion:
     async def go() -> Completion:
         async with Transport(policy) as transport:
-            return await OpenAICompatible("t", url, transport, api=api).complete(prompt, secret)  # type: ignore[arg-type]
+            return await OpenAICompatible("t", url, transport, api=Api(api)).complete(prompt, secret)
     return run(go())
 
 

@@ -13,16 +13,16 @@ USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max
                           "tool_calls", "content_filter"})
 
 
-def check_answer(step: Step, sent_tokens: int, answer: Completion, target: str, *,
-                 repeats_other_tenant: bool = False) -> list[Finding]:
-    """`repeats_other_tenant`: this prompt is another tenant's, sent again (the prefix-cache check)."""
+def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by: str | None = None) -> list[Finding]:
+    """`primed_by`: this prompt is that tenant's, sent again by another (the prefix-cache check)."""
     findings: list[Finding] = []
 
-    def add(kind: FindingKind, severity: Severity, message: str, **details: object) -> None:
+    def add(kind: FindingKind, severity: Severity, message: str, victim: str | None = None,
+            **details: object) -> None:
         findings.append(Finding(record_id=step.id, kind=kind, detector="envelope", severity=severity, score=1.0,
-                                observer_tenant=step.tenant, probe_id=step.id, excerpt=message,
-                                details={"target": target, "prompt_tokens": sent_tokens,
-                                         "boundary": step.boundary, "status": answer.status, **details}))
+                                observer_tenant=step.tenant, victim_tenant=victim, probe_id=step.id,
+                                excerpt=message, details={"prompt_tokens": sent_tokens, "boundary": step.boundary,
+                                                          "status": answer.status, **details}))
 
     if answer.served and not step.expect_served:
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
@@ -42,10 +42,10 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, target: str, 
             f"HTTP {answer.status} on a {sent_tokens:,}-token prompt ({step.boundary}): {answer.error.message}")
     cached = answer.usage.cached_tokens if answer.usage else None
     # Half the prompt, not any hit: chat-template tokens every request starts with are cached legitimately.
-    if repeats_other_tenant and cached and cached >= sent_tokens * CACHE_SHARE:
+    if primed_by is not None and cached and cached >= sent_tokens * CACHE_SHARE:
         add(FindingKind.CROSS_TENANT_CACHE_HIT, Severity.WARNING,
-            f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by another tenant: a timing "
-            "side channel (per-tenant cache salts close it)", cached_tokens=cached)
+            f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by {primed_by}: a timing "
+            "side channel (per-tenant cache salts close it)", victim=primed_by, cached_tokens=cached)
     usage = answer.usage.prompt_tokens if answer.usage else None
     if answer.status == 200 and usage is not None and usage < sent_tokens * PLACEHOLDER_SHARE:
         add(FindingKind.PLACEHOLDER_SUBSTITUTION, Severity.HIGH,

@@ -3,10 +3,11 @@ does with each.  Pure data from a capacity; nothing here touches the network."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prober.capacity.model import Capacity
+from prober.capacity.limits import Capacity
 
 Streaming = Literal["plain", "stream", "both"]
 CACHE_CHECK_TOKENS = 1_024
@@ -16,6 +17,10 @@ class PlanError(ValueError):
     pass
 
 
+SENTINEL = "sentinel"
+SENTINEL_CACHE = "sentinel-cache"
+
+
 @dataclass(frozen=True)
 class Boundary:
     label: str  # "pool+1", "advertised-1", ...
@@ -23,7 +28,7 @@ class Boundary:
     expect_served: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One request: a priming prompt (victim's canaries in every page) or a probe (asks to quote)."""
 
@@ -37,7 +42,7 @@ class Step:
     max_tokens: int = 160  # clamped so prompt + completion fit the advertised context
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """Prime as the victim, then probe as the observer (or both at once when `concurrent`)."""
 
@@ -59,10 +64,23 @@ class Plan:
     target: str
     boundaries: list[Boundary]
     exchanges: list[Exchange] = field(default_factory=list)
+    run_id: str = ""  # prefixes step ids, so that repeated runs (the daemon's) never reuse one
 
     @property
     def tokens(self) -> int:
         return sum(e.tokens for e in self.exchanges)
+
+    def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
+            same_text: bool, prime_length: int, room: Callable[[int], int]) -> None:
+        """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer`."""
+        eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
+        self.exchanges.append(Exchange(
+            id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text,
+            prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
+                       expect_served=True, boundary="prime", max_tokens=room(prime_length)),
+            probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
+                       expect_served=boundary.expect_served, boundary=boundary.label,
+                       max_tokens=room(boundary.length))))
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "tokens": self.tokens,
@@ -124,19 +142,20 @@ def prime_length(capacity: Capacity) -> int:
 def pairs(tenants: list[str]) -> list[tuple[str, str]]:
     """(victim, observer) for every direction: both ways for two tenants, a ring for more."""
     if len(tenants) < 2:
-        raise PlanError("an audit needs at least two tenants (victim and observer); give --tenant twice")
+        raise PlanError("leakprobe needs at least two tenants (a victim and an observer): list them under `tenants:` "
+                        "or give --tenant twice")
     if len(tenants) == 2:
         return [(tenants[0], tenants[1]), (tenants[1], tenants[0])]
     return [(tenants[i], tenants[(i + 1) % len(tenants)]) for i in range(len(tenants))]
 
 
 def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
-              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160) -> Plan:
+              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "") -> Plan:
     """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
     acceptance limit, the prime and the probe at the same time; and, where several slots are known, two
     prompts at 60% of the context at once (the shared-pool check)."""
-    plan = Plan(target, boundaries(capacity))
+    plan = Plan(target, boundaries(capacity), run_id=run_id)
     prime = prime_length(capacity)
     ctx = capacity.advertised.value if capacity.advertised else None
 
@@ -146,20 +165,11 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
         return max(1, min(max_tokens, ctx - length)) if ctx else max_tokens
 
     directions = pairs(tenants)
-    n = 0
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime) -> None:
-        nonlocal n
-        n += 1
-        eid = f"x{n:03d}"
-        first = boundary.length if same_text else first
-        plan.exchanges.append(Exchange(
-            eid, victim, observer,
-            Step(f"{eid}-prime", "prime", victim, first, stream, True, "prime", room(first)),
-            Step(f"{eid}-probe", "probe", observer, boundary.length, stream, boundary.expect_served, boundary.label,
-                 room(boundary.length)),
-            together, same_text))
+        plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
+                 prime_length=boundary.length if same_text else first, room=room)
 
     cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
     for victim, observer in directions:
@@ -190,3 +200,17 @@ def shared_pool_check(capacity: Capacity) -> Boundary | None:
     if not (capacity.slots and capacity.slots.value > 1 and capacity.advertised and limit):
         return None
     return Boundary("shared-pool", min(limit - 1, -(-capacity.advertised.value * 3 // 5)), True)
+
+
+def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: int, run_id: str = "") -> Plan:
+    """Everyday sizes, far from any boundary, a few hundred tokens per tenant: for each direction the
+    observer first resends a canary-free prompt the victim has just sent (is the prefix cache shared?), then
+    the victim sends a short canary-bearing prompt and the observer a probe of its own that asks to quote
+    (does anything of the victim's reach the observer's answer: a session mix-up, a shared cache)."""
+    everyday = Boundary(SENTINEL, tokens, True)
+    plan = Plan(target, [everyday], run_id=run_id)
+    for victim, observer in pairs(tenants):
+        for label, same_text in ((SENTINEL_CACHE, True), (SENTINEL, False)):
+            plan.add(victim, observer, Boundary(label, tokens, True), stream=False, concurrent=False,
+                     same_text=same_text, prime_length=tokens, room=lambda _: max_tokens)
+    return plan

@@ -1,34 +1,43 @@
-"""The audit: for each target, learn its capacity, plan the boundary campaign, and run it — minting and
-persisting canaries before any prompt carries them, checking every answer, persisting every finding as it is
-found.  Returns results; reporting is a separate layer."""
+"""Running plans against a target: mint and persist canaries before any prompt carries them, send, check
+every answer, persist every finding before anyone is told.  Returns results; reporting and metrics are
+views of them.
+
+`TargetRunner` is one target (its survey, its prompt builder, its engine telemetry) and runs any plan: the
+boundary campaign or the daemon's sentinels; each call names who observes it, so the daemon's three jobs can
+share one runner.  `Auditor` is the one-shot audit over every configured target.
+Ledger writes and scanning run in worker threads, so an event loop that also serves `/metrics` never waits
+for a disk or for a detector.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import cycle, islice
 from secrets import token_hex
 
 from prober.campaign.checks import check_answer
-from prober.campaign.plan import Exchange, Plan, PlanError, Step, make_plan, pairs
+from prober.campaign.events import FindingRecorded, Observer, PlanReady, StepDone, SurveyDone, TargetFailed, ignore
+from prober.campaign.plan import Exchange, Plan, PlanError, Step, Streaming, make_plan, pairs
+from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.scanning import RunScanner
+from prober.campaign.survey import PreflightResult, survey
 from prober.canaries.mint import Minter
-from prober.capacity import reachability
+from prober.capacity import origin_of, reachability
 from prober.config import ProberConfig, TargetConfig
-from prober.detect.embedder import Embedder
+from prober.embeddings import Embedder
 from prober.ledger.base import Ledger
-from prober.preflight import PreflightResult
-from prober.preflight import survey as survey_target
 from prober.prompts import BuildError, BuiltPrompt, CountError, PromptBuilder
-from prober.targets.base import Prompt, Target
+from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
 from prober.targets.result import Completion, ErrorKind
+from prober.targets.telemetry import EngineTelemetry, changes
 from prober.targets.transport import Transport
-from prober.types import Canary, Finding, Record, Severity
+from prober.types import Canary, Record
 
 PROBE_INSTRUCTION = "Quote the document word for word, including every reference code."
 PRIME_INSTRUCTION = "Summarize the document."
@@ -36,125 +45,190 @@ DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tena
 
 
 class TargetUnusable(RuntimeError):
-    """The target cannot be audited with these credentials (unreachable, credential refused)."""
+    """The target cannot be probed with these credentials (unreachable, credential refused, no counter)."""
 
 
-@dataclass
-class StepResult:
-    step: Step
-    exchange: str
-    target: str
-    sent_tokens: int
-    counted: bool
-    answer: Completion
-    canary_ids: list[str]
-    findings: list[Finding]
-    own_echoes: int = 0
+class TargetRunner:
+    def __init__(self, config: TargetConfig, transport: Transport, *, ledger: Ledger, minter: Minter,
+                 scanner: RunScanner, secrets: Mapping[str, Secret | None], tenants: Sequence[str],
+                 telemetry: bool = True, stopping: asyncio.Event | None = None) -> None:
+        self.config = config
+        self.transport = transport
+        self.ledger = ledger
+        self.minter = minter
+        self.scanner = scanner
+        self.secrets = secrets
+        self.tenants = list(tenants)
+        self.stopping = stopping or asyncio.Event()
+        self.target = make_target(config.api, config.name, config.url, transport, model=config.model)
+        self.surveyed: PreflightResult | None = None
+        self._builder: PromptBuilder | None = None
+        self._want_telemetry = telemetry
+        self._telemetry: EngineTelemetry | None = None
 
-    @property
-    def token_error(self) -> int | None:
-        """usage.prompt_tokens minus what was sent: how well the engine's count matched ours."""
-        usage = self.answer.usage.prompt_tokens if self.answer.usage else None
-        return None if usage is None or not self.answer.served else usage - self.sent_tokens
+    async def survey(self, observe: Observer = ignore, *, bisect_budget: int = 0) -> PreflightResult:
+        """Reachability with every tenant's credential, then capacity and token counting (raises
+        TargetUnusable).  A later `run` builds its prompts with what this learned."""
+        pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants
+        cfg = self.config
+        if cfg.api.openai_routes:
+            for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey itself
+                problem = await reachability(self.transport, cfg.url, self.secrets.get(tenant))
+                if problem:
+                    raise TargetUnusable(f"{problem} (tenant {tenant})")
+        first = self.secrets.get(self.tenants[0])
+        result, counter = await survey(self.transport, cfg, first, bisect_budget=bisect_budget)
+        self.surveyed = result
+        observe(SurveyDone(result))
+        if result.error or counter is None:
+            raise TargetUnusable(result.error or "no way to count tokens")
+        self._builder = PromptBuilder(counter)
+        if self._want_telemetry and self._telemetry is None and cfg.api.openai_routes:
+            telemetry = EngineTelemetry(self.transport, origin_of(cfg.introspection_url or cfg.url) + "/metrics", first)
+            self._telemetry = telemetry if await telemetry.snapshot() is not None else None
+        return result
 
-    @property
-    def outcome(self) -> str:
-        if self.answer.served:
-            return "served"
-        if self.answer.refused:
-            return "refused"
-        return self.answer.error.kind.value if self.answer.error else "unknown"
+    def campaign(self, observe: Observer = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
+                 max_tokens: int, run_id: str = "") -> Plan:
+        """The boundary plan for what the last survey learned."""
+        if self.surveyed is None:
+            raise PlanError("survey the target before planning")
+        plan = make_plan(self.config.name, self.surveyed.capacity, self.tenants, streaming=streaming,
+                         concurrent=concurrent, rounds=rounds, max_tokens=max_tokens, run_id=run_id)
+        observe(PlanReady(plan))
+        return plan
+
+    async def run(self, plan: Plan, report: TargetReport, observe: Observer = ignore) -> None:
+        """Every exchange of the plan in order; stops between exchanges once `stopping` is set."""
+        for exchange in plan.exchanges:
+            if self.stopping.is_set():
+                report.errors.append(f"stopped before {exchange.id}: shutting down")
+                return
+            await self._exchange(exchange, report, observe)
+
+    # -- one exchange ---------------------------------------------------------------------------
+    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer) -> None:
+        builder = self._builder
+        if builder is None:
+            raise PlanError("survey the target before running a plan")
+        if exchange.same_text:
+            # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
+            nonce = token_hex(6)
+            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
+                                                seed=int(nonce[:4], 16))
+        else:
+            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder)
+            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder)
+        sends = [(exchange.prime, prime), (exchange.probe, probe)]
+        before = await self._telemetry.snapshot() if self._telemetry else None
+        if exchange.concurrent:
+            answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
+        else:
+            answers = [await self._send(step, built) for step, built in sends]
+        after = await self._telemetry.snapshot() if self._telemetry else None
+        engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
+        for (step, built), answer in zip(sends, answers, strict=True):
+            await self._judge(exchange, step, built, answer, report, engine, observe)
+
+    async def _build(self, step: Step, instruction: str, builder: PromptBuilder) -> BuiltPrompt:
+        async def mint(count: int) -> list[Canary]:
+            # Persisted by the minter before this returns: before any prompt that carries them exists.
+            distinct = await asyncio.to_thread(self.minter.tokens, step.tenant, min(count, DISTINCT_PER_PROMPT),
+                                               step.id)
+            self.scanner.add(distinct)
+            return list(islice(cycle(distinct), count))
+        capacity = self.surveyed.capacity if self.surveyed else None
+        page = capacity.page_size.value if capacity and capacity.page_size else None
+        return await builder.build(step.length, instruction=instruction, mint=mint, page_size=page,
+                                   seed=zlib.crc32(step.id.encode()) & 0xFFFF)
+
+    async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
+        return await self.target.complete(prompt, self.secrets.get(step.tenant))
+
+    async def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,
+                     report: TargetReport, engine: dict[str, dict[str, float]] | None, observe: Observer) -> None:
+        primed_by = exchange.victim if exchange.same_text and step.role == "probe" else None
+        findings = check_answer(step, built.tokens, answer, primed_by=primed_by)
+        own = 0
+        if answer.text:
+            record = Record(step.id, step.tenant, answer.text, built.text)
+            scanned = await asyncio.to_thread(self.scanner.scan, record)
+            own = len(scanned.own_echoes)
+            context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
+                       "exchange": exchange.id}
+            findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
+                         for f in scanned.findings]
+        now = time.time()
+        findings = [replace(f, target=report.name, found_at=now,
+                            details={**f.details, **({"engine_telemetry": engine} if engine else {})})
+                    for f in findings]
+        if findings:
+            await asyncio.to_thread(self.ledger.add_findings, findings)  # durable before anyone is told
+        result = StepResult(step=step, exchange=exchange.id, target=report.name, sent_tokens=built.tokens,
+                            counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
+                            findings=findings, own_echoes=own)
+        report.steps.append(result)
+        if answer.error is not None and not _answered(answer):
+            report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error}")
+        observe(StepDone(result))
+        for finding in findings:
+            observe(FindingRecorded(finding))
 
 
-@dataclass
-class TargetReport:
-    name: str
-    url: str
-    survey: PreflightResult | None = None  # capacity, verdicts, tokenizer: learned before the first prompt
-    plan: Plan | None = None
-    steps: list[StepResult] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    complete: bool = False
-
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for s in self.steps for f in s.findings]
-
-    @property
-    def tokens_sent(self) -> int:
-        return sum(s.sent_tokens for s in self.steps)
-
-
-@dataclass
-class AuditResult:
-    targets: list[TargetReport] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
-    finished: float = 0.0
-    dry_run: bool = False
-
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for t in self.targets for f in t.findings]
-
-    @property
-    def complete(self) -> bool:
-        return all(t.complete for t in self.targets)
-
-    def worst(self) -> Severity | None:
-        return max((f.severity for f in self.findings), default=None)
-
-
-Event = Callable[[str, object], None]  # ("plan", Plan) | ("step", StepResult) | ("finding", Finding) | ...
+def _answered(answer: Completion) -> bool:
+    """The engine gave its verdict (an answer, a refusal, or its own 5xx); anything else means this request
+    could not be observed, and the run is incomplete."""
+    if answer.error is None or answer.refused:
+        return True
+    return answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None
 
 
 class Auditor:
-    def __init__(self, config: ProberConfig, ledger: Ledger, key: bytes, secrets: dict[str, Secret | None], *,
-                 embedder: Embedder | None = None, on_event: Event | None = None, dry_run: bool = False) -> None:
+    """`leakprobe audit`: survey, plan and run the boundary campaign on every configured target, in turn."""
+
+    def __init__(self, config: ProberConfig, ledger: Ledger, key: bytes, secrets: Mapping[str, Secret | None], *,
+                 embedder: Embedder | None = None, observe: Observer = ignore, dry_run: bool = False) -> None:
         self.config = config
         self.ledger = ledger
+        self.key = key
         self.secrets = secrets
         self.tenants = [t.name for t in config.tenants]
         self.minter = Minter(ledger, key)
-        self.scanner = RunScanner(ledger.active_canaries(), key=key, tenants=self.tenants, embedder=embedder)
-        self.emit: Event = on_event or (lambda kind, payload: None)
+        self.embedder = embedder
+        self.observe = observe
         self.dry_run = dry_run
         self.tokens_left = config.audit.token_budget
 
     async def run(self) -> AuditResult:
         result = AuditResult(dry_run=self.dry_run)
+        # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
+        known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
+        scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=self.tenants,
+                                          embedder=self.embedder)
         for target_config in self.config.targets:
             report = TargetReport(target_config.name, target_config.url)
             result.targets.append(report)
             try:
-                await self._run_target(target_config, report)
+                await self._run_target(target_config, report, scanner)
             except (TargetUnusable, PlanError, CountError, BuildError) as exc:
                 report.errors.append(str(exc))
-                self.emit("error", f"{target_config.name}: {exc}")
+                self.observe(TargetFailed(target_config.name, str(exc)))
         result.finished = time.time()
         return result
 
-    async def _run_target(self, cfg: TargetConfig, report: TargetReport) -> None:
-        pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants
+    async def _run_target(self, cfg: TargetConfig, report: TargetReport, scanner: RunScanner) -> None:
+        settings = self.config.audit
         async with Transport(cfg.policy()) as transport:
-            if cfg.api != "workers-ai":
-                for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey
-                    problem = await reachability(transport, cfg.url, self.secrets.get(tenant))
-                    if problem:
-                        raise TargetUnusable(f"{problem} (tenant {tenant})")
-            budget = 0 if self.dry_run else self.config.audit.bisect_budget
-            survey, counter = await survey_target(transport, cfg, self.secrets.get(self.tenants[0]),
-                                                  bisect_budget=budget)
-            report.survey = survey
-            if survey.error or counter is None:
-                raise TargetUnusable(survey.error or "no way to count tokens")
-            target = make_target(cfg, transport)
-            builder = PromptBuilder(counter)
-            capacity = survey.capacity
-            settings = self.config.audit
-            plan = make_plan(cfg.name, capacity, self.tenants, streaming=settings.streaming,
-                             concurrent=settings.concurrent, rounds=settings.rounds, max_tokens=settings.max_tokens)
+            runner = TargetRunner(cfg, transport, ledger=self.ledger, minter=self.minter, scanner=scanner,
+                                  secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run)
+            try:
+                await runner.survey(self.observe, bisect_budget=0 if self.dry_run else settings.bisect_budget)
+            finally:
+                report.survey = runner.surveyed
+            plan = runner.campaign(self.observe, streaming=settings.streaming, concurrent=settings.concurrent,
+                                   rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
-            self.emit("plan", plan)
             if plan.tokens > self.tokens_left:
                 raise PlanError(f"the plan for {cfg.name} needs {plan.tokens:,} tokens, over the remaining budget "
                                 f"of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
@@ -162,69 +236,5 @@ class Auditor:
                 report.complete = True
                 return
             self.tokens_left -= plan.tokens
-            page = capacity.page_size.value if capacity.page_size else None
-            for exchange in plan.exchanges:
-                await self._exchange(exchange, target, builder, page, report)
+            await runner.run(plan, report, self.observe)
             report.complete = not report.errors
-
-    async def _exchange(self, exchange: Exchange, target: Target, builder: PromptBuilder, page: int | None,
-                        report: TargetReport) -> None:
-        if exchange.same_text:
-            # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
-            nonce = token_hex(6)
-            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
-                                                seed=int(nonce[:4], 16))
-        else:
-            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, page)
-            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, page)
-        sends = [(exchange.prime, prime), (exchange.probe, probe)]
-        if exchange.concurrent:
-            answers = await asyncio.gather(*(self._send(target, step, built) for step, built in sends))
-        else:
-            answers = [await self._send(target, step, built) for step, built in sends]
-        for (step, built), answer in zip(sends, answers, strict=True):
-            self._judge(exchange, step, built, answer, report)
-
-    async def _build(self, step: Step, instruction: str, builder: PromptBuilder, page: int | None) -> BuiltPrompt:
-        def mint(count: int) -> list[Canary]:
-            # Persisted by the minter before this returns: before any prompt that carries them exists.
-            distinct = self.minter.tokens(step.tenant, min(count, DISTINCT_PER_PROMPT), probe_id=step.id)
-            self.scanner.add(distinct)
-            return list(islice(cycle(distinct), count))
-        return await builder.build(step.length, instruction=instruction, mint=mint, page_size=page,
-                                   seed=zlib.crc32(step.id.encode()) & 0xFFFF)
-
-    async def _send(self, target: Target, step: Step, built: BuiltPrompt) -> Completion:
-        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
-        return await target.complete(prompt, self.secrets.get(step.tenant))
-
-    def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,
-               report: TargetReport) -> None:
-        findings = check_answer(step, built.tokens, answer, report.name,
-                                repeats_other_tenant=exchange.same_text and step.role == "probe")
-        own = 0
-        if answer.text:
-            scanned = self.scanner.scan(Record(step.id, step.tenant, answer.text, built.text))
-            own = len(scanned.own_echoes)
-            context = {"target": report.name, "prompt_tokens": built.tokens, "boundary": step.boundary,
-                       "status": answer.status, "exchange": exchange.id}
-            findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
-                         for f in scanned.findings]
-        if findings:
-            self.ledger.add_findings(findings, target=report.name)  # durable before anyone is told
-        result = StepResult(step, exchange.id, report.name, built.tokens, built.counted, answer,
-                            sorted({c.id for c in built.canaries}), findings, own)
-        report.steps.append(result)
-        if answer.error is not None and not _answered(answer):
-            report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error}")
-        self.emit("step", result)
-        for finding in findings:
-            self.emit("finding", finding)
-
-
-def _answered(answer: Completion) -> bool:
-    """The engine gave its verdict (an answer, a refusal, or its own 5xx); anything else means this request
-    could not be observed, and the audit is incomplete."""
-    if answer.error is None or answer.refused:
-        return True
-    return answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None

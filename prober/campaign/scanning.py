@@ -1,43 +1,71 @@
-"""Scanning answers against every canary the ledger knows, including those minted during this run.
+"""Scanning answers against every canary the ledger knows, including those minted moments ago.
 
-Building a scanner costs time in proportion to its canaries, so the ledger's older canaries get one scanner
-for the whole run and this run's canaries a small one, rebuilt only when new canaries were minted."""
+Building a scanner costs time in proportion to its canaries, so the ledger's canaries get one scanner
+(rebuilt by `refresh`, which a long-running daemon calls on an interval to pick up other replicas'
+canaries) and this process's new canaries a small one, rebuilt only when canaries were minted.  Scans may
+run in worker threads: the swap of either scanner happens under a lock, and a scan uses the pair it took.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from prober.detect import Scanner
-from prober.detect.embedder import Embedder
 from prober.detect.scanner import ScanResult
+from prober.embeddings import Embedder
 from prober.types import Canary, Record
 
 
 class RunScanner:
-    def __init__(self, earlier: Sequence[Canary], *, key: bytes, tenants: Sequence[str],
+    def __init__(self, known: Sequence[Canary], *, key: bytes, tenants: Sequence[str],
                  embedder: Embedder | None = None) -> None:
         self.key = key
         self.tenants = list(tenants)
         self.embedder = embedder
-        self._earlier = (Scanner(earlier, key=key, tenants=tenants, embedder=embedder, foreign=False)
-                         if earlier else None)
+        self._lock = threading.Lock()
+        self._known_ids: frozenset[str] = frozenset()
+        self._known: Scanner | None = None
         self._minted: dict[str, Canary] = {}
         self._current: Scanner | None = None
+        self.refresh(known)
+
+    @property
+    def canaries(self) -> int:
+        with self._lock:
+            return len(self._known_ids) + len(self._minted)
+
+    def refresh(self, known: Sequence[Canary]) -> None:
+        """Replace the ledger's part (built here, in the caller's thread, then swapped in)."""
+        scanner = (Scanner(known, key=self.key, tenants=self.tenants, embedder=self.embedder, foreign=False)
+                   if known else None)
+        ids = frozenset(c.id for c in known)
+        with self._lock:
+            self._known, self._known_ids = scanner, ids
+            if ids & self._minted.keys():
+                self._minted = {i: c for i, c in self._minted.items() if i not in ids}
+                self._current = None
 
     def add(self, canaries: Sequence[Canary]) -> None:
-        fresh = [c for c in canaries if c.id not in self._minted]
-        if fresh:
-            self._minted.update((c.id, c) for c in fresh)
-            self._current = None
+        with self._lock:
+            fresh = [c for c in canaries if c.id not in self._minted and c.id not in self._known_ids]
+            if fresh:
+                self._minted.update((c.id, c) for c in fresh)
+                self._current = None
+
+    def _pair(self) -> tuple[Scanner, Scanner | None]:
+        with self._lock:
+            if self._current is None:
+                self._current = Scanner(list(self._minted.values()), key=self.key, tenants=self.tenants,
+                                        embedder=self.embedder)
+            return self._current, self._known
 
     def scan(self, record: Record) -> ScanResult:
-        if self._current is None:
-            self._current = Scanner(list(self._minted.values()), key=self.key, tenants=self.tenants,
-                                    embedder=self.embedder)
-        result = self._current.scan(record)
-        if self._earlier is None:
+        current, known = self._pair()
+        result = current.scan(record)
+        if known is None:
             return result
-        older = self._earlier.scan(record)
+        older = known.scan(record)
         # Each scanner MAC-verifies the other's tokens without knowing their canary ids: keep the finding
         # that names the canary, and one of any unnamed findings over the same text.
         merged = result.findings + older.findings

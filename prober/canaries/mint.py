@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from prober.canaries import tokens
 from prober.canaries.packs import load_pack
-from prober.detect.embedder import Embedder
+from prober.embeddings import Embedder
 from prober.ledger import Ledger
 from prober.types import Canary, CanaryKind
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prober.capacity.model import Known
+from prober.capacity.limits import Known
 from prober.prompts.builder import BuildError, PromptBuilder
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret

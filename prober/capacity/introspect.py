@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from prober.capacity.model import Capacity, Known
+from prober.capacity.limits import Capacity, Known
 from prober.targets.credentials import Secret
-from prober.targets.transport import Exchange, Transport
+from prober.targets.transport import HTTPExchange, Transport
 
 Reader = Callable[[Transport, str, str, Secret | None], Awaitable[Capacity | None]]
 
@@ -23,7 +23,7 @@ def origin_of(base_url: str) -> str:
     return str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
 
 
-async def _get(transport: Transport, url: str, secret: Secret | None) -> Exchange | None:
+async def _get(transport: Transport, url: str, secret: Secret | None) -> HTTPExchange | None:
     """The exchange when the engine answered 200, else None ("not exposed")."""
     exchange = await transport.exchange("GET", url, secret=secret)
     return exchange if exchange.error is None and exchange.status == 200 else None

@@ -10,7 +10,7 @@ from typing import ClassVar
 from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.tokens import VerifiedToken
-from prober.types import Canary, CanaryKind, Record
+from prober.types import Canary, CanaryKind, Record, Severity
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,13 @@ class CanarySet:
 class Detector(ABC):
     """One way of recognising a canary (or foreign material) in an answer; knows nothing of HTTP.
 
-    The first line of a subclass docstring is its description in reports.
+    The first line of a subclass docstring is its description in reports.  `rank` orders detectors that
+    saw the same canary (the lowest reports it); `severity` is that of a cross-tenant echo it reports.
     """
 
     name: ClassVar[str]
+    rank: ClassVar[int]
+    severity: ClassVar[Severity]
 
     @abstractmethod
     def detect(self, record: Record, compacted: str) -> list[Hit]:

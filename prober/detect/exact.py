@@ -8,13 +8,15 @@ import ahocorasick
 from prober.canaries import tokens
 from prober.canaries.compact import original_span
 from prober.detect.base import CanarySet, Detector, Hit
-from prober.types import CanaryKind, Record
+from prober.types import CanaryKind, Record, Severity
 
 
 class ExactDetector(Detector):
     """Canary text, modulo case, spacing, separators and look-alike characters."""
 
     name = "exact"
+    rank = 0
+    severity = Severity.CRITICAL
 
     def __init__(self, canaries: CanarySet) -> None:
         self.canaries = canaries

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from prober.detect.base import Detector, Hit
-from prober.types import Record
+from prober.types import Record, Severity
 
 MIN_CONTENT_WORDS = 5
 UNSUPPORTED_SHARE = 0.6  # a sentence is foreign when at least this share of its content words is
@@ -36,6 +36,8 @@ class ForeignContentDetector(Detector):
     """Sentences of the answer whose content the prompt cannot explain."""
 
     name = "foreign"
+    rank = 3
+    severity = Severity.WARNING
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         if not record.prompt:

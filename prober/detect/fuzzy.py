@@ -23,7 +23,7 @@ from rapidfuzz import fuzz
 
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit
-from prober.types import CanaryKind, Record
+from prober.types import CanaryKind, Record, Severity
 
 Q = 4
 MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
@@ -40,6 +40,8 @@ class FuzzyDetector(Detector):
     """Canary text with a few characters edited, found through a 4-gram candidate index."""
 
     name = "fuzzy"
+    rank = 1
+    severity = Severity.CRITICAL
 
     def __init__(self, canaries: CanarySet) -> None:
         self.canaries = canaries

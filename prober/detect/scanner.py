@@ -15,17 +15,15 @@ from dataclasses import dataclass, field
 
 from prober.canaries.compact import compact
 from prober.detect.base import CanarySet, Detector, Hit
-from prober.detect.embedder import Embedder
 from prober.detect.exact import ExactDetector
 from prober.detect.foreign import ForeignContentDetector
 from prober.detect.fuzzy import FuzzyDetector
 from prober.detect.semantic import SemanticDetector
-from prober.types import Canary, Finding, FindingKind, Record, Severity
+from prober.embeddings import Embedder
+from prober.types import Canary, Finding, FindingKind, Record
 
 EXCERPT_CONTEXT = 40
 MAX_EXCERPT = 240
-_PRIORITY = {"exact": 0, "fuzzy": 1, "semantic": 2}
-_SEVERITY = {"exact": Severity.CRITICAL, "fuzzy": Severity.CRITICAL, "semantic": Severity.HIGH}
 
 
 def mask(text: str) -> str:
@@ -57,6 +55,7 @@ class Scanner:
             self.detectors.append(SemanticDetector(self.canary_set, embedder))
         if foreign:
             self.detectors.append(ForeignContentDetector())
+        self._by_name = {d.name: d for d in self.detectors}
 
     def scan(self, record: Record) -> ScanResult:
         compacted = compact(record.text)
@@ -67,7 +66,7 @@ class Scanner:
             if hit.foreign:
                 continue
             key = hit.canary.id if hit.canary else f"mac:{hit.verified.body if hit.verified else ''}"
-            if key not in best or _PRIORITY[hit.detector] < _PRIORITY[best[key].detector]:
+            if key not in best or self._by_name[hit.detector].rank < self._by_name[best[key].detector].rank:
                 best[key] = hit
         for hit in best.values():
             victim = _owner(hit)
@@ -95,7 +94,7 @@ class Scanner:
             details["probe_tag"] = hit.verified.probe_tag
         return Finding(
             record_id=record.id, kind=FindingKind.CROSS_TENANT_ECHO, detector=hit.detector,
-            severity=_SEVERITY[hit.detector], score=hit.score, observer_tenant=record.tenant,
+            severity=self._by_name[hit.detector].severity, score=hit.score, observer_tenant=record.tenant,
             victim_tenant=victim, canary_id=canary.id if canary else None,
             probe_id=(canary.probe_id or None) if canary else None, start=hit.start, end=hit.end,
             excerpt=self._excerpt(record.text, hit.start, hit.end),
@@ -107,8 +106,8 @@ class Scanner:
         span = record.text[hit.start : hit.end]
         return Finding(
             record_id=record.id, kind=FindingKind.FOREIGN_CONTENT, detector=hit.detector,
-            severity=Severity.WARNING, score=hit.score, observer_tenant=record.tenant, start=hit.start,
-            end=hit.end, excerpt=(mask(span) if self.redact else span)[:MAX_EXCERPT],
+            severity=self._by_name[hit.detector].severity, score=hit.score, observer_tenant=record.tenant,
+            start=hit.start, end=hit.end, excerpt=(mask(span) if self.redact else span)[:MAX_EXCERPT],
             excerpt_sha256=hashlib.sha256(span.encode()).hexdigest(), redacted=self.redact,
             details=dict(hit.details),
         )

@@ -21,8 +21,8 @@ import numpy as np
 
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit
-from prober.detect.embedder import Embedder, Vectors
-from prober.types import Record
+from prober.embeddings import Embedder, Vectors
+from prober.types import Record, Severity
 
 THRESHOLD = 0.62
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
@@ -45,6 +45,8 @@ class SemanticDetector(Detector):
     """A canary fact paraphrased: slot values agree and the sentence means the same."""
 
     name = "semantic"
+    rank = 2
+    severity = Severity.HIGH
 
     def __init__(self, canaries: CanarySet, embedder: Embedder, threshold: float = THRESHOLD) -> None:
         self.canaries = canaries

@@ -1,37 +1,60 @@
-"""The ledger interface.  SQLite implements it; a PostgreSQL backend can implement it later."""
+"""The ledger interface: where canaries, findings, incidents and token spend are kept so none is ever lost.
+
+Every backend (SQLite file, PostgreSQL server) implements it and maps its own errors to `LedgerError`, so
+nothing above this interface knows which database it talks to.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
+from prober.incidents import Incident
 from prober.types import Canary, Finding
 
 
 class LedgerError(Exception):
-    """The ledger cannot be used (corrupt, foreign, too new, unwritable)."""
+    """The ledger cannot be used (corrupt, foreign, too new, unwritable, unreachable)."""
 
 
 class Ledger(Protocol):
+    description: str  # where it is, for messages (never a password)
+
     def add_canaries(self, canaries: Sequence[Canary]) -> None:
         """Persist durably; when this returns, the canaries survive a crash (write-before-send)."""
 
-    def active_canaries(self, now: float | None = None) -> list[Canary]:
-        """Canaries not yet past their retention."""
+    def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
+        """Canaries not yet past their retention (only those created at or after `created_since`, when given)."""
 
     def get_canary(self, canary_id: str) -> Canary | None: ...
 
-    def add_findings(self, findings: Sequence[Finding], target: str = "") -> None:
-        """Persist durably, with evidence."""
+    def add_findings(self, findings: Sequence[Finding]) -> None:
+        """Persist durably, with evidence, and fold each into its incident, in one transaction."""
 
     def findings(self) -> list[Finding]: ...
 
+    def incidents(self) -> list[Incident]:
+        """Every incident (without its findings), worst first."""
+
     def purge_expired(self, now: float | None = None) -> int:
         """Forget canaries past retention; returns how many."""
+
+    def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:
+        """Add `tokens` to the day's spend of `target` if the total stays within `limit` (atomic; False and
+        nothing added otherwise)."""
+
+    def refund_tokens(self, target: str, day: str, tokens: int) -> None: ...
+
+    def tokens_spent(self, target: str, day: str) -> int: ...
 
     def get_meta(self, key: str) -> str | None: ...
 
     def set_meta_if_absent(self, key: str, value: str) -> str:
         """Store value unless the key exists; return the stored value (race-free)."""
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def check_writable(self) -> None:
+        """Raise LedgerError unless a write would succeed now."""
 
     def close(self) -> None: ...

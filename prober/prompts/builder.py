@@ -12,7 +12,7 @@ which keeps costs additive across tokenizers that split on whitespace (BPE, Sent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from prober.canaries.filler import load_filler
@@ -25,7 +25,7 @@ CANARY_SENTENCE = "The reference code for this section is {code}."
 CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
 
-MintCanaries = Callable[[int], Sequence[Canary]]
+MintCanaries = Callable[[int], Awaitable[Sequence[Canary]]]  # persisted before it returns
 
 
 class BuildError(ValueError):
@@ -129,7 +129,7 @@ class PromptBuilder:
                            seed: int) -> tuple[list[str], float, tuple[Canary, ...], int]:
         """Units of filler + one canary sentence, short enough that every aligned page (or every run of
         k pages, when one canary is longer than half a page) holds a complete canary."""
-        sample = list(mint(CANARY_SAMPLES))
+        sample = list(await mint(CANARY_SAMPLES))
         costs = [await self._cost(header, CANARY_SENTENCE.format(code=c.text) + "\n") for c in sample]
         canary_cost = max(costs) + 1  # headroom for canaries that tokenize a little longer than the sample
         pages = max(1, -(-(2 * canary_cost - 1) // page))
@@ -141,7 +141,7 @@ class PromptBuilder:
         count = int(budget // mean_unit)
         if count == 0:
             raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
-        minted = sample[:count] + (list(mint(count - len(sample))) if count > len(sample) else [])
+        minted = sample[:count] + (list(await mint(count - len(sample))) if count > len(sample) else [])
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
         return parts, mean_unit, tuple(minted), period
 

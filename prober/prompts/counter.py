@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from prober.targets.api import Api
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
-from prober.targets.openai import API
 from prober.targets.transport import Transport
 
 
@@ -64,10 +64,10 @@ class _Dialect:
         raise CountError(f"unexpected tokenizer answer: {str(obj)[:200]}")
 
 
-def dialects(api: API) -> list[_Dialect]:
+def dialects(api: Api) -> list[_Dialect]:
     """Tokenizer endpoints to try, most specific first.  llama.cpp's chat form is `/apply-template` then
     `/tokenize`, handled in `EndpointCounter`."""
-    chat = api == "chat"
+    chat = api is Api.CHAT
     return [
         _Dialect("sglang", "/v1/tokenize", chat),
         _Dialect("vllm", "/tokenize", chat),
@@ -109,7 +109,7 @@ class EndpointCounter(TokenCounter):
         return obj
 
 
-async def detect_counter(transport: Transport, origin: str, api: API, secret: Secret | None,
+async def detect_counter(transport: Transport, origin: str, api: Api, secret: Secret | None,
                          engine: str | None = None) -> EndpointCounter | None:
     """The first tokenizer endpoint that counts a probe text sensibly, or None."""
     candidates = [d for d in dialects(api) if engine is None or d.engine == engine]

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Literal
 
 from prober.prompts.counter import CountError, TokenCounter, UsageCounter, detect_counter
+from prober.targets.api import Api
 from prober.targets.base import Target
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 
 
-async def select_counter(transport: Transport, target: Target, origin: str, *, api: str,
+async def select_counter(transport: Transport, target: Target, origin: str, *, api: Api,
                          mode: Literal["auto", "endpoint", "usage"], secret: Secret | None,
                          engine: str | None = None) -> TokenCounter:
-    if mode != "usage" and api != "workers-ai":
-        found = await detect_counter(transport, origin, "chat" if api == "chat" else "completions", secret, engine)
+    if mode != "usage" and api.openai_routes:
+        found = await detect_counter(transport, origin, api, secret, engine)
         if found is not None:
             return found
         if mode == "endpoint":

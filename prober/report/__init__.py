@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from prober.campaign.runner import AuditResult
+from prober.campaign.results import AuditResult
 from prober.report.document import document
 from prober.report.html import html_report
 from prober.report.junit import junit

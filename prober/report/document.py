@@ -6,8 +6,9 @@ from collections import Counter
 from typing import Any
 
 from prober import __version__
-from prober.campaign.runner import AuditResult, StepResult, TargetReport
-from prober.preflight import PreflightResult
+from prober.campaign.results import AuditResult, StepResult, TargetReport
+from prober.campaign.survey import PreflightResult
+from prober.incidents import Incident
 from prober.types import Finding
 
 
@@ -18,7 +19,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "severity": finding.severity.label,
         "victim_tenant": finding.victim_tenant,
         "observer_tenant": finding.observer_tenant,
-        "target": details.pop("target", None),
+        "target": finding.target or None,
         "probe": finding.record_id,  # the request whose answer carried it
         "canary_probe": finding.probe_id if finding.probe_id != finding.record_id else None,
         "prompt_tokens": details.pop("prompt_tokens", None),
@@ -31,6 +32,12 @@ def finding_json(finding: Finding) -> dict[str, Any]:
                      "offsets": [finding.start, finding.end], "redacted": finding.redacted},
         **({"details": details} if details else {}),
     }
+
+
+def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
+    """An incident with the indices (into the document's `findings`) of the findings under it."""
+    index = {id(f): i for i, f in enumerate(findings)}
+    return {**incident.to_json(), "findings": [index[id(f)] for f in incident.findings]}
 
 
 def step_json(step: StepResult) -> dict[str, Any]:
@@ -59,6 +66,7 @@ def target_json(report: TargetReport) -> dict[str, Any]:
 
 def document(result: AuditResult) -> dict[str, Any]:
     findings = result.findings
+    incidents = result.incidents
     worst = result.worst()
     return {
         "tool": {"name": "leakprobe", "version": __version__},
@@ -67,7 +75,8 @@ def document(result: AuditResult) -> dict[str, Any]:
         "summary": {"findings": len(findings), "worst": worst.label if worst else None,
                     "by_kind": dict(Counter(f.kind.value for f in findings)),
                     "by_severity": dict(Counter(f.severity.label for f in findings)),
-                    "tokens_sent": sum(t.tokens_sent for t in result.targets)},
+                    "incidents": len(incidents), "tokens_sent": sum(t.tokens_sent for t in result.targets)},
+        "incidents": [incident_json(i, findings) for i in incidents],
         "findings": [finding_json(f) for f in findings],
         "targets": [target_json(t) for t in result.targets],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 from rich.console import Console
@@ -42,6 +43,13 @@ def table_report(doc: dict[str, Any], width: int = 140) -> str:
             console.print(plan)
         for e in t["errors"]:
             console.print(f"  error: {e}")
+    if doc["incidents"]:
+        incidents = Table("severity", "kind", "target", "victim", "observer", "findings", "first seen", "last seen",
+                          title="incidents", title_justify="left")
+        for i in doc["incidents"]:
+            incidents.add_row(i["severity"], i["kind"], i["target"] or "-", i["victim"] or "-", i["observer"],
+                              str(i["count"]), _clock(i["first_seen"]), _clock(i["last_seen"]))
+        console.print(incidents)
     if doc["findings"]:
         findings = Table("severity", "kind", "target", "victim", "observer", "probe", "tokens", "detector",
                          "evidence", title="findings", title_justify="left")
@@ -56,3 +64,7 @@ def table_report(doc: dict[str, Any], width: int = 140) -> str:
                   f"{s['tokens_sent']:,} tokens sent; audit {'complete' if doc['complete'] else 'INCOMPLETE'}"
                   f"{' (dry run: nothing sent)' if doc['dry_run'] else ''}")
     return out.getvalue()
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"

@@ -1,5 +1,6 @@
 """Talking to endpoints the way their users do.  Knows nothing of canaries or detection."""
 
+from prober.targets.api import Api
 from prober.targets.base import HTTPTarget, Prompt, Target
 from prober.targets.credentials import CredentialError, CredentialSource, Secret
 from prober.targets.openai import OpenAICompatible
@@ -7,5 +8,5 @@ from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.targets.transport import Transport, TransportPolicy
 from prober.targets.workers_ai import WorkersAI
 
-__all__ = ["Completion", "CredentialError", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
+__all__ = ["Api", "Completion", "CredentialError", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
            "Prompt", "Secret", "Target", "TargetError", "Transport", "TransportPolicy", "Usage", "WorkersAI"]

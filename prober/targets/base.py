@@ -15,7 +15,7 @@ from typing import Any
 from prober.targets.credentials import Secret
 from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.targets.sse import SSEDecoder
-from prober.targets.transport import ERROR_BODY_CAP, Exchange, Transport
+from prober.targets.transport import ERROR_BODY_CAP, HTTPExchange, Transport
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class HTTPTarget(Target):
                                                  on_chunk=stream.feed)
         return stream.finish(exchange)
 
-    def _plain(self, exchange: Exchange) -> Completion:
+    def _plain(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
         if exchange.error is not None or exchange.status != 200:
             return Completion(**common, error=exchange.error or _http_error(exchange))
@@ -129,7 +129,7 @@ class _StreamReader:
         if piece.error and self.error is None:
             self.error = TargetError(ErrorKind.REFUSED, piece.error, 200, data[:ERROR_BODY_CAP])
 
-    def finish(self, exchange: Exchange) -> Completion:
+    def finish(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
         if exchange.status != 200 or (exchange.error is not None and not self.parts):
             return Completion(**common, streamed=True, error=exchange.error or _http_error(exchange))
@@ -147,7 +147,7 @@ class _StreamReader:
                           ttft_s=self.ttft, streamed=True, error=error)
 
 
-def _common(exchange: Exchange) -> dict[str, Any]:
+def _common(exchange: HTTPExchange) -> dict[str, Any]:
     return {"status": exchange.status, "total_s": exchange.total_s, "attempts": exchange.attempts,
             "headers": exchange.headers}
 
@@ -171,7 +171,7 @@ def error_message(obj: Any) -> str | None:
     return None
 
 
-def _http_error(exchange: Exchange) -> TargetError:
+def _http_error(exchange: HTTPExchange) -> TargetError:
     status = exchange.status or 0
     obj, _ = exchange.json()
     message = error_message(obj) or exchange.snippet()[:300] or f"HTTP {status}"

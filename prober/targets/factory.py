@@ -1,15 +1,15 @@
-"""From a target's configuration to a live adapter."""
+"""From an API name and a URL to a live adapter."""
 
 from __future__ import annotations
 
-from prober.config import TargetConfig
+from prober.targets.api import Api
 from prober.targets.base import HTTPTarget
 from prober.targets.openai import OpenAICompatible
 from prober.targets.transport import Transport
 from prober.targets.workers_ai import WorkersAI
 
 
-def make_target(config: TargetConfig, transport: Transport) -> HTTPTarget:
-    if config.api == "workers-ai":
-        return WorkersAI(config.name, config.url, transport)
-    return OpenAICompatible(config.name, config.url, transport, api=config.api, model=config.model)
+def make_target(api: Api, name: str, url: str, transport: Transport, *, model: str | None = None) -> HTTPTarget:
+    if api is Api.WORKERS_AI:
+        return WorkersAI(name, url, transport)
+    return OpenAICompatible(name, url, transport, api=api, model=model)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
+from prober.targets.api import Api
 from prober.targets.base import HTTPTarget, Piece, Prompt, error_message
 from prober.targets.result import Usage
 from prober.targets.transport import Transport
-
-API = Literal["chat", "completions"]
 
 
 class OpenAICompatible(HTTPTarget):
     """`base_url` is what users paste, e.g. `http://host:8000/v1`."""
 
-    def __init__(self, name: str, base_url: str, transport: Transport, *, api: API = "chat",
+    def __init__(self, name: str, base_url: str, transport: Transport, *, api: Api = Api.CHAT,
                  model: str | None = None) -> None:
         super().__init__(name, transport)
         self.base_url = base_url.rstrip("/")
@@ -22,7 +21,7 @@ class OpenAICompatible(HTTPTarget):
         self.model = model
 
     def endpoint(self) -> str:
-        return f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
+        return f"{self.base_url}/{'chat/completions' if self.api is Api.CHAT else 'completions'}"
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         body: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": prompt.temperature,
@@ -31,7 +30,7 @@ class OpenAICompatible(HTTPTarget):
             body["seed"] = prompt.seed
         if self.model:
             body["model"] = self.model
-        if self.api == "chat":
+        if self.api is Api.CHAT:
             body["messages"] = [{"role": "user", "content": prompt.text}]
         else:
             body["prompt"] = prompt.text
@@ -44,7 +43,7 @@ class OpenAICompatible(HTTPTarget):
         if problem and not obj.get("choices"):
             return Piece(error=problem)
         choice = obj["choices"][0]
-        text = choice["message"].get("content") if self.api == "chat" else choice["text"]
+        text = choice["message"].get("content") if self.api is Api.CHAT else choice["text"]
         return Piece(text or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")))
 
     def read_event(self, obj: Any) -> Piece:
@@ -56,7 +55,7 @@ class OpenAICompatible(HTTPTarget):
         if not choices:
             return Piece(usage=usage)
         choice = choices[0]
-        if self.api == "chat" or "delta" in choice:
+        if self.api is Api.CHAT or "delta" in choice:
             text = (choice.get("delta") or {}).get("content") or ""
         else:
             text = choice.get("text") or ""

@@ -39,7 +39,7 @@ class TransportPolicy:
 
 
 @dataclass
-class Exchange:
+class HTTPExchange:
     """A finished HTTP exchange: the body is complete (or the error says why not)."""
 
     status: int | None
@@ -93,7 +93,7 @@ class Transport:
         await self.client.aclose()
 
     async def exchange(self, method: str, url: str, *, json: Any = None, secret: Secret | None = None,
-                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> Exchange:
+                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
         """Send with retries and same-origin redirects; read the whole body under the size cap."""
         started = time.monotonic()
         attempt = 0
@@ -138,12 +138,12 @@ class Transport:
         return backoff * random.uniform(0.8, 1.2)
 
     async def _once(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
-                    on_chunk: OnChunk | None, started: float) -> Exchange:
+                    on_chunk: OnChunk | None, started: float) -> HTTPExchange:
         send_headers = dict(headers)
         if secret is not None:
             send_headers["Authorization"] = f"Bearer {secret.reveal()}"
         cap = self.policy.max_body_bytes
-        result = Exchange(None)
+        result = HTTPExchange(None)
         try:
             async with self.client.stream(method, url, json=json, headers=send_headers) as response:
                 result.status = response.status_code
@@ -184,7 +184,7 @@ class Transport:
         return result
 
 
-def _failed(result: Exchange, kind: ErrorKind, message: str, started: float | None = None) -> Exchange:
+def _failed(result: HTTPExchange, kind: ErrorKind, message: str, started: float | None = None) -> HTTPExchange:
     if started is not None:
         result.total_s = time.monotonic() - started
     result.error = TargetError(kind, message, result.status, result.snippet())

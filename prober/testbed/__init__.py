@@ -3,8 +3,8 @@
 from prober.testbed.config import (
     DEFAULT_TENANTS,
     PRESETS,
-    ConfigError,
     EngineConfig,
+    EngineConfigError,
     Faults,
     QuoteStyle,
     build_config,
@@ -16,9 +16,9 @@ from prober.testbed.server import TestbedServer
 __all__ = [
     "DEFAULT_TENANTS",
     "PRESETS",
-    "ConfigError",
     "Engine",
     "EngineConfig",
+    "EngineConfigError",
     "EngineError",
     "Faults",
     "QuoteStyle",

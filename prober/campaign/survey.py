@@ -1,4 +1,6 @@
-"""`leakprobe preflight`: what each target advertises against what its KV pool can hold."""
+"""What a target is before the first prompt: reachable with this credential, its capacity (introspection,
+config, bisection) and verdict, and how to count its tokens.  `leakprobe preflight` is this alone; the
+audit and the daemon's jobs start from it."""
 
 from __future__ import annotations
 
@@ -36,16 +38,14 @@ class PreflightResult:
 
 async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *,
                  bisect_budget: int = 0) -> tuple[PreflightResult, TokenCounter | None]:
-    """Reachability, capacity (introspection, config, bisection) and how to count tokens: what both
-    preflight and the audit need to know before the first prompt."""
     result = PreflightResult(config.name, config.url)
-    problem = await reachability(transport, config.url, secret) if config.api != "workers-ai" else None
+    problem = await reachability(transport, config.url, secret) if config.api.openai_routes else None
     if problem:
         result.error = problem
         return result, None
     capacity = await introspect(transport, config.url, secret, introspection_url=config.introspection_url,
                                 configured=config.capacity.capacity())
-    target = make_target(config, transport)
+    target = make_target(config.api, config.name, config.url, transport, model=config.model)
     counter: TokenCounter | None = None
     try:
         counter = await select_counter(transport, target, origin_of(config.introspection_url or config.url),

@@ -1,0 +1,50 @@
+"""What a run tells its observers while it runs: typed events, each sent after what it reports is durable.
+
+The progress display of `leakprobe audit` and the daemon's metrics are two observers of the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prober.campaign.plan import Plan
+from prober.campaign.results import StepResult
+from prober.campaign.survey import PreflightResult
+from prober.types import Finding
+
+
+@dataclass(frozen=True)
+class SurveyDone:
+    result: PreflightResult
+
+
+@dataclass(frozen=True)
+class PlanReady:
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class StepDone:
+    result: StepResult
+
+
+@dataclass(frozen=True)
+class FindingRecorded:
+    """Sent only once the finding is in the ledger."""
+
+    finding: Finding
+
+
+@dataclass(frozen=True)
+class TargetFailed:
+    target: str
+    message: str
+
+
+Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed
+Observer = Callable[[Event], None]
+
+
+def ignore(event: Event) -> None:
+    """The observer of a run nobody watches."""

@@ -1,0 +1,16 @@
+"""Which API a target speaks: one enum instead of string comparisons scattered over the layers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Api(StrEnum):
+    CHAT = "chat"  # OpenAI-compatible /v1/chat/completions
+    COMPLETIONS = "completions"  # OpenAI-compatible /v1/completions
+    WORKERS_AI = "workers-ai"  # Cloudflare Workers AI's native run URL
+
+    @property
+    def openai_routes(self) -> bool:
+        """The base URL also serves /v1/models and the engine's own routes (reachability, tokenizers)."""
+        return self is not Api.WORKERS_AI
