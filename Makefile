@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit llama bench clean
+.PHONY: setup tools demo test lint typecheck unit llama bench fuzz clean
 
 setup: $(STAMP)
 
@@ -14,6 +14,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+
+# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium.  Installed
+# when missing and apt-get is usable as root (CI); elsewhere those tests skip with one line saying how.
+SYSTEM_TOOLS := promtool=prometheus prometheus=prometheus prometheus-alertmanager=prometheus-alertmanager \
+                chromium=chromium
+tools:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v "$${pair%%=*}" >/dev/null 2>&1 || \
+	  missing="$$missing $${pair##*=}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing$$missing"; apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "missing:$$missing (apt-get install$$missing as root); the tests that need them will skip"; fi
 
 demo: setup
 	$(VENV)/bin/leakprobe demo
@@ -29,7 +42,7 @@ typecheck: setup
 llama: setup
 	$(PY) -m tests.llamacpp
 
-unit: setup llama
+unit: setup tools llama
 	$(VENV)/bin/pytest
 
 test: lint typecheck unit
@@ -39,6 +52,11 @@ bench: setup llama
 	$(PY) bench/testbed.py
 	$(PY) bench/prompt.py
 	$(PY) bench/llamacpp.py
+	$(PY) bench/soak.py
+
+# The parsers' fuzz targets, long: 20,000 examples each (the suite runs 150).
+fuzz: setup
+	LEAKPROBE_FUZZ=long $(VENV)/bin/pytest -q tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

@@ -11,16 +11,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
-from prober.types import Finding
-
-
-def describe_finding(f: Finding) -> str:
-    where = f.target or "?"
-    tokens = f.details.get("prompt_tokens")
-    victim = f" victim={f.victim_tenant}" if f.victim_tenant else ""
-    return (f"finding {f.severity.label} {f.kind.value} target={where} observer={f.observer_tenant}{victim} "
-            f"probe={f.record_id} prompt_tokens={tokens} detector={f.detector}"
-            + (f" canary={f.canary_id}" if f.canary_id else ""))
 
 
 class AuditProgress:
@@ -65,7 +55,7 @@ class AuditProgress:
                                f"outcome={result.outcome} status={result.answer.status} "
                                f"findings={len(result.findings)}")
             case FindingRecorded(finding=finding):
-                self._line(describe_finding(finding))
+                self._line(finding.describe())
             case TargetFailed(target=target, message=message):
                 self._line(f"error: {target}: {message}")
             case SurveyDone():

@@ -89,6 +89,14 @@ class Finding:
     redacted: bool = False
     details: dict[str, object] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        """One log line with what an on-call engineer needs first (no excerpt: it may hold tenant data)."""
+        victim = f" victim={self.victim_tenant}" if self.victim_tenant else ""
+        canary = f" canary={self.canary_id}" if self.canary_id else ""
+        return (f"finding {self.severity.label} {self.kind.value} target={self.target or '?'} "
+                f"observer={self.observer_tenant}{victim} probe={self.record_id} "
+                f"prompt_tokens={self.details.get('prompt_tokens')} detector={self.detector}{canary}")
+
     def to_json(self) -> dict[str, object]:
         return {
             "record_id": self.record_id,

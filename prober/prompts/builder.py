@@ -139,8 +139,12 @@ class PromptBuilder:
         filler_cost = await self._cost(header, filler) if filler else 0
         mean_unit = filler_cost + sum(costs) / len(costs)
         count = int(budget // mean_unit)
-        if count == 0:
-            raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
+        if count == 0:  # shorter than one unit (a sentinel): one canary after a shorter lead-in
+            if budget < canary_cost:
+                raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
+            filler = await self._filler_of(header, budget - canary_cost, seed)
+            filler_cost = await self._cost(header, filler) if filler else 0
+            mean_unit, count = filler_cost + sum(costs) / len(costs), 1
         minted = sample[:count] + (list(await mint(count - len(sample))) if count > len(sample) else [])
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
         return parts, mean_unit, tuple(minted), period

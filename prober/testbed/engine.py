@@ -101,6 +101,16 @@ class PrefixCache:
         return min(hits * self.page_size, max(0, len(ids) - 1))
 
 
+@dataclass
+class EngineStats:
+    """What the engine counts about itself, exported under SGLang's metric names (see server.py)."""
+
+    aborted: int = 0  # scheduler aborts (gate 2), whether or not the abort reached every stage
+    running: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
 class Engine:
     """Thread-safe: requests run concurrently in worker threads; the pools serialise allocation."""
 
@@ -116,6 +126,13 @@ class Engine:
         self.prefix_cache = PrefixCache(
             config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
         )
+        self.stats = EngineStats()
+        self._stats_lock = threading.Lock()
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                setattr(self.stats, name, getattr(self.stats, name) + delta)
 
     # -- gates ----------------------------------------------------------------------------------
     def validate(self, n: int, max_tokens: int | None) -> None:
@@ -146,9 +163,17 @@ class Engine:
 
     # -- serving --------------------------------------------------------------------------------
     def generate(self, req: GenerationRequest) -> GenerationResult:
+        self._count(running=1)
+        try:
+            return self._generate(req)
+        finally:
+            self._count(running=-1)
+
+    def _generate(self, req: GenerationRequest) -> GenerationResult:
         cfg = self.config
         n = len(req.prompt_ids)
         aborted = n >= cfg.max_req_input_len
+        self._count(prompt_tokens=n, aborted=int(aborted))
         if aborted:
             # Gate 2 (scheduler): replace the prompt by one token to skip the long prefill.
             forwarded = cfg.mode == "disaggregated" and cfg.faults.abort_flag_unsynced
@@ -161,6 +186,7 @@ class Engine:
         else:
             written = req.prompt_ids
             cached = self.prefix_cache.lookup_and_insert(req.tenant, written)
+            self._count(cached_tokens=cached)
             self._simulate_prefill(len(written) - cached)
 
         if self.decode_pool is None:

@@ -1,0 +1,121 @@
+"""The daemon's three jobs for one target, on one runner (one open transport, one survey, one prompt-length
+cache) that the jobs share until a reload retires it.
+
+- `preflight`: capacity survey and verdicts; sends no generation request.
+- `sentinel`: everyday-sized canary prompts from each tenant in turn, every answer scanned.
+- `campaign`: the boundary campaign of `leakprobe audit`.
+
+Each returns a `JobOutcome`; what it says goes to the metrics, the log and `/status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prober.campaign import PlanError, TargetReport, TargetRunner, TargetUnusable, sentinel_plan
+from prober.campaign.events import Observer
+from prober.campaign.plan import Plan
+from prober.campaign.scanning import RunScanner
+from prober.canaries.mint import Minter
+from prober.config import AuditSettings, DaemonSettings, TargetConfig
+from prober.daemon.budget import TokenBudget
+from prober.ledger import Ledger, LedgerError
+from prober.prompts import BuildError, CountError
+from prober.scrub import Scrubber
+from prober.targets.credentials import Secret
+from prober.targets.transport import Transport
+
+
+class Job(StrEnum):
+    PREFLIGHT = "preflight"
+    SENTINEL = "sentinel"
+    CAMPAIGN = "campaign"
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    ok: bool
+    reason: str = ""  # why not: unusable | plan | prompt | ledger | incomplete | budget
+    message: str = ""
+    skipped: bool = False  # never started (budget): nothing was sent
+    tokens: int = 0
+
+
+class TargetSession:
+    """One target's transport and runner; `retire()` closes them once the last running job is done."""
+
+    def __init__(self, config: TargetConfig, *, ledger: Ledger, minter: Minter, scanner: RunScanner,
+                 secrets: Mapping[str, Secret | None], tenants: Sequence[str], daemon: DaemonSettings,
+                 audit: AuditSettings, budget: TokenBudget, stopping: asyncio.Event, scrubber: Scrubber) -> None:
+        self.config = config
+        self.daemon = daemon
+        self.audit = audit
+        self.budget = budget
+        self.transport = Transport(config.policy(), scrubber)
+        self.runner = TargetRunner(config, self.transport, ledger=ledger, minter=minter, scanner=scanner,
+                                   secrets=secrets, tenants=tenants, telemetry=daemon.engine_telemetry,
+                                   stopping=stopping)
+        self._users = 0
+        self._retired = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    async def run(self, job: Job, observe: Observer) -> JobOutcome:
+        self._users += 1
+        try:
+            return await self._run(job, observe)
+        except TargetUnusable as exc:
+            return JobOutcome(False, "unusable", str(exc))
+        except PlanError as exc:
+            return JobOutcome(False, "plan", str(exc))
+        except (CountError, BuildError) as exc:
+            return JobOutcome(False, "prompt", str(exc))
+        except LedgerError as exc:
+            return JobOutcome(False, "ledger", str(exc))
+        finally:
+            self._users -= 1
+            if self._retired and self._users == 0:
+                await self.transport.aclose()
+
+    async def retire(self) -> None:
+        self._retired = True
+        if self._users == 0:
+            await self.transport.aclose()
+
+    async def _run(self, job: Job, observe: Observer) -> JobOutcome:
+        runner = self.runner
+        if job is Job.PREFLIGHT or job is Job.CAMPAIGN or runner.surveyed is None:
+            await runner.survey(observe)  # a campaign plans from a fresh survey; a sentinel needs a counter
+        if job is Job.PREFLIGHT:
+            return JobOutcome(True)
+        run_id = f"{job.value[0]}{secrets.token_hex(3)}-"
+        if job is Job.SENTINEL:
+            plan = sentinel_plan(self.name, runner.tenants, tokens=self.daemon.sentinel.tokens,
+                                 max_tokens=self.daemon.sentinel.max_tokens, run_id=run_id)
+        else:
+            a = self.audit
+            plan = runner.campaign(observe, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
+                                   max_tokens=a.max_tokens, run_id=run_id)
+        return await self._spend(plan, observe)
+
+    async def _spend(self, plan: Plan, observe: Observer) -> JobOutcome:
+        day = await self.budget.reserve(self.name, plan.tokens)
+        if day is None:
+            left = await self.budget.left(self.name)
+            return JobOutcome(False, "budget", f"needs {plan.tokens:,} tokens, {left:,} left today of "
+                              f"{self.budget.per_day:,}", skipped=True)
+        report = TargetReport(self.name, self.config.url, plan=plan)
+        try:
+            await self.runner.run(plan, report, observe)
+        finally:
+            await self.budget.release(self.name, day, plan.tokens - report.tokens_sent)
+        if report.errors:
+            more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
+            return JobOutcome(False, "incomplete", report.errors[0] + more, tokens=report.tokens_sent)
+        return JobOutcome(True, tokens=report.tokens_sent)

@@ -1,0 +1,228 @@
+"""`leakprobe daemon` as a subprocess against the reference engine: metrics, health, incidents, budget,
+reload, SIGTERM and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prober.canaries.keys import resolve_key
+from prober.canaries.tokens import verify
+from prober.daemon.budget import utc_day
+from prober.ledger import open_ledger
+from prober.testbed import tokenizer
+from tests.conftest import SMALL, StartTestbed
+from tests.daemonproc import KEYS, DaemonProcess, daemon_config
+from tests.tools import need
+
+LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}
+HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
+
+
+def succeeded(daemon: DaemonProcess, job: str) -> bool:
+    return daemon.get("/status").json()["targets"][0]["jobs"][job]["last_success"] is not None
+
+
+def echoes(daemon: DaemonProcess, victim: str, observer: str) -> float:
+    return daemon.sample("leakprobe_findings_total", kind="cross_tenant_echo", victim=victim, observer=observer)
+
+
+def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    ledger = tmp_path / "l.sqlite"
+    with DaemonProcess(daemon_config(server.url, ledger), tmp_path) as daemon:
+        daemon.wait_for(lambda: echoes(daemon, "tenant-a", "tenant-b") > 0 and echoes(daemon, "tenant-b", "tenant-a")
+                        > 0, 60, "cross-tenant echoes both ways")
+        daemon.wait_for(lambda: all(succeeded(daemon, job) for job in ("preflight", "sentinel", "campaign")), 30,
+                        "every job to succeed")
+        assert daemon.sample("leakprobe_findings_total", kind="boundary_accepted") > 0
+        assert daemon.sample("leakprobe_capacity_verdict", verdict="capacity_inversion") == 1
+        assert daemon.sample("leakprobe_target_advertised_context_tokens") == SMALL["context_length"]
+        assert daemon.sample("leakprobe_target_kv_pool_tokens") == SMALL["pool_tokens"]
+        assert daemon.sample("leakprobe_boundary_last_outcome", boundary="pool+1") == 3  # served over the limit
+        assert daemon.sample("leakprobe_incident_open", kind="cross_tenant_echo", victim="tenant-a",
+                             observer="tenant-b") == 1
+        assert daemon.get("/-/healthy").status_code == 200 and daemon.get("/-/ready").status_code == 200
+        status = daemon.get("/status").json()
+        open_pairs = {(i["victim"], i["observer"]) for t in status["targets"] for i in t["open_incidents"]
+                      if i["kind"] == "cross_tenant_echo"}
+        assert open_pairs == {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
+        assert all(status["targets"][0]["jobs"][job]["next_run"] for job in ("preflight", "sentinel", "campaign"))
+        exposition = daemon.scrape()
+        assert daemon.stop() == 0
+    promtool = need("promtool")
+    lint = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    store = open_ledger(ledger)
+    evidence = [f.details.get("engine_telemetry") for f in store.findings() if f.kind.value == "cross_tenant_echo"]
+    aborts = [e["sglang:num_aborted_requests_total"]["delta"] for e in evidence if isinstance(e, dict)]
+    assert aborts and max(aborts) >= 1  # the engine's own abort counter moved around the leak
+    logged = [line for line in (tmp_path / "daemon.log").read_text().splitlines() if ": finding " in line]
+    stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
+    assert logged and all(_finding_key(line) in stored for line in logged)
+    store.close()
+    # A restarted daemon reports the open incident before it has probed anything.
+    quiet = daemon_config(server.url, ledger, schedule={"preflight": "1h", "sentinel": "1h", "campaign": "1h"})
+    with DaemonProcess(quiet, tmp_path, name="restarted") as again:
+        assert again.sample("leakprobe_incident_open", kind="cross_tenant_echo", victim="tenant-b",
+                            observer="tenant-a") == 1
+        assert again.sample("leakprobe_last_finding_timestamp_seconds", kind="cross_tenant_echo") > 0
+        assert again.stop() == 0
+
+
+@pytest.mark.parametrize(("preset", "overrides"), [("fixed", SMALL), ("healthy", HEALTHY)])
+def test_fixed_and_healthy_stay_clean_over_full_cycles(testbed: StartTestbed, tmp_path: Path, preset: str,
+                                                       overrides: dict[str, Any]) -> None:
+    server = testbed(preset, **overrides)
+    with DaemonProcess(daemon_config(server.url, tmp_path / "l.sqlite"), tmp_path) as daemon:
+        daemon.wait_for(lambda: daemon.sample("leakprobe_job_runs_total", job="campaign") >= 2
+                        and succeeded(daemon, "campaign"), 90, "two campaigns")
+        for job in ("preflight", "sentinel", "campaign"):
+            assert succeeded(daemon, job), job
+        for kind in LEAKS:
+            assert daemon.sample("leakprobe_findings_total", kind=kind) == 0, (kind, daemon.log()[-2000:])
+        assert daemon.sample("leakprobe_job_failures_total") == 0, daemon.log()[-2000:]
+        assert daemon.stop() == 0
+    assert not [f for f in open_ledger(tmp_path / "l.sqlite").findings() if f.kind.value in LEAKS]
+
+
+def test_budget_skips_the_campaign_keeps_sentinels_and_survives_a_restart(testbed: StartTestbed,
+                                                                           tmp_path: Path) -> None:
+    server = testbed("fixed", **SMALL)
+    ledger = tmp_path / "l.sqlite"
+    config = daemon_config(server.url, ledger, tokens_per_day=6_000)  # a campaign needs ~180,000
+    with DaemonProcess(config, tmp_path) as daemon:
+        daemon.wait_for(lambda: daemon.sample("leakprobe_job_skips_total", job="campaign", reason="budget") >= 1
+                        and succeeded(daemon, "sentinel"), 30, "a skipped campaign and a sentinel")
+        assert daemon.sample("leakprobe_probes_total", job="campaign") == 0  # never half-run
+        assert "campaign testbed: skipped (budget)" in daemon.log()
+        assert daemon.stop() == 0
+    store = open_ledger(ledger)
+    spent = store.tokens_spent("testbed", utc_day())
+    store.close()
+    assert 0 < spent <= 6_000
+    with DaemonProcess(config, tmp_path, name="restarted") as again:
+        assert again.sample("leakprobe_token_budget_remaining_tokens") <= 6_000 - spent  # remembered
+        again.wait_for(lambda: again.sample("leakprobe_job_skips_total", job="sentinel", reason="budget") >= 1, 30,
+                       "the sentinels to run out of budget too")
+        assert again.stop() == 0
+
+
+def test_reload_applies_a_valid_config_and_refuses_an_invalid_one(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **SMALL)
+    config = daemon_config(server.url, tmp_path / "l.sqlite")
+    with DaemonProcess(config, tmp_path) as daemon:
+        assert daemon.sample("leakprobe_job_interval_seconds", job="sentinel") == 1
+        config["daemon"]["schedule"]["sentinel"] = "3s"
+        daemon.write_config(config)
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(lambda: daemon.sample("leakprobe_job_interval_seconds", job="sentinel") == 3, 10,
+                        "SIGHUP to apply the new interval")
+        assert daemon.sample("leakprobe_config_reloads_total") == 1
+        daemon.config_path.write_text(daemon.config_path.read_text() + "\nsurprise: 1\n")
+        refused = daemon.post("/-/reload")
+        assert refused.status_code == 400 and "surprise" in refused.text
+        assert daemon.sample("leakprobe_config_reload_failures_total") == 1
+        assert daemon.sample("leakprobe_config_last_reload_successful") == 0
+        assert daemon.get("/status").json()["last_reload_error"]
+        runs = daemon.sample("leakprobe_job_runs_total", job="sentinel")
+        daemon.wait_for(lambda: daemon.sample("leakprobe_job_runs_total", job="sentinel") > runs, 15,
+                        "the old config to keep running")
+        assert daemon.sample("leakprobe_job_interval_seconds", job="sentinel") == 3
+        assert daemon.stop() == 0
+
+
+def test_sigterm_mid_campaign_exits_zero_within_the_grace(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 150})  # a campaign takes ~30 s
+    config = daemon_config(server.url, tmp_path / "l.sqlite", shutdown_grace="5s")
+    with DaemonProcess(config, tmp_path) as daemon:
+        daemon.wait_for(lambda: daemon.get("/status").json()["targets"][0]["jobs"]["campaign"]["running"]
+                        and daemon.sample("leakprobe_probes_total", job="campaign") >= 2, 60, "a campaign under way")
+        started = time.monotonic()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+        assert time.monotonic() - started < 5 + 3
+        assert "stopped" in daemon.log()
+
+
+def _finding_key(line: str) -> tuple[str, str, str | None]:
+    fields = dict(part.split("=", 1) for part in line.split(": finding ", 1)[1].split() if "=" in part)
+    return line.split(": finding ", 1)[1].split()[1], fields["probe"], fields.get("canary")
+
+
+def _pool_tokens(server: Any, key: bytes) -> set[str]:
+    """Every MAC-valid canary body left in the engine's KV pools: what was really sent."""
+    bodies: set[str] = set()
+    for pool in (server.engine.prefill_pool, server.engine.decode_pool):
+        text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
+        bodies |= {m.replace("-", "")[3:] for m in re.findall(r"LPK(?:-[0-9A-Z]{8}){4}", text)}
+    return {b for b in bodies if verify(key, b)}
+
+
+def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
+    ledger = tmp_path / "l.sqlite"
+    rng = random.Random(20261130)
+    for trial in range(3):
+        daemon = DaemonProcess(daemon_config(server.url, ledger), tmp_path, name=f"trial{trial}").start()
+        time.sleep(rng.uniform(0.5, 4.0))
+        daemon.signal(signal.SIGKILL)
+        daemon.wait(10)
+        time.sleep(0.3)  # the log reader has read what the process wrote
+        store = open_ledger(ledger)
+        minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
+        sent = _pool_tokens(server, resolve_key(store))
+        assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but are not in the ledger"
+        stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
+        for line in daemon.lines:
+            if ": finding " in line:
+                assert _finding_key(line) in stored, line
+        store.close()
+
+
+def test_check_config_and_startup_errors(tmp_path: Path) -> None:
+    def daemon_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "prober", "daemon", *args], capture_output=True, text=True,
+                              env={**KEYS, "PATH": "/usr/bin:/bin"}, timeout=60)
+
+    good = tmp_path / "good.yaml"
+    good.write_text(json.dumps(daemon_config("http://127.0.0.1:9", tmp_path / "l.sqlite")))
+    ok = daemon_cli("--config", str(good), "--check-config")
+    assert ok.returncode == 0 and "valid" in ok.stdout, ok.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace('"1s"', '"soon"'))
+    refused = daemon_cli("--config", str(bad), "--check-config")
+    assert refused.returncode == 2 and "daemon.schedule.sentinel" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(good.read_text().replace(', {"name": "tenant-b", "api_key_env": "LP_B"}', ""))
+    assert daemon_cli("--config", str(alone), "--check-config").returncode == 2
+    missing = subprocess.run([sys.executable, "-m", "prober", "daemon", "--config", str(good)], capture_output=True,
+                             text=True, env={"LP_A": "key-of-a", "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert missing.returncode == 2 and "LP_B is not set" in missing.stderr
+    busy = tmp_path / "busy.yaml"
+    with socket_taken() as port:
+        busy.write_text(good.read_text().replace("127.0.0.1:0", f"127.0.0.1:{port}"))
+        taken = daemon_cli("--config", str(busy))
+    assert taken.returncode == 2 and "cannot listen" in taken.stderr and "Traceback" not in taken.stderr
+
+
+@contextmanager
+def socket_taken() -> Iterator[int]:
+    """A loopback port held open for the duration."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
