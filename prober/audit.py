@@ -8,15 +8,11 @@ from prober.canaries.keys import resolve_key
 from prober.config import ProberConfig
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
+from prober.secrets import scrubber_for
 from prober.targets.credentials import Secret
 from prober.types import Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:
-    """Every tenant's key, read now so a missing one fails before anything is sent (CredentialError)."""
-    return {tenant.name: tenant.credential.load() for tenant in config.tenants}
 
 
 async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
@@ -24,7 +20,7 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
     ledger = open_ledger(config.ledger)
     try:
         auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, observe=observe,
-                          dry_run=dry_run)
+                          dry_run=dry_run, scrubber=scrubber_for(secrets))
         return await auditor.run()
     finally:
         ledger.close()

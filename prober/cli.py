@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -132,45 +133,57 @@ def canaries_mint(
 
 @app.command()
 def scan(
-    file: Annotated[Path, typer.Argument(help="JSONL: {id, tenant, text, prompt?} per line.")],
-    ledger: Annotated[Path, typer.Option(help="Ledger holding the canaries.")],
+    inputs: Annotated[list[str], typer.Argument(
+        help="JSONL files ({id, tenant, text, prompt?} per line), .jsonl.gz, or - for standard input.")],
+    ledger: Annotated[str, typer.Option(help="Ledger holding the canaries (path or URL).")],
     output_format: Annotated[OutputFormat, typer.Option("--format", help="json | table")] = OutputFormat.table,
     semantic: Annotated[bool, typer.Option(help="Also look for paraphrased facts (loads a model).")] = True,
     model: Annotated[str, typer.Option(help="Embedding model (name or path).")] = DEFAULT_MODEL,
     tenant: Annotated[list[str] | None, typer.Option(
         help="Tenant names that MAC-verified tokens are attributed to, beyond the ledger's.")] = None,
     redact: Annotated[bool, typer.Option(help="Mask text around matches in excerpts.")] = True,
+    strict: Annotated[bool, typer.Option(help="Exit 2 when any line could not be read as a record.")] = False,
 ) -> None:
-    """Forensic log audit: scan recorded answers for other tenants' canaries.  Exit 0 clean, 1 findings."""
+    """Forensic log audit: scan recorded answers for other tenants' canaries.
+
+    Exit 0 clean, 1 findings, 2 when nothing (or, with --strict, not everything) could be checked."""
     from prober.canaries.keys import CanaryKeyError, resolve_key
     from prober.detect import Scanner
     from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
-    from prober.forensics import scan_file
+    from prober.forensics import scan_inputs
     from prober.ledger import LedgerError, open_ledger
 
-    if not file.is_file():
-        raise _fail(f"{file}: no such file")
-    if not ledger.is_file():
+    for name in inputs:
+        if name != "-" and not Path(name).is_file():
+            raise _fail(f"{name}: no such file")
+    if "://" not in ledger and not Path(ledger).is_file():
         raise _fail(f"{ledger}: no such ledger")
     try:
         store = open_ledger(ledger)
         embedder = SentenceTransformerEmbedder(model) if semantic else None
         scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
                           embedder=embedder, redact=redact)
-        report = scan_file(file, scanner, store)
-    except (LedgerError, CanaryKeyError, EmbedderError, OSError) as exc:
+        report = scan_inputs(inputs, scanner, store)
+    except (LedgerError, CanaryKeyError, EmbedderError) as exc:
         raise _fail(str(exc)) from None
     for problem in report.errors:
-        typer.echo(f"warning: {file}: {problem}", err=True)
+        typer.echo(f"warning: {problem}", err=True)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
     else:
         _table(["record", "kind", "detector", "severity", "victim", "observer", "canary", "score"],
                [[f.record_id, f.kind.value, f.detector, f.severity.label, f.victim_tenant or "-",
                  f.observer_tenant, f.canary_id or "-", f"{f.score:.3f}"] for f in report.findings])
-        typer.echo(f"{report.scanned} records scanned, {len(report.findings)} findings, "
-                   f"{report.own_echoes} own canaries echoed (positive controls)", err=True)
-    raise typer.Exit(1 if report.findings else 0)
+    typer.echo(f"{report.scanned:,} records scanned, {report.skipped:,} lines skipped ({report.invalid:,} not "
+               f"records, {report.oversized:,} too large to read), {len(report.findings):,} findings, "
+               f"{report.own_echoes:,} own canaries echoed (positive controls)", err=True)
+    code = report.exit_code(strict=strict)
+    if code == 2:
+        why = ("no record could be read" if report.scanned == 0 else
+               "some records were too large to read" if report.oversized else
+               "an input could not be read to its end" if report.unfinished else "some lines were skipped (--strict)")
+        typer.echo(f"error: {why}: the input was not fully checked", err=True)
+    raise typer.Exit(code)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
@@ -208,6 +221,7 @@ def preflight(
 
     from prober.campaign.survey import preflight as run_preflight
     from prober.config import ConfigError, assemble_config
+    from prober.secrets import scrubber_for
     from prober.targets.credentials import CredentialError
 
     threshold = _severity(fail_on)
@@ -217,8 +231,10 @@ def preflight(
     except (ConfigError, CredentialError) as exc:
         raise _fail(str(exc)) from None
 
+    scrubber = scrubber_for({"first tenant": secret})
+
     async def run_all() -> list[Any]:
-        return [await run_preflight(t, secret, bisect_budget=bisect_budget) for t in cfg.targets]
+        return [await run_preflight(t, secret, bisect_budget=bisect_budget, scrubber=scrubber) for t in cfg.targets]
 
     results = asyncio.run(run_all())
     if output_format is OutputFormat.json:
@@ -275,12 +291,13 @@ def audit(
     import asyncio
     import os
 
-    from prober.audit import exit_code, load_secrets, run_audit
+    from prober.audit import exit_code, run_audit
     from prober.config import ConfigError, assemble_config
     from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
     from prober.ledger import LedgerError
     from prober.progress import AuditProgress
     from prober.report import render
+    from prober.secrets import load_secrets, scrubber_for
     from prober.targets.credentials import CredentialError
 
     try:
@@ -294,7 +311,8 @@ def audit(
     except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
     threshold = cfg.audit.fail_on
-    report = render(result, output_format, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold)
+    report = scrubber_for(secrets).text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
+                                               fail_on=threshold))
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
@@ -306,6 +324,56 @@ def audit(
     code = exit_code(result, threshold)
     if code == 2:
         typer.echo("error: the audit did not finish; see the errors above", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def daemon(
+    config: Annotated[Path, typer.Option(help="YAML config: targets, tenants, and a `daemon:` section.")],
+    listen: Annotated[str | None, typer.Option(
+        help="HOST:PORT for /metrics, /status and health (default 127.0.0.1:10461).")] = None,
+    ledger: Annotated[str | None, typer.Option(help="Ledger path (overrides the config's `ledger`).")] = None,
+    check_config: Annotated[bool, typer.Option(help="Validate the config and exit: 0 valid, 2 invalid.")] = False,
+    log_level: Annotated[str, typer.Option(help="debug | info | warning | error")] = "info",
+) -> None:
+    """Probe continuously: preflight, sentinel and campaign jobs per target, Prometheus metrics, incidents.
+
+    Exit 0 after SIGTERM, 2 when it cannot start (bad config, missing credential, unusable ledger or port)."""
+    import asyncio
+    import logging
+    import os
+
+    from prober.config import ConfigError, assemble_config
+    from prober.daemon import Daemon, StartupError
+    from prober.targets.credentials import CredentialError
+
+    flags: dict[str, Any] = {"listen": listen, "ledger": ledger}
+    if check_config:
+        try:
+            cfg = assemble_config(config, environ=dict(os.environ), **flags)
+            if len(cfg.tenants) < 2:
+                raise ConfigError(f"{config}: tenants: the daemon needs at least two (a victim and an observer)")
+        except ConfigError as exc:
+            raise _fail(str(exc)) from None
+        for tenant in cfg.tenants:
+            try:
+                tenant.credential.load()
+            except CredentialError as exc:
+                typer.echo(f"note: tenant {tenant.name}: {exc} (read at start, not needed to check the config)",
+                           err=True)
+        typer.echo(f"{config}: valid ({len(cfg.targets)} targets, {len(cfg.tenants)} tenants, "
+                   f"listen {cfg.daemon.listen}, ledger {cfg.ledger})")
+        raise typer.Exit(0)
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # its skipped runs are counted as job skips
+    try:
+        service = Daemon(config, flags)
+        code = asyncio.run(service.run())
+    except (ConfigError, CredentialError, StartupError) as exc:
+        raise _fail(str(exc)) from None
     raise typer.Exit(code)
 
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
+import httpx
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.capacity.limits import Capacity, Known
@@ -19,6 +19,7 @@ from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy
 from prober.types import Severity
+from prober.yamlfile import YAMLFileError, read_yaml
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
@@ -48,6 +49,31 @@ def parse_duration(value: Any) -> float:
 
 def _severity(value: Any) -> Severity:
     return value if isinstance(value, Severity) else Severity.parse(str(value))
+
+
+def _no_nul(value: Any) -> Any:
+    if "\x00" in str(value):
+        raise ValueError("contains a NUL byte")
+    return value
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host and a valid port, and no user info: a password in a URL would be sent as
+    Basic auth in place of each tenant's own key, and printed wherever the URL is."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"is not a valid URL ({exc})") from None
+    if url.userinfo:
+        raise ValueError("must not carry user info (user:password@): give each tenant's key with api_key_env or "
+                         "api_key_file")
+    if not url.host:
+        raise ValueError("has no host")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError(f"has port {url.port}, outside 1-65535")
+    return value
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -84,7 +110,8 @@ class TargetConfig(_Strict):
     introspection_url: str | None = None
     capacity: CapacityHints = Field(default_factory=CapacityHints)
     tokenizer: Literal["auto", "endpoint", "usage"] = "auto"
-    timeout_s: float = Field(default=600.0, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0)  # idle: no byte for this long ends the request
+    deadline_s: float = Field(default=1_200.0, gt=0)  # total, connect to last byte, retries included
     retries: int = Field(default=3, ge=0, le=10)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     verify_tls: bool = True
@@ -92,19 +119,17 @@ class TargetConfig(_Strict):
     @field_validator("url", "introspection_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value
+        return None if value is None else http_url(value)
 
     def policy(self) -> TransportPolicy:
-        return TransportPolicy(timeout_s=self.timeout_s, retries=self.retries, max_body_bytes=self.max_body_bytes,
-                               verify_tls=self.verify_tls)
+        return TransportPolicy(timeout_s=self.timeout_s, deadline_s=self.deadline_s, retries=self.retries,
+                               max_body_bytes=self.max_body_bytes, verify_tls=self.verify_tls)
 
 
 class TenantConfig(_Strict):
     name: Name
     api_key_env: str | None = None
-    api_key_file: Path | None = None
+    api_key_file: Annotated[Path, BeforeValidator(_no_nul)] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> TenantConfig:
@@ -183,7 +208,7 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 class ProberConfig(_Strict):
-    ledger: str = "leakprobe.sqlite"
+    ledger: Annotated[str, BeforeValidator(_no_nul)] = "leakprobe.sqlite"
     targets: list[TargetConfig] = Field(min_length=1)
     tenants: list[TenantConfig] = Field(default_factory=list)
     audit: AuditSettings = Field(default_factory=AuditSettings)
@@ -214,11 +239,9 @@ def parse_config(data: Any, origin: str = "config") -> ProberConfig:
 def load_config(path: Path) -> dict[str, Any]:
     """The raw mapping of a YAML config, for callers that overlay flags before validating."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        data = read_yaml(path)
+    except YAMLFileError as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -275,5 +298,5 @@ def _put(data: dict[str, Any], where: tuple[str, ...], value: Any) -> None:
 
 def _name_of(url: str) -> str:
     """A target name from its URL's host and port (`http://10.0.0.5:8000/v1` -> `10.0.0.5-8000`)."""
-    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    hostport = url.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[2]
     return re.sub(r"[^A-Za-z0-9._-]", "-", hostport).strip("-._")[:64] or "target"

@@ -31,6 +31,7 @@ from prober.config import ProberConfig, TargetConfig
 from prober.embeddings import Embedder
 from prober.ledger.base import Ledger
 from prober.prompts import BuildError, BuiltPrompt, CountError, PromptBuilder
+from prober.scrub import Scrubber
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
@@ -104,10 +105,10 @@ class TargetRunner:
             if self.stopping.is_set():
                 report.errors.append(f"stopped before {exchange.id}: shutting down")
                 return
-            await self._exchange(exchange, report, observe)
+            await self._exchange(exchange, report, observe, plan.run_id)
 
     # -- one exchange ---------------------------------------------------------------------------
-    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer) -> None:
+    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer, run_id: str) -> None:
         builder = self._builder
         if builder is None:
             raise PlanError("survey the target before running a plan")
@@ -117,8 +118,8 @@ class TargetRunner:
             prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
                                                 seed=int(nonce[:4], 16))
         else:
-            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder)
-            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder)
+            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, run_id)
+            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, run_id)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         before = await self._telemetry.snapshot() if self._telemetry else None
         if exchange.concurrent:
@@ -130,7 +131,9 @@ class TargetRunner:
         for (step, built), answer in zip(sends, answers, strict=True):
             await self._judge(exchange, step, built, answer, report, engine, observe)
 
-    async def _build(self, step: Step, instruction: str, builder: PromptBuilder) -> BuiltPrompt:
+    async def _build(self, step: Step, instruction: str, builder: PromptBuilder, run_id: str) -> BuiltPrompt:
+        """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
+        sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
         async def mint(count: int) -> list[Canary]:
             # Persisted by the minter before this returns: before any prompt that carries them exists.
             distinct = await asyncio.to_thread(self.minter.tokens, step.tenant, min(count, DISTINCT_PER_PROMPT),
@@ -140,7 +143,7 @@ class TargetRunner:
         capacity = self.surveyed.capacity if self.surveyed else None
         page = capacity.page_size.value if capacity and capacity.page_size else None
         return await builder.build(step.length, instruction=instruction, mint=mint, page_size=page,
-                                   seed=zlib.crc32(step.id.encode()) & 0xFFFF)
+                                   seed=zlib.crc32(step.id.removeprefix(run_id).encode()) & 0xFFFF)
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
@@ -159,9 +162,9 @@ class TargetRunner:
                        "exchange": exchange.id}
             findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
                          for f in scanned.findings]
-        now = time.time()
-        findings = [replace(f, target=report.name, found_at=now,
-                            details={**f.details, **({"engine_telemetry": engine} if engine else {})})
+        now, scrub = time.time(), self.transport.scrubber
+        findings = [replace(f, target=report.name, found_at=now, excerpt=scrub.text(f.excerpt),
+                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
                     for f in findings]
         if findings:
             await asyncio.to_thread(self.ledger.add_findings, findings)  # durable before anyone is told
@@ -188,8 +191,10 @@ class Auditor:
     """`leakprobe audit`: survey, plan and run the boundary campaign on every configured target, in turn."""
 
     def __init__(self, config: ProberConfig, ledger: Ledger, key: bytes, secrets: Mapping[str, Secret | None], *,
-                 embedder: Embedder | None = None, observe: Observer = ignore, dry_run: bool = False) -> None:
+                 embedder: Embedder | None = None, observe: Observer = ignore, dry_run: bool = False,
+                 scrubber: Scrubber | None = None) -> None:
         self.config = config
+        self.scrubber = scrubber
         self.ledger = ledger
         self.key = key
         self.secrets = secrets
@@ -219,7 +224,7 @@ class Auditor:
 
     async def _run_target(self, cfg: TargetConfig, report: TargetReport, scanner: RunScanner) -> None:
         settings = self.config.audit
-        async with Transport(cfg.policy()) as transport:
+        async with Transport(cfg.policy(), self.scrubber) as transport:
             runner = TargetRunner(cfg, transport, ledger=self.ledger, minter=self.minter, scanner=scanner,
                                   secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run)
             try:

@@ -2,8 +2,10 @@
 
 Building a scanner costs time in proportion to its canaries, so the ledger's canaries get one scanner
 (rebuilt by `refresh`, which a long-running daemon calls on an interval to pick up other replicas'
-canaries) and this process's new canaries a small one, rebuilt only when canaries were minted.  Scans may
-run in worker threads: the swap of either scanner happens under a lock, and a scan uses the pair it took.
+canaries) and this process's new canaries a small one, rebuilt only when canaries were minted.  Once the
+small one holds FOLD_AT canaries they are folded into the large one, so a daemon that mints a few canaries a
+minute for days never rebuilds a large index per mint.  Scans run in worker threads: indexes are built
+outside the lock and swapped in under it, and a scan uses the pair it took.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.types import Canary, Record
 
+FOLD_AT = 256
+
 
 class RunScanner:
     def __init__(self, known: Sequence[Canary], *, key: bytes, tenants: Sequence[str],
@@ -24,6 +28,8 @@ class RunScanner:
         self.tenants = list(tenants)
         self.embedder = embedder
         self._lock = threading.Lock()
+        self._folding = False
+        self._known_canaries: list[Canary] = []
         self._known_ids: frozenset[str] = frozenset()
         self._known: Scanner | None = None
         self._minted: dict[str, Canary] = {}
@@ -41,10 +47,23 @@ class RunScanner:
                    if known else None)
         ids = frozenset(c.id for c in known)
         with self._lock:
-            self._known, self._known_ids = scanner, ids
+            self._known, self._known_ids, self._known_canaries = scanner, ids, list(known)
             if ids & self._minted.keys():
                 self._minted = {i: c for i, c in self._minted.items() if i not in ids}
                 self._current = None
+
+    def _fold(self) -> None:
+        """Move the minted canaries into the large index (in this worker thread, outside the lock)."""
+        with self._lock:
+            if self._folding or len(self._minted) < FOLD_AT:
+                return
+            self._folding = True
+            known = self._known_canaries + list(self._minted.values())
+        try:
+            self.refresh(known)
+        finally:
+            with self._lock:
+                self._folding = False
 
     def add(self, canaries: Sequence[Canary]) -> None:
         with self._lock:
@@ -61,6 +80,7 @@ class RunScanner:
             return self._current, self._known
 
     def scan(self, record: Record) -> ScanResult:
+        self._fold()
         current, known = self._pair()
         result = current.scan(record)
         if known is None:

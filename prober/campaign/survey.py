@@ -11,6 +11,7 @@ from prober.capacity.bisect import bisect_accept_limit
 from prober.config import TargetConfig
 from prober.prompts import CountError, PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
+from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
 from prober.targets.transport import Transport
@@ -63,7 +64,8 @@ async def survey(transport: Transport, config: TargetConfig, secret: Secret | No
     return result, counter
 
 
-async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0) -> PreflightResult:
-    async with Transport(config.policy()) as transport:
+async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
+                    scrubber: Scrubber | None = None) -> PreflightResult:
+    async with Transport(config.policy(), scrubber) as transport:
         result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget)
     return result

@@ -10,6 +10,7 @@ its text is stored redacted, since it may be real customer data.
 from __future__ import annotations
 
 import re
+import threading
 
 from prober.detect.base import Detector, Hit
 from prober.types import Record, Severity
@@ -39,11 +40,23 @@ class ForeignContentDetector(Detector):
     rank = 3
     severity = Severity.WARNING
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # scans run in worker threads
+        self._prompt: str | None = None
+        self._learned: tuple[frozenset[str], str] = (frozenset(), "")
+
+    def _learn(self, prompt: str) -> tuple[frozenset[str], str]:
+        """The prompt's words, once per prompt: a huge answer is scanned in windows against the same one."""
+        with self._lock:
+            if prompt is not self._prompt:
+                lower = prompt.lower()
+                self._prompt, self._learned = prompt, (frozenset(_WORD.findall(lower)), lower)
+            return self._learned
+
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         if not record.prompt:
             return []
-        prompt_words = {w.lower() for w in _WORD.findall(record.prompt)}
-        prompt_text = record.prompt.lower()
+        prompt_words, prompt_text = self._learn(record.prompt)
         hits: list[Hit] = []
         for match in _SENTENCE.finditer(record.text):
             sentence = match.group(0)

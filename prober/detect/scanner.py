@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from prober.canaries.compact import compact
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.exact import ExactDetector
-from prober.detect.foreign import ForeignContentDetector
+from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
 from prober.detect.fuzzy import FuzzyDetector
 from prober.detect.semantic import SemanticDetector
 from prober.embeddings import Embedder
@@ -24,6 +24,17 @@ from prober.types import Canary, Finding, FindingKind, Record
 
 EXCERPT_CONTEXT = 40
 MAX_EXCERPT = 240
+WINDOW_CHARS = 65_536
+WINDOW_OVERLAP = 4_096  # longer than any canary as a model renders it (spaced, broken, reworded)
+
+
+def windows(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, slice) covering `text`: one slice for an everyday answer, overlapping ones for a huge one."""
+    if len(text) <= WINDOW_CHARS:
+        yield 0, text
+        return
+    for start in range(0, len(text) - WINDOW_OVERLAP, WINDOW_CHARS - WINDOW_OVERLAP):
+        yield start, text[start : start + WINDOW_CHARS]
 
 
 def mask(text: str) -> str:
@@ -58,8 +69,15 @@ class Scanner:
         self._by_name = {d.name: d for d in self.detectors}
 
     def scan(self, record: Record) -> ScanResult:
-        compacted = compact(record.text)
-        hits = [hit for detector in self.detectors for hit in detector.detect(record, compacted)]
+        """Every detector over the answer, in overlapping windows, so that memory and time stay bounded per
+        window whatever size a target sends (a canary is shorter than the overlap, so none is cut)."""
+        hits: list[Hit] = []
+        for offset, window in windows(record.text):
+            part = Record(record.id, record.tenant, window, record.prompt)
+            compacted = compact(window)
+            for detector in self.detectors:
+                hits += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
+                         for h in detector.detect(part, compacted)]
         result = ScanResult()
         best: dict[str, Hit] = {}
         for hit in hits:
@@ -75,9 +93,11 @@ class Scanner:
             else:
                 result.findings.append(self._canary_finding(record, hit, victim))
         echoed = [(h.start, h.end) for h in best.values()]
+        foreign: dict[tuple[int, int], Hit] = {}
         for hit in hits:
             if hit.foreign and not any(s < hit.end and hit.start < e for s, e in echoed):
-                result.findings.append(self._foreign_finding(record, hit))
+                foreign.setdefault((hit.start, hit.end), hit)
+        result.findings += [self._foreign_finding(record, h) for h in list(foreign.values())[:MAX_HITS_PER_RECORD]]
         return result
 
     def _excerpt(self, text: str, start: int, end: int) -> str:

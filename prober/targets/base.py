@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prober.targets.credentials import Secret
@@ -66,11 +66,21 @@ class HTTPTarget(Target):
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
         if not prompt.stream:
             exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret)
-            return self._plain(exchange)
+            return self._scrubbed(self._plain(exchange))
         stream = _StreamReader(self)
         exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
                                                  on_chunk=stream.feed)
-        return stream.finish(exchange)
+        return self._scrubbed(stream.finish(exchange))
+
+    def _scrubbed(self, answer: Completion) -> Completion:
+        """Streamed text arrives in pieces that may split a secret: scrub the assembled answer too."""
+        scrub = self.transport.scrubber
+        if not scrub:
+            return answer
+        error = answer.error
+        if error is not None:
+            error = replace(error, message=scrub.text(error.message), body=scrub.text(error.body))
+        return replace(answer, text=scrub.text(answer.text), error=error)
 
     def _plain(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
@@ -116,7 +126,7 @@ class _StreamReader:
         try:
             obj = json.loads(data)
             piece = self.target.read_event(obj)
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
             return

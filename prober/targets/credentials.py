@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from prober.scrub import MIN_SECRET
+
 
 class CredentialError(ValueError):
     pass
@@ -57,11 +59,16 @@ class CredentialSource:
                 value = self.file.read_text(encoding="utf-8")
             except OSError as exc:
                 raise CredentialError(f"cannot read secret file {self.file}: {exc.strerror}") from None
+            except ValueError as exc:  # a NUL in the path, or not UTF-8 text
+                raise CredentialError(f"cannot read secret file {self.file!r}: {exc}") from None
         else:
             return None
         value = value.strip()
         if not value:
             raise CredentialError(f"{self.describe()} is empty")
+        if len(value) < MIN_SECRET:
+            raise CredentialError(f"{self.describe()} holds fewer than {MIN_SECRET} characters: too short to keep "
+                                  "out of reports")
         if any(ch in value for ch in "\r\n\x00"):
             raise CredentialError(f"{self.describe()} holds more than one line")
         return Secret(value)

@@ -1,5 +1,6 @@
-"""HTTP policy shared by every adapter: timeouts, bounded retries that honour Retry-After, a cap on body
-size, TLS verification, and redirects that never carry a credential to another origin.
+"""HTTP policy shared by every adapter: an idle timeout and a total deadline, bounded retries that honour
+Retry-After, a cap on body size, TLS verification, redirects that never carry a credential to another
+origin, and every secret the config knows scrubbed from what comes back before anyone reads it.
 
 Adapters get bytes and timings back, or a `TargetError`; nothing here raises on a bad response.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.result import ErrorKind, TargetError
 
@@ -27,7 +29,8 @@ ERROR_BODY_CAP = 4_096
 
 @dataclass(frozen=True)
 class TransportPolicy:
-    timeout_s: float = 600.0  # a 1M-token prefill takes minutes on real hardware
+    timeout_s: float = 600.0  # idle: a 1M-token prefill takes minutes on real hardware
+    deadline_s: float = 1_200.0  # total, connect to last byte, retries included: a stream that trickles ends
     connect_timeout_s: float = 10.0
     retries: int = 3
     backoff_s: float = 0.5
@@ -60,6 +63,8 @@ class HTTPExchange:
             return json_module.loads(text), None
         except ValueError as exc:
             return None, f"body is not JSON ({exc})"
+        except RecursionError:
+            return None, "body is not JSON a client can read (nested too deeply)"
 
     def snippet(self) -> str:
         """The start of the body, for an error report."""
@@ -72,8 +77,9 @@ OnChunk = Callable[[bytes, float], None]
 class Transport:
     """One async httpx client and the policy around it.  Use as an async context manager."""
 
-    def __init__(self, policy: TransportPolicy | None = None) -> None:
+    def __init__(self, policy: TransportPolicy | None = None, scrubber: Scrubber | None = None) -> None:
         self.policy = policy or TransportPolicy()
+        self.scrubber = scrubber or Scrubber()
         p = self.policy
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
@@ -94,13 +100,26 @@ class Transport:
 
     async def exchange(self, method: str, url: str, *, json: Any = None, secret: Secret | None = None,
                        headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
-        """Send with retries and same-origin redirects; read the whole body under the size cap."""
+        """Send with retries and same-origin redirects; read the whole body under the size cap; give up at the
+        deadline (what a stream delivered until then has reached `on_chunk`)."""
         started = time.monotonic()
+        latest = [HTTPExchange(None)]  # the attempt under way, kept when the deadline cuts it off
+        try:
+            async with asyncio.timeout(self.policy.deadline_s):
+                return await self._exchange(method, url, json, secret, headers or {}, on_chunk, started, latest)
+        except TimeoutError:
+            latest[0].attempts = max(1, latest[0].attempts)
+            return _failed(latest[0], ErrorKind.TIMEOUT, f"deadline of {self.policy.deadline_s:g} s passed "
+                           "(connect to last byte)", started)
+
+    async def _exchange(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
+                        on_chunk: OnChunk | None, started: float, latest: list[HTTPExchange]) -> HTTPExchange:
         attempt = 0
         redirects = 0
         while True:
             attempt += 1
-            result = await self._once(method, url, json, secret, headers or {}, on_chunk, started)
+            latest[0] = HTTPExchange(None, attempts=attempt)
+            result = await self._once(latest[0], method, url, json, secret, headers, on_chunk, started)
             result.attempts = attempt
             status = result.status
             if status in REDIRECT_STATUSES and result.error is None:
@@ -137,17 +156,17 @@ class Transport:
         backoff: float = min(p.backoff_max_s, p.backoff_s * 2 ** (attempt - 1))
         return backoff * random.uniform(0.8, 1.2)
 
-    async def _once(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
-                    on_chunk: OnChunk | None, started: float) -> HTTPExchange:
+    async def _once(self, result: HTTPExchange, method: str, url: str, json: Any, secret: Secret | None,
+                    headers: dict[str, str], on_chunk: OnChunk | None, started: float) -> HTTPExchange:
         send_headers = dict(headers)
         if secret is not None:
             send_headers["Authorization"] = f"Bearer {secret.reveal()}"
         cap = self.policy.max_body_bytes
-        result = HTTPExchange(None)
+        scrub = self.scrubber
         try:
             async with self.client.stream(method, url, json=json, headers=send_headers) as response:
                 result.status = response.status_code
-                result.headers = {k.lower(): v for k, v in response.headers.items()}
+                result.headers = {k.lower(): scrub.text(v) for k, v in response.headers.items()}
                 declared = response.headers.get("content-length")
                 encoded = response.headers.get("content-encoding", "identity") != "identity"
                 if declared and declared.isdigit() and int(declared) > cap and not encoded:
@@ -165,7 +184,7 @@ class Transport:
                     parts.append(chunk)
                     if on_chunk is not None and response.status_code == 200:
                         on_chunk(chunk, now)
-                result.body = b"".join(parts)
+                result.body = scrub.bytes(b"".join(parts))
                 result.total_s = time.monotonic() - started
                 return result
         except httpx.DecodingError as exc:
@@ -180,7 +199,7 @@ class Transport:
             kind, message = ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"
         # Keep the status and what arrived: a stream that stalls after a leak still carries the leak.
         result.total_s = time.monotonic() - started
-        result.error = TargetError(kind, message, result.status)
+        result.error = TargetError(kind, scrub.text(message), result.status)
         return result
 
 

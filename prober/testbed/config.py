@@ -6,8 +6,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from prober.yamlfile import YAMLFileError, read_yaml
 
 INCIDENT_CONTEXT = 1_048_576
 INCIDENT_POOL = 681_280
@@ -128,9 +129,9 @@ def build_config(preset: str = "incident", overrides: dict[str, Any] | None = No
 def load_config_file(path: Path) -> tuple[str | None, dict[str, Any]]:
     """Read a YAML testbed config: an optional `preset` key plus EngineConfig keys."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise EngineConfigError(f"{path}: cannot read config: {exc}") from None
+        data = read_yaml(path)
+    except YAMLFileError as exc:
+        raise EngineConfigError(str(exc)) from None
     if data is None:
         return None, {}
     if not isinstance(data, dict):
