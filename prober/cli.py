@@ -187,13 +187,9 @@ def scan(
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from prober.report.terminal import Terminal
 
-    table = Table(*header)
-    for row in rows:
-        table.add_row(*row)
-    Console(highlight=False).print(table)
+    typer.echo(Terminal.of(sys.stdout).table(header, rows), nl=False)
 
 
 def _severity(value: str) -> Severity:
@@ -296,7 +292,7 @@ def audit(
     from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
     from prober.ledger import LedgerError
     from prober.progress import AuditProgress
-    from prober.report import render
+    from prober.report import Terminal, render
     from prober.secrets import load_secrets, scrubber_for
     from prober.targets.credentials import CredentialError
 
@@ -311,8 +307,9 @@ def audit(
     except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
     threshold = cfg.audit.fail_on
+    terminal = Terminal.of(sys.stdout) if output is None else Terminal()
     report = scrubber_for(secrets).text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
-                                               fail_on=threshold))
+                                               fail_on=threshold, terminal=terminal))
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")

@@ -172,6 +172,7 @@ class Jitter(_Strict):
 class SentinelSettings(_Strict):
     tokens: int = Field(default=128, ge=16, le=8192)  # prompt length of each sentinel request
     max_tokens: int = Field(default=64, ge=1, le=1024)
+    retention: Duration = 7 * 86_400.0  # how long sentinel canaries stay active (campaigns': 30 days)
 
 
 class DaemonSettings(_Strict):

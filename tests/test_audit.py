@@ -103,6 +103,11 @@ def test_each_fault_alone(testbed: StartTestbed, tmp_path: Path, fault: str, exp
     assert found == expected and result.complete
     assert exit_code(result, Severity.WARNING) == code
     assert not any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
+    hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
+    # The cache-hit check knows whose prompt primed the cache: every hit names that other tenant.
+    assert all(f.victim_tenant in ("tenant-a", "tenant-b") and f.victim_tenant != f.observer_tenant for f in hits)
+    assert {(f.victim_tenant, f.observer_tenant) for f in hits} == (
+        {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")} if fault == "shared_prefix_cache" else set())
 
 
 def test_reports_in_every_format_and_no_key_anywhere(testbed: StartTestbed, tmp_path: Path,

@@ -107,6 +107,8 @@ def test_shared_prompt_cache_is_reported(llama: LlamaServer, tmp_path: Path) -> 
     result = _audit(llama, tmp_path / "l.sqlite")
     warnings = {f.kind for f in result.findings if f.severity >= Severity.WARNING}
     assert warnings == {FindingKind.CROSS_TENANT_CACHE_HIT}, [(f.kind, f.excerpt) for f in result.findings]
+    hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
+    assert all(f.victim_tenant and f.victim_tenant != f.observer_tenant for f in hits)  # whose prefix was served
 
 
 def test_clean_audit_with_two_tenants(llama_install: Installation, tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ class Plan:
     boundaries: list[Boundary]
     exchanges: list[Exchange] = field(default_factory=list)
     run_id: str = ""  # prefixes step ids, so that repeated runs (the daemon's) never reuse one
+    retention_s: float | None = None  # how long its canaries stay active (None: the minter's default)
 
     @property
     def tokens(self) -> int:
@@ -202,13 +203,14 @@ def shared_pool_check(capacity: Capacity) -> Boundary | None:
     return Boundary("shared-pool", min(limit - 1, -(-capacity.advertised.value * 3 // 5)), True)
 
 
-def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: int, run_id: str = "") -> Plan:
+def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: int, run_id: str = "",
+                  retention_s: float | None = None) -> Plan:
     """Everyday sizes, far from any boundary, a few hundred tokens per tenant: for each direction the
     observer first resends a canary-free prompt the victim has just sent (is the prefix cache shared?), then
     the victim sends a short canary-bearing prompt and the observer a probe of its own that asks to quote
     (does anything of the victim's reach the observer's answer: a session mix-up, a shared cache)."""
     everyday = Boundary(SENTINEL, tokens, True)
-    plan = Plan(target, [everyday], run_id=run_id)
+    plan = Plan(target, [everyday], run_id=run_id, retention_s=retention_s)
     for victim, observer in pairs(tenants):
         for label, same_text in ((SENTINEL_CACHE, True), (SENTINEL, False)):
             plan.add(victim, observer, Boundary(label, tokens, True), stream=False, concurrent=False,

@@ -105,10 +105,10 @@ class TargetRunner:
             if self.stopping.is_set():
                 report.errors.append(f"stopped before {exchange.id}: shutting down")
                 return
-            await self._exchange(exchange, report, observe, plan.run_id)
+            await self._exchange(exchange, report, observe, plan)
 
     # -- one exchange ---------------------------------------------------------------------------
-    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer, run_id: str) -> None:
+    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer, plan: Plan) -> None:
         builder = self._builder
         if builder is None:
             raise PlanError("survey the target before running a plan")
@@ -118,8 +118,8 @@ class TargetRunner:
             prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
                                                 seed=int(nonce[:4], 16))
         else:
-            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, run_id)
-            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, run_id)
+            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, plan)
+            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, plan)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         before = await self._telemetry.snapshot() if self._telemetry else None
         if exchange.concurrent:
@@ -131,19 +131,19 @@ class TargetRunner:
         for (step, built), answer in zip(sends, answers, strict=True):
             await self._judge(exchange, step, built, answer, report, engine, observe)
 
-    async def _build(self, step: Step, instruction: str, builder: PromptBuilder, run_id: str) -> BuiltPrompt:
+    async def _build(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
         async def mint(count: int) -> list[Canary]:
             # Persisted by the minter before this returns: before any prompt that carries them exists.
             distinct = await asyncio.to_thread(self.minter.tokens, step.tenant, min(count, DISTINCT_PER_PROMPT),
-                                               step.id)
+                                               step.id, plan.retention_s)
             self.scanner.add(distinct)
             return list(islice(cycle(distinct), count))
         capacity = self.surveyed.capacity if self.surveyed else None
         page = capacity.page_size.value if capacity and capacity.page_size else None
         return await builder.build(step.length, instruction=instruction, mint=mint, page_size=page,
-                                   seed=zlib.crc32(step.id.removeprefix(run_id).encode()) & 0xFFFF)
+                                   seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)

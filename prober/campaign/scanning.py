@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from prober.detect import Scanner
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
+from prober.malloc import trim
 from prober.types import Canary, Record
 
 FOLD_AT = 256
@@ -51,6 +52,7 @@ class RunScanner:
             if ids & self._minted.keys():
                 self._minted = {i: c for i, c in self._minted.items() if i not in ids}
                 self._current = None
+        trim()  # the index this replaced is garbage now: give its memory back
 
     def _fold(self) -> None:
         """Move the minted canaries into the large index (in this worker thread, outside the lock)."""

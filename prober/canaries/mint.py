@@ -33,12 +33,13 @@ class Minter:
         self.embedder = embedder
         self.retention_seconds = retention_days * 86400
 
-    def _stamp(self) -> tuple[float, float]:
+    def _stamp(self, retention_s: float | None = None) -> tuple[float, float]:
         now = time.time()
-        return now, now + self.retention_seconds
+        return now, now + (self.retention_seconds if retention_s is None else retention_s)
 
-    def tokens(self, tenant: str, count: int = 1, probe_id: str = "") -> list[Canary]:
-        created, expires = self._stamp()
+    def tokens(self, tenant: str, count: int = 1, probe_id: str = "", retention_s: float | None = None) -> list[Canary]:
+        """`retention_s` overrides the minter's retention (the daemon's sentinels keep theirs shorter)."""
+        created, expires = self._stamp(retention_s)
         minted = [
             Canary(id=new_id(), tenant=tenant, kind=CanaryKind.TOKEN,
                    text=tokens.display(tokens.mint_body(self.key, tenant, probe_id)),

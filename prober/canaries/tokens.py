@@ -66,6 +66,12 @@ def mint_body(key: bytes, tenant: str, probe_id: str) -> str:
     return unsigned + _mac(key, unsigned)
 
 
+def lookalike() -> str:
+    """A token of a canary's exact shape with random tags and MAC: it costs what a canary costs in any
+    tokenizer and verifies as nothing (a 2**-40 chance).  For measuring prompt lengths, never for planting."""
+    return display(_b32(secrets.randbits(5 * BODY_LEN), BODY_LEN))
+
+
 def display(body: str) -> str:
     """The form that goes into prompts: prefix and hyphens help tokenizers and people."""
     return f"{PREFIX}-{body[:8]}-{body[8:16]}-{body[16:24]}-{body[24:]}"

@@ -96,8 +96,9 @@ class TargetSession:
             return JobOutcome(True)
         run_id = f"{job.value[0]}{secrets.token_hex(3)}-"
         if job is Job.SENTINEL:
-            plan = sentinel_plan(self.name, runner.tenants, tokens=self.daemon.sentinel.tokens,
-                                 max_tokens=self.daemon.sentinel.max_tokens, run_id=run_id)
+            sentinel = self.daemon.sentinel
+            plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
+                                 run_id=run_id, retention_s=sentinel.retention)
         else:
             a = self.audit
             plan = runner.campaign(observe, streaming=a.streaming, concurrent=a.concurrent, rounds=1,

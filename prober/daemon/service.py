@@ -41,6 +41,7 @@ from prober.daemon.budget import TokenBudget
 from prober.daemon.jobs import Job, JobOutcome, TargetSession
 from prober.daemon.metrics import Metrics
 from prober.ledger import Ledger, LedgerError, open_ledger
+from prober.malloc import cap_arenas
 from prober.scrub import Scrubber, ScrubbingFilter
 from prober.secrets import load_secrets, scrubber_for
 from prober.targets.credentials import CredentialError, Secret
@@ -133,6 +134,7 @@ class Daemon:
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT; raises StartupError when the listen address cannot be bound."""
         sock = self._bind()
+        cap_arenas()  # scans and ledger writes run in worker threads
         for handler in logging.getLogger().handlers:
             handler.addFilter(self.log_filter)
         loop = asyncio.get_running_loop()
@@ -174,6 +176,9 @@ class Daemon:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Inherited by every accepted connection: without it a response written in two parts waits for
+            # the client's delayed ACK (measured: 44 ms per /metrics request instead of under 1 ms).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind((host, port))
         except OSError as exc:
             sock.close()

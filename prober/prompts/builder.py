@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from prober.canaries import tokens
 from prober.canaries.filler import load_filler
 from prober.prompts.counter import TokenCounter
 from prober.types import Canary
@@ -55,6 +56,7 @@ class PromptBuilder:
         self.filler = load_filler(language)
         self._counts: dict[str, int] = {}
         self._pad: str | None = None
+        self._lookalikes = [tokens.lookalike() for _ in range(CANARY_SAMPLES)]
 
     async def _count(self, text: str) -> int:
         if text not in self._counts:
@@ -129,8 +131,9 @@ class PromptBuilder:
                            seed: int) -> tuple[list[str], float, tuple[Canary, ...], int]:
         """Units of filler + one canary sentence, short enough that every aligned page (or every run of
         k pages, when one canary is longer than half a page) holds a complete canary."""
-        sample = list(await mint(CANARY_SAMPLES))
-        costs = [await self._cost(header, CANARY_SENTENCE.format(code=c.text) + "\n") for c in sample]
+        # Costs measured on look-alikes, so that only canaries that go into the prompt are minted (a short
+        # sentinel prompt holds one) and a repeated build reuses the measurements.
+        costs = [await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes]
         canary_cost = max(costs) + 1  # headroom for canaries that tokenize a little longer than the sample
         pages = max(1, -(-(2 * canary_cost - 1) // page))
         period = pages * page
@@ -145,7 +148,7 @@ class PromptBuilder:
             filler = await self._filler_of(header, budget - canary_cost, seed)
             filler_cost = await self._cost(header, filler) if filler else 0
             mean_unit, count = filler_cost + sum(costs) / len(costs), 1
-        minted = sample[:count] + (list(await mint(count - len(sample))) if count > len(sample) else [])
+        minted = list(await mint(count))
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
         return parts, mean_unit, tuple(minted), period
 

@@ -11,6 +11,7 @@ from prober.report.html import html_report
 from prober.report.junit import junit
 from prober.report.sarif import sarif
 from prober.report.table import table_report
+from prober.report.terminal import Terminal
 from prober.types import Severity
 
 
@@ -23,7 +24,8 @@ class ReportFormat(StrEnum):
 
 
 def render(result: AuditResult, fmt: ReportFormat, *, config_uri: str = "leakprobe.yaml",
-           fail_on: Severity = Severity.WARNING) -> str:
+           fail_on: Severity = Severity.WARNING, terminal: Terminal | None = None) -> str:
+    """`terminal`: where a table goes (colour and wrapping on a terminal; plain lines elsewhere)."""
     doc = document(result)
     if fmt is ReportFormat.json:
         return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
@@ -33,7 +35,7 @@ def render(result: AuditResult, fmt: ReportFormat, *, config_uri: str = "leakpro
         return junit(doc, fail_on) + "\n"
     if fmt is ReportFormat.html:
         return html_report(doc)
-    return table_report(doc)
+    return table_report(doc, terminal)
 
 
-__all__ = ["ReportFormat", "document", "render"]
+__all__ = ["ReportFormat", "Terminal", "document", "render"]

@@ -1,4 +1,8 @@
-"""The audit as one JSON-ready document: the single source every report format renders from."""
+"""The audit as one JSON-ready document: the single source every report format renders from.
+
+It answers first what an on-call engineer asks first — did tenant data cross, between whom, at which prompt
+length — as a verdict, a victim x observer matrix per target and incidents; the requests and findings
+follow as evidence."""
 
 from __future__ import annotations
 
@@ -9,7 +13,14 @@ from prober import __version__
 from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.survey import PreflightResult
 from prober.incidents import Incident
-from prober.types import Finding
+from prober.types import Finding, FindingKind
+
+HEADLINES = {
+    "leak": "LEAK: another tenant's canary appeared in an answer",
+    "incomplete": "INCOMPLETE: not every request could be observed; no leak in those that were",
+    "no_leak": "NO LEAK: no tenant's canary reached another tenant",
+    "dry_run": "DRY RUN: the plan and its cost only; nothing was sent",
+}
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
@@ -37,7 +48,31 @@ def finding_json(finding: Finding) -> dict[str, Any]:
 def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
     """An incident with the indices (into the document's `findings`) of the findings under it."""
     index = {id(f): i for i, f in enumerate(findings)}
-    return {**incident.to_json(), "findings": [index[id(f)] for f in incident.findings]}
+    boundaries = sorted({str(f.details["boundary"]) for f in incident.findings if f.details.get("boundary")})
+    return {**incident.to_json(), "boundaries": boundaries, "findings": [index[id(f)] for f in incident.findings]}
+
+
+def verdict(result: AuditResult) -> dict[str, Any]:
+    """leak | no_leak | incomplete | dry_run: a leak outranks an incomplete run (what was seen stays seen)."""
+    leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
+    status = ("dry_run" if result.dry_run else "leak" if leaked else "no_leak" if result.complete
+              else "incomplete")
+    worst = result.worst()
+    return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
+            "complete": result.complete, "tokens_sent": sum(t.tokens_sent for t in result.targets),
+            "duration_s": round(max(0.0, result.finished - result.started), 1)}
+
+
+def matrix(report: TargetReport) -> dict[str, Any]:
+    """Cross-tenant findings of one target by victim (rows) and observer (columns)."""
+    tenants = sorted({s.step.tenant for s in report.steps}
+                     | {f.victim_tenant for f in report.findings if f.victim_tenant}
+                     | ({e.victim for e in report.plan.exchanges} if report.plan else set()))
+    cells = {v: dict.fromkeys((o for o in tenants if o != v), 0) for v in tenants}
+    for f in report.findings:
+        if f.kind is FindingKind.CROSS_TENANT_ECHO and f.victim_tenant in cells and f.observer_tenant in cells:
+            cells[f.victim_tenant][f.observer_tenant] += 1
+    return {"tenants": tenants, "cells": cells}
 
 
 def step_json(step: StepResult) -> dict[str, Any]:
@@ -59,7 +94,7 @@ def target_json(report: TargetReport) -> dict[str, Any]:
     survey = report.survey or PreflightResult(report.name, report.url)
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
-            "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent,
+            "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
             "plan": report.plan.to_json() if report.plan else None,
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}
 
@@ -72,6 +107,7 @@ def document(result: AuditResult) -> dict[str, Any]:
         "tool": {"name": "leakprobe", "version": __version__},
         "started": result.started, "finished": result.finished, "dry_run": result.dry_run,
         "complete": result.complete,
+        "verdict": verdict(result),
         "summary": {"findings": len(findings), "worst": worst.label if worst else None,
                     "by_kind": dict(Counter(f.kind.value for f in findings)),
                     "by_severity": dict(Counter(f.severity.label for f in findings)),

@@ -1,19 +1,55 @@
-"""One self-contained HTML file: summary, findings, and two inline-SVG plots per target — outcome against
-prompt length around each boundary, and the similarity scores of what the detectors matched."""
+"""One self-contained HTML file that answers, in this order: did tenant data cross (the verdict), between
+whom (a victim x observer matrix per target), at which prompt length (outcome against prompt length, with
+the capacity boundaries), and what exactly (incidents, each expanding to its findings and masked evidence).
+Preflight's verdicts stand beside each target.  No script and no network are needed to read it; it prints.
+
+The plots are hand-drawn SVG: two small charts of a few dozen points, a few lines of code each, no
+dependency and nothing to load; a plotting library would add tens of megabytes for the same pictures.
+"""
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from typing import Any
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
-SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#f59f00", "info": "#868e96"}
+SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
+VERDICT_COLOURS = {"leak": "#c92a2a", "incomplete": "#e67700", "no_leak": "#2b8a3e", "dry_run": "#495057"}
 W, H, PAD = 720, 220, 48
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#212529}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+td,th{border:1px solid #dee2e6;padding:3px 6px;text-align:left;vertical-align:top}
+code{font-size:12px;word-break:break-all}small,.muted{color:#868e96;font-weight:normal}
+.verdict{color:#fff;padding:1em 1.5em;border-radius:6px}.verdict h1{margin:0 0 .2em}
+.verdict dl{display:flex;flex-wrap:wrap;gap:.3em 2em;margin:.6em 0 0}.verdict dt{font-weight:600}
+.verdict dd{margin:0}
+.target{border-top:2px solid #dee2e6;margin-top:2em;padding-top:1em}
+.head{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:1.5em}
+.preflight{background:#f8f9fa;border-left:4px solid #adb5bd;padding:.4em 1em}
+.preflight li{margin:.3em 0}
+.matrix td.cell{text-align:center;font-weight:600;min-width:5em}
+.matrix td.leak{background:#ffe3e3;color:#c92a2a}.matrix td.clean{background:#ebfbee;color:#2b8a3e}
+.matrix td.self{background:#f1f3f5;color:#adb5bd}
+details.incident{border:1px solid #dee2e6;border-radius:4px;margin:.4em 0;padding:.3em .6em}
+details.incident summary{cursor:pointer}.sev{font-weight:700;text-transform:uppercase;font-size:12px}
+@media print{body{margin:0;max-width:none}details.incident::details-content{content-visibility:visible;
+display:block}details.incident summary{list-style:none}.target{break-before:page}
+.verdict{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
+"""
 
 
 def _esc(value: object) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _when(at: float | None) -> str:
+    if not at:
+        return "-"
+    return datetime.datetime.fromtimestamp(at, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _clusters(lengths: list[int]) -> list[list[int]]:
@@ -32,13 +68,13 @@ def outcome_plot(target: dict[str, Any]) -> str:
     per probe (red when it produced a finding); dashed lines mark the boundaries."""
     steps = [s for s in target["steps"] if s["role"] == "probe"]
     if not steps:
-        return "<p>No probes were sent.</p>"
+        return '<p class="muted">No probes were sent.</p>'
     marks = {b["length"]: b["label"] for b in (target["plan"] or {}).get("boundaries", [])}
     groups = _clusters(list(marks) or [s["prompt_tokens"] for s in steps])
     rows = {"served": 80, "refused": 130, "error": 180}
     panel = (W - PAD) / len(groups)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 30}" role="img" '
-             f'aria-label="outcome against prompt length"><rect width="{W}" height="{H + 30}" fill="#fff"/>']
+    parts = [f'<svg class="outcome-plot" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 30}" '
+             f'role="img" aria-label="outcome against prompt length"><rect width="{W}" height="{H + 30}" fill="#fff"/>']
     for label, y in rows.items():
         parts.append(f'<text x="2" y="{y + 4}" font-size="11">{label}</text>'
                      f'<line x1="{PAD}" y1="{y}" x2="{W}" y2="{y}" stroke="#eee"/>')
@@ -72,7 +108,7 @@ def score_plot(findings: list[dict[str, Any]]) -> str:
     """Histogram of matched similarity scores per detector (exact matches sit at 1.0)."""
     scored = [(f["detector"], f["score"]) for f in findings if f["kind"] == "cross_tenant_echo"]
     if not scored:
-        return "<p>No canary matches, so no similarity scores to plot.</p>"
+        return '<p class="muted">No canary matches, so no similarity scores to plot.</p>'
     detectors = sorted({d for d, _ in scored})
     palette = ["#c92a2a", "#1971c2", "#2f9e44", "#f08c00"]
     bins = 20
@@ -98,40 +134,98 @@ def score_plot(findings: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def html_report(doc: dict[str, Any]) -> str:
-    summary = doc["summary"]
-    worst = summary["worst"] or "none"
-    rows = "".join(
-        f'<tr><td style="color:{SEVERITY_COLOURS[f["severity"]]}">{_esc(f["severity"])}</td><td>{_esc(f["kind"])}</td>'
-        f'<td>{_esc(f["target"])}</td><td>{_esc(f["victim_tenant"] or "-")}</td><td>{_esc(f["observer_tenant"])}</td>'
-        f'<td>{_esc(f["probe"])}</td><td>{_esc(f["prompt_tokens"])}</td><td>{_esc(f["boundary"])}</td>'
-        f'<td>{_esc(f["detector"])}</td><td><code>{_esc(f["evidence"]["excerpt"])}</code></td></tr>'
-        for f in doc["findings"])
-    sections = []
-    for t in doc["targets"]:
-        verdicts = "".join(f"<li><b>{_esc(v['severity'])}</b> {_esc(v['code'])}: {_esc(v['message'])}</li>"
-                           for v in t["verdicts"])
-        errors = "".join(f"<li>{_esc(e)}</li>" for e in t["errors"])
-        own = [f for f in doc["findings"] if f["target"] == t["name"]]
-        sections.append(
-            f"<section><h2>{_esc(t['name'])} <small>{_esc(t['url'])}</small></h2>"
-            f"<p>Tokens counted by {_esc(t['tokenizer'])}; {t['tokens_sent']:,} tokens sent; "
-            f"{'complete' if t['complete'] else '<b>incomplete</b>'}.</p><ul>{verdicts}</ul>"
-            f"{'<h3>Errors</h3><ul>' + errors + '</ul>' if errors else ''}"
+def verdict_block(doc: dict[str, Any]) -> str:
+    v = doc["verdict"]
+    facts = [("worst severity", v["worst"] or "none"), ("incidents", doc["summary"]["incidents"]),
+             ("findings", doc["summary"]["findings"]), ("tokens sent", f"{v['tokens_sent']:,}"),
+             ("duration", f"{v['duration_s']:,} s"), ("targets", ", ".join(t["name"] for t in doc["targets"])),
+             ("started", _when(doc["started"]))]
+    items = "".join(f"<div><dt>{_esc(k)}</dt><dd>{_esc(val)}</dd></div>" for k, val in facts)
+    return (f'<header id="verdict" class="verdict" data-status="{v["status"]}" '
+            f'style="background:{VERDICT_COLOURS[v["status"]]}"><h1>{_esc(v["headline"].split(":")[0])}</h1>'
+            f'<p>{_esc(v["headline"].split(": ", 1)[-1])}.</p><dl>{items}</dl></header>')
+
+
+def matrix_table(target: dict[str, Any]) -> str:
+    m = target["matrix"]
+    if len(m["tenants"]) < 2:
+        return '<p class="muted">Fewer than two tenants were probed.</p>'
+    head = "".join(f'<th scope="col">{_esc(o)}</th>' for o in m["tenants"])
+    rows = []
+    for victim in m["tenants"]:
+        cells = []
+        for observer in m["tenants"]:
+            if observer == victim:
+                cells.append('<td class="cell self">—</td>')
+                continue
+            n = m["cells"][victim][observer]
+            cells.append(f'<td class="cell {"leak" if n else "clean"}" data-victim="{_esc(victim)}" '
+                         f'data-observer="{_esc(observer)}" data-count="{n}">{n}</td>')
+        rows.append(f'<tr><th scope="row">{_esc(victim)}</th>{"".join(cells)}</tr>')
+    return (f'<table class="matrix" data-target="{_esc(target["name"])}"><caption class="muted">Cross-tenant '
+            f'findings: whose canaries (rows) reached whom (columns)</caption><tr><th>victim \\ observer</th>{head}'
+            f'</tr>{"".join(rows)}</table>')
+
+
+def finding_rows(findings: list[dict[str, Any]]) -> str:
+    rows = []
+    for f in findings:
+        telemetry = (f.get("details") or {}).get("engine_telemetry") or {}
+        moved = ", ".join(f"{name} {change['delta']:+g}" for name, change in telemetry.items() if change["delta"])
+        rows.append(
+            f"<tr><td>{_esc(f['probe'])}</td><td>{_esc(f['prompt_tokens'])}</td><td>{_esc(f['boundary'])}</td>"
+            f"<td>{_esc(f['detector'])} {f['score']:.2f}</td><td>{_esc(f['canary_id'] or '-')}</td>"
+            f"<td><code>{_esc(f['evidence']['excerpt'])}</code></td><td>{_esc(moved or '-')}</td></tr>")
+    return ("<table><tr><th>probe</th><th>prompt tokens</th><th>boundary</th><th>detector</th><th>canary</th>"
+            f"<th>evidence (masked)</th><th>engine counters that moved</th></tr>{''.join(rows)}</table>")
+
+
+def incident_list(doc: dict[str, Any], target: str) -> str:
+    items = []
+    for incident in (i for i in doc["incidents"] if i["target"] == target):
+        pair = f"{incident['victim']} → {incident['observer']}" if incident["victim"] else incident["observer"]
+        colour = SEVERITY_COLOURS[incident["severity"]]
+        findings = [doc["findings"][i] for i in incident["findings"]]
+        items.append(
+            f'<details class="incident" data-kind="{_esc(incident["kind"])}" data-victim="{_esc(incident["victim"])}" '
+            f'data-observer="{_esc(incident["observer"])}"><summary><span class="sev" style="color:{colour}">'
+            f'{_esc(incident["severity"])}</span> <b>{_esc(incident["kind"])}</b> {_esc(pair)} · at '
+            f'{_esc(", ".join(incident["boundaries"]) or "-")} · {incident["count"]} finding'
+            f'{"s" if incident["count"] != 1 else ""} · first {_esc(_when(incident["first_seen"]))}, last '
+            f'{_esc(_when(incident["last_seen"]))}</summary>{finding_rows(findings)}</details>')
+    return "".join(items) or '<p class="muted">No incidents.</p>'
+
+
+def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:
+    cap = t["capacity"]
+    ctx = (cap.get("context_length") or cap.get("accept_limit") or {}).get("value")
+    pool = (cap.get("pool_tokens") or {}).get("value")
+    facts = (f"engine {_esc(cap['engine'] or '?')}; advertised context {f'{ctx:,}' if ctx else '?'} tokens; "
+             f"KV pool {f'{pool:,}' if pool else '?'} tokens; tokens counted by {_esc(t['tokenizer'])}; "
+             f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}.")
+    verdicts = "".join(f'<li><span class="sev" style="color:{SEVERITY_COLOURS.get(v["severity"], "#495057")}">'
+                       f'{_esc(v["severity"])}</span> <b>{_esc(v["code"])}</b>: {_esc(v["message"])}</li>'
+                       for v in t["verdicts"]) or "<li>no verdict</li>"
+    errors = "".join(f"<li>{_esc(e)}</li>" for e in t["errors"])
+    own = [f for f in doc["findings"] if f["target"] == t["name"]]
+    return (f'<section class="target" data-target="{_esc(t["name"])}"><div class="head"><div><h2>{_esc(t["name"])} '
+            f'<small>{_esc(t["url"])}</small></h2><p>{facts}</p></div><aside class="preflight"><h3>Preflight</h3>'
+            f'<ul>{verdicts}</ul></aside></div>'
+            f"<h3>Who reached whom</h3>{matrix_table(t)}"
             f"<h3>Outcome against prompt length</h3>{outcome_plot(t)}"
+            f'<h3>Incidents</h3><div class="incidents">{incident_list(doc, t["name"])}</div>'
+            f"{'<h3>Errors</h3><ul>' + errors + '</ul>' if errors else ''}"
             f"<h3>Similarity of matched canaries</h3>{score_plot(own)}</section>")
+
+
+def html_report(doc: dict[str, Any]) -> str:
     data = json.dumps(doc, ensure_ascii=False).replace("</", "<\\/")
+    sections = "".join(target_section(doc, t) for t in doc["targets"])
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>leakprobe audit</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;
-font-size:13px}}td,th{{border:1px solid #dee2e6;padding:3px 6px;text-align:left;vertical-align:top}}
-code{{font-size:12px;word-break:break-all}}small{{color:#868e96;font-weight:normal}}</style></head><body>
-<h1>leakprobe audit</h1>
-<p>{summary['findings']} findings, worst: <b>{_esc(worst)}</b>; {summary['tokens_sent']:,} tokens sent;
-audit {'complete' if doc['complete'] else '<b>incomplete</b>'}{' (dry run)' if doc['dry_run'] else ''}.</p>
-<table><tr><th>severity</th><th>kind</th><th>target</th><th>victim</th><th>observer</th><th>probe</th>
-<th>prompt tokens</th><th>boundary</th><th>detector</th><th>evidence</th></tr>{rows}</table>
-{''.join(sections)}
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>leakprobe: {_esc(doc["verdict"]["headline"])}</title><style>{STYLE}</style></head><body>
+{verdict_block(doc)}
+{sections}
 <script type="application/json" id="leakprobe-data">{data}</script>
 </body></html>
 """
