@@ -25,13 +25,13 @@ from itertools import cycle, islice
 
 from prober.canaries.mint import Minter
 from prober.detect import Scanner
-from prober.embeddings import SentenceTransformerEmbedder
+from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
 from prober.prompts.builder import MintCanaries
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
 from prober.types import Canary, Record, Severity
-from tests.llamacpp import LlamaServer, ensure_installed
+from tests.llamacpp import LlamaServer, cache_dir, ensure_installed
 
 KEY = b"bench-llama-key-bench-llama-key!"
 TENANTS = ["tenant-a", "tenant-b", "tenant-c", "tenant-d"]
@@ -52,8 +52,12 @@ def cycling(canaries: list[Canary]) -> MintCanaries:
     return mint
 
 
+ANSWERS = cache_dir() / "gemma-answers.jsonl"  # kept for bench/foreign.py
+
+
 async def false_positives(server: LlamaServer, answers: int) -> None:
-    embedder = SentenceTransformerEmbedder()
+    embedder = make_embedder()
+    kept = []
     ledger = open_ledger(":memory:")
     minter = Minter(ledger, KEY, embedder)
     own: dict[str, tuple[list[Canary], list[Canary]]] = {
@@ -87,6 +91,7 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
             batch = await asyncio.gather(*(one(i) for i in range(start, min(answers, start + 2))))
             for tenant, prompt, rid, answer, greedy in batch:
                 assert answer.ok, answer.error
+                kept.append({"id": rid, "tenant": tenant, "prompt": prompt, "text": answer.text, "greedy": greedy})
                 lengths.append(len(answer.text))
                 result = scanner.scan(Record(rid, tenant, answer.text, prompt))
                 own_echoes += len(result.own_echoes)
@@ -97,6 +102,7 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
                     by_severity[f.severity.label] += 1
                     by_kind[f"{f.kind.value}/{f.detector}"] += 1
         elapsed = time.monotonic() - started
+    ANSWERS.write_text("".join(json.dumps(k, ensure_ascii=False) + "\n" for k in kept), encoding="utf-8")
     crit = answers_with[Severity.CRITICAL.label] + answers_with[Severity.HIGH.label]
     print(f"false positives over {answers} real Gemma answers ({elapsed:.0f} s, median answer "
           f"{statistics.median(lengths)} chars, {own_echoes} own canaries echoed back as positive controls):")

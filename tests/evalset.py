@@ -12,8 +12,13 @@ import random
 import string
 from dataclasses import dataclass
 
-from prober.canaries import tokens
+from prober.canaries import hangul, tokens
 from prober.canaries.filler import load_filler
+from prober.canaries.mint import Minter
+from prober.canaries.packs import load_pack
+from prober.detect import Scanner, ScanResult
+from prober.embeddings import Embedder
+from prober.ledger import Ledger
 from prober.types import Canary, CanaryKind, Record
 
 CONFUSABLE = {"A": "А", "B": "В", "E": "Е", "K": "К", "M": "М", "H": "Н", "P": "Р", "C": "С", "T": "Т",
@@ -44,6 +49,97 @@ PARAPHRASES = {
 }
 
 
+# Hand-written Korean rewordings of the Korean templates (particle pairs agree with the values).
+KO_PARAPHRASES = {
+    "{person}의 금고 비밀번호는 {number}이며/며 금고는 {place}에 있습니다.":
+        "{place}에 있는 {person}의 금고는 {number}으로/로 열립니다.",
+    "{person} 씨는 {place}에 살고 있으며 {color} {animal} {pet}을/를 키웁니다.":
+        "{place}에 사는 {person} 씨가 기르는 {color} {animal}의 이름은 {pet}입니다.",
+    "{person} 씨의 소포 {number}번은 {place} 우체국에 보관되어 있습니다.":
+        "{place} 우체국이 {person} 씨 앞으로 온 {number}번 소포를 맡아 두고 있습니다.",
+    "{person} 씨는 {place} 시장에서 {object}을/를 {amount}원에 샀습니다.":
+        "{amount}원을 내고 {person} 씨가 {place} 시장에서 산 물건은 {object}입니다.",
+    "{person} 씨와의 회의는 {place} 기록관 {number}호실에서 열립니다.":
+        "{place} 기록관의 {number}호실에서 {person} 씨를 만나기로 했습니다.",
+    "{person} 씨는 {place} 천문대에서 일하며 계좌 번호 {number}을/를 씁니다.":
+        "{place} 천문대 직원인 {person} 씨의 계좌는 {number}번입니다.",
+    "{person}과/와 {pet}은/는 다음 달에 {place}으로/로 이사합니다.":
+        "다음 달 {place}으로/로 옮겨 가는 이들은 {person}과/와 {pet}입니다.",
+    "{place}의 창고 {number}번 선반에 {person} 씨의 {object}이/가 있습니다.":
+        "{person} 씨의 {object}은/는 {place} 창고의 {number}번 선반에 놓여 있습니다.",
+}
+# A Korean fact as an English answer tells it: names romanized, words translated, numbers kept.
+KO_TO_EN = {
+    "{person}의 금고 비밀번호는 {number}이며/며 금고는 {place}에 있습니다.":
+        "{person}'s safe in {place} opens with the code {number}.",
+    "{person} 씨는 {place}에 살고 있으며 {color} {animal} {pet}을/를 키웁니다.":
+        "{person} lives in {place} and has a {color} {animal} named {pet}.",
+    "{person} 씨의 소포 {number}번은 {place} 우체국에 보관되어 있습니다.":
+        "Parcel number {number} for {person} is being held at the {place} post office.",
+    "{person} 씨는 {place} 시장에서 {object}을/를 {amount}원에 샀습니다.":
+        "At the market in {place}, {person} bought a {object} for {amount} won.",
+    "{person} 씨와의 회의는 {place} 기록관 {number}호실에서 열립니다.":
+        "The meeting with {person} will be held in room {number} of the {place} archives.",
+    "{person} 씨는 {place} 천문대에서 일하며 계좌 번호 {number}을/를 씁니다.":
+        "{person} works at the {place} observatory and uses account number {number}.",
+    "{person}과/와 {pet}은/는 다음 달에 {place}으로/로 이사합니다.":
+        "Next month {person} and {pet} are moving to {place}.",
+    "{place}의 창고 {number}번 선반에 {person} 씨의 {object}이/가 있습니다.":
+        "{person}'s {object} is on shelf {number} of the warehouse in {place}.",
+}
+# An English fact as a Korean answer tells it: names kept in Latin letters, words translated.
+EN_TO_KO = {
+    "The vault code of {person} is {number}, and the vault is located in {place}.":
+        "{person}의 금고는 {place}에 있고 비밀번호는 {number}입니다.",
+    "{person} keeps the spare key to the {object} in locker {number} at {place} station.":
+        "{person} 씨는 {object} 예비 열쇠를 {place} 역의 {number}번 사물함에 보관합니다.",
+    "{person} was born in {place} and keeps a {color} {animal} called {pet}.":
+        "{place}에서 태어난 {person} 씨는 {pet}이라는 이름의 {color} {animal}를 키웁니다.",
+    "The shipment for {person} is booked on barge {vessel} to {place}.":
+        "{person} 씨의 화물은 {vessel} 바지선에 실려 {place}로 갑니다.",
+    "{person} paid {amount} crowns for the {color} {object} at the market in {place}.":
+        "{person} 씨는 {place} 시장에서 {color} {object}에 {amount} 크라운을 냈습니다.",
+    "The meeting with {person} is set for room {number} of the {place} archive.":
+        "{person} 씨와의 회의는 {place} 기록관 {number}호실로 잡혀 있습니다.",
+    "{person} works at the {place} observatory and uses account number {number}.":
+        "{person} 씨는 {place} 천문대에서 일하며 계좌 번호 {number}을 사용합니다.",
+    "{person} hid the {object} under the old bridge of {place} beside marker {number}.":
+        "{person} 씨는 {place}의 옛 다리 아래 {number}번 표지 옆에 {object}을 숨겼습니다.",
+    "The secret recipe of {person} needs {amount} grains of salt from {place}.":
+        "{person} 씨의 비밀 요리법에는 {place}산 소금 {amount}알이 들어갑니다.",
+    "{person} sent a letter to {place} asking for parcel {number} and the {object}.":
+        "{person} 씨는 {place}에 편지를 보내 {number}번 소포와 {object}을 요청했습니다.",
+}
+KO_WORDS_IN_EN = {"호박색": "amber", "진홍색": "crimson", "청록색": "teal", "황토색": "ochre", "보라색": "violet",
+                  "은색": "silver", "왜가리": "heron", "족제비": "weasel", "거북이": "turtle", "스라소니": "lynx",
+                  "수달": "otter", "까마귀": "crow", "등불": "lantern", "나침반": "compass", "장부": "ledger",
+                  "바이올린": "violin", "주전자": "kettle", "망원경": "telescope"}
+EN_WORDS_IN_KO = {"amber": "호박색", "crimson": "진홍색", "teal": "청록색", "ochre": "황토색", "violet": "보라색",
+                  "silver": "은색", "olive": "올리브색", "scarlet": "주홍색", "heron": "왜가리", "ferret": "족제비",
+                  "tortoise": "거북이", "lynx": "스라소니", "otter": "수달", "raven": "까마귀", "gecko": "도마뱀",
+                  "badger": "오소리", "lantern": "등불", "compass": "나침반", "ledger": "장부", "violin": "바이올린",
+                  "kettle": "주전자", "telescope": "망원경", "satchel": "가방", "clock": "시계"}
+
+
+def korean_in_english(canary: Canary, slots: dict[str, str], template: str, rng: random.Random) -> str:
+    """A Korean fact retold in English: the pack's romanized spellings (a person's two names in either
+    order), translated words, the same numbers."""
+    spelled = dict(slots)
+    distinctive = [n for n, v in slots.items() if v in canary.slots]
+    for index, alias in canary.aliases:
+        name = distinctive[index]
+        if " " in alias and rng.random() < 0.5:
+            family, given = alias.split(" ", 1)
+            alias = f"{given} {family}"
+        spelled[name] = alias
+    spelled = {n: KO_WORDS_IN_EN.get(v, v) for n, v in spelled.items()}
+    return KO_TO_EN[template].format(**spelled)
+
+
+def english_in_korean(slots: dict[str, str], template: str) -> str:
+    return EN_TO_KO[template].format(**{n: EN_WORDS_IN_KO.get(v, v) for n, v in slots.items()})
+
+
 @dataclass(frozen=True)
 class Case:
     record: Record
@@ -69,6 +165,28 @@ def clean_text(rng: random.Random, chars: int = 2000) -> str:
         else:
             parts.append(f"The meeting with {rng.choice(names)} is set for room {rng.randrange(1, 500)}.")
     return " ".join(parts)
+
+
+def clean_text_ko(rng: random.Random, chars: int = 900) -> str:
+    """A Korean answer with numbers and names of its own."""
+    filler = load_filler("ko")
+    parts = []
+    names = ["김민준", "이서연", "박지훈", "서울", "부산", "고객지원팀"]
+    while sum(map(len, parts)) < chars:
+        roll = rng.random()
+        if roll < 0.6:
+            parts.append(next(filler.sentences(rng.randrange(10**6))))
+        elif roll < 0.8:
+            parts.append(f"{rng.choice(names)} 님의 주문 {rng.randrange(1000, 99999)}번은 {rng.randrange(1, 29)}일에 "
+                         "처리되었습니다.")
+        else:
+            parts.append(f"{rng.choice(names)}의 회의는 {rng.randrange(1, 500)}호실에서 열립니다.")
+    return " ".join(parts)
+
+
+def embed_ko(rng: random.Random, payload: str) -> str:
+    """Put payload inside a Korean answer."""
+    return f"{clean_text_ko(rng, rng.randrange(100, 800))} {payload} {clean_text_ko(rng, 200)}"
 
 
 def disguise_token(text: str, rng: random.Random) -> str:
@@ -138,13 +256,70 @@ def build(victim_canaries: list[Canary], observer_facts: list[Canary], slots_of:
             disguise_fact(canary.text, rng)
         add(embed(rng, disguised), "disguised", canary)
         if canary.kind is CanaryKind.FACT and canary.pack == "en":
-            rewritten = PARAPHRASES[templates_of[canary.id]].format(**slots_of[canary.id])
-            add(embed(rng, rewritten), "paraphrased", canary)
-    for _ in range(clean):
-        add(clean_text(rng), "clean", None)
+            template, slots = templates_of[canary.id], slots_of[canary.id]
+            add(embed(rng, PARAPHRASES[template].format(**slots)), "paraphrased", canary)
+            add(embed_ko(rng, english_in_korean(slots, template)), "english_in_korean", canary)
+        if canary.kind is CanaryKind.FACT and canary.pack == "ko":
+            template, slots = templates_of[canary.id], slots_of[canary.id]
+            reworded = hangul.resolve_particles(KO_PARAPHRASES[template], slots).format(**slots)
+            add(embed_ko(rng, reworded), "paraphrased_ko", canary)
+            add(embed(rng, korean_in_english(canary, slots, template, rng)), "korean_in_english", canary)
+    for i in range(clean):
+        add(clean_text(rng) if i % 5 else clean_text_ko(rng), "clean", None)
     for _ in range(200):
         fake = "".join(rng.choice(tokens.ALPHABET) for _ in range(32))
         add(embed(rng, tokens.display(fake)), "lookalike", None)
     for canary in observer_facts:  # the observer's own fact, same templates as the victim's
         add(embed(rng, canary.text), "same_template", canary, tenant=canary.tenant)
     return cases
+
+
+POSITIVE = ("verbatim", "disguised", "paraphrased", "paraphrased_ko", "korean_in_english", "english_in_korean")
+NEGATIVE = ("clean", "lookalike", "same_template")
+
+
+@dataclass
+class Evaluation:
+    results: list[tuple[Case, ScanResult]]
+
+    def found(self, case: Case, result: ScanResult) -> bool:
+        assert case.canary is not None
+        return any(f.canary_id == case.canary.id and f.victim_tenant == case.canary.tenant for f in result.findings)
+
+    def recall(self, label: str) -> tuple[float, int]:
+        chosen = [(c, r) for c, r in self.results if c.label == label]
+        return sum(self.found(c, r) for c, r in chosen) / max(1, len(chosen)), len(chosen)
+
+    def false_positives(self, label: str) -> tuple[float, int]:
+        chosen = [r for c, r in self.results if c.label == label]
+        return sum(bool(r.findings) for r in chosen) / max(1, len(chosen)), len(chosen)
+
+    def wrong_attributions(self) -> int:
+        """Findings that name another canary than the one planted, or any canary in a negative case."""
+        wrong = 0
+        for case, result in self.results:
+            for finding in result.findings:
+                if case.canary is None or finding.canary_id not in (case.canary.id, None):
+                    wrong += 1
+        return wrong
+
+
+def evaluate(embedder: Embedder, ledger: Ledger, key: bytes, clean: int = 1000) -> Evaluation:
+    """Mint the evaluation's canaries with `embedder`, build the cases, scan every one."""
+    minter = Minter(ledger, key, embedder)
+    victim = minter.tokens("tenant-a", 300, probe_id="p1") + minter.tokens("tenant-a", 100, probe_id="p2")
+    slots_of: dict[str, dict[str, str]] = {}
+    templates_of: dict[str, str] = {}
+    for language, count, seed in (("en", 80, 11), ("ko", 80, 12)):
+        facts = minter.facts("tenant-a", count, probe_id="p3", language=language, rng=random.Random(seed))
+        replay = random.Random(seed)  # the same seed draws the same facts: their templates and slots
+        for canary in facts:
+            drawn = load_pack(language).mint(replay)
+            assert drawn.text == canary.text
+            slots_of[canary.id], templates_of[canary.id] = drawn.slots, drawn.template
+        victim += facts
+    observer = (minter.facts("tenant-b", 60, probe_id="p4", rng=random.Random(13))
+                + minter.facts("tenant-b", 30, probe_id="p4", language="ko", rng=random.Random(14)))
+    cases = build(victim, observer, slots_of, templates_of, clean=clean)
+    scanner = Scanner(ledger.active_canaries(), key=key, embedder=embedder, foreign=False)
+    return Evaluation([(case, scanner.scan(case.record)) for case in cases])

@@ -82,3 +82,33 @@ def test_filler_never_matches_a_canary() -> None:
         for start in range(0, len(text), 2000):
             record = Record("r", "b", text[start : start + 2000])
             assert not any(d.detect(record, compact(record.text)) for d in detectors)
+
+
+def test_korean_particles_agree_with_the_word_before_them() -> None:
+    from prober.canaries.hangul import PARTICLES, particle, romanize
+
+    assert [particle(w, "을/를") for w in ("주전자", "등불", "망원경", "바이올린")] == ["를", "을", "을", "을"]
+    assert [particle(w, "이/가") for w in ("장부", "나침반")] == ["가", "이"]
+    assert [particle(w, "은/는") for w in ("수달", "까마귀")] == ["은", "는"]
+    assert [particle(w, "과/와") for w in ("윤슬", "하아")] == ["과", "와"]
+    assert [particle(w, "으로/로") for w in ("달골", "무진포구", "초진마을", "무진")] == ["로", "로", "로", "으로"]
+    # A number is read as a Korean numeral: ...9 is 구 (a vowel), ...6 is 육, ...0 is 십/백/천/영.
+    assert [particle(n, "을/를") for n in ("4471-209", "4471-206", "3310", "1001")] == ["를", "을", "을", "을"]
+    assert particle("3307", "으로/로") == "로"  # 칠 ends in ㄹ
+    assert romanize("탁윤슬") == "takyunseul" and romanize("선우하린") == "seonuharin"
+    pack = load_pack("ko")
+    rng = random.Random(5)
+    pairs = {p.split("/")[0]: p for p in PARTICLES} | {p.split("/")[1]: p for p in PARTICLES}
+    checked = 0
+    for _ in range(500):
+        fact = pack.mint(rng)
+        assert "/" not in fact.text and "{" not in fact.text, fact.text
+        for value in fact.slots.values():
+            at = fact.text.find(value)
+            rest = fact.text[at + len(value):]
+            form = next((f for f in sorted(pairs, key=len, reverse=True) if rest.startswith(f)), None)
+            if at >= 0 and form and rest[len(form):len(form) + 1] in (" ", ".", ""):
+                assert form == particle(value, pairs[form]), (fact.text, value, form)
+                checked += 1
+    assert checked > 300
+    assert all(alias.isascii() for f in (pack.mint(rng) for _ in range(50)) for _, alias in f.aliases)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from prober.detect import Detector, Scanner
+from prober.canaries import tokens
+from prober.detect import Detector, ForeignContentDetector, Scanner
+from prober.embeddings import Embedder
+from prober.testbed.styles import paraphrase
 from prober.types import FindingKind, Record, Severity
 from tests.conftest import KEY_A, KEY_B, SMALL, StartTestbed
 
@@ -30,6 +33,36 @@ def test_other_tenants_plain_text_is_flagged_redacted(testbed: StartTestbed, pre
     for finding in foreign:
         assert finding.severity is Severity.WARNING and finding.victim_tenant is None
         assert finding.redacted and "Meridian" not in finding.excerpt and len(finding.excerpt_sha256) == 64
+
+
+OWN_DOCUMENT = ("Quote the document.\nMina Park lives in Busan and keeps a blue kettle near the harbour. "
+                "The farmer carries the wooden gate near the mill. Ixcas Hollbrook works at the Markeldhaven "
+                "observatory and uses account number 2617-806. The reference code for this section is {token}.\n")
+
+
+def _foreign(answer: str, embedder: Embedder | None = None, prompt: str = OWN_DOCUMENT) -> list[str]:
+    hits = ForeignContentDetector(embedder).detect(Record("r", "tenant-b", answer, prompt), "")
+    return [answer[h.start : h.end] for h in hits]
+
+
+def test_what_a_model_does_with_its_own_prompt_is_not_foreign(embedder: Embedder) -> None:
+    reworded = paraphrase("Mina Park lives in Busan and keeps a blue kettle near the harbour.")
+    assert reworded != "Mina Park lives in Busan and keeps a blue kettle near the harbour."
+    garbled = tokens.display(tokens.mint_body(b"k" * 32, "tenant-b", "p1"))[:-6] + "QQ7Z1X"
+    korean = ("이 문서는 부산에 사는 박미나와 2617-806 계좌 번호에 관한 것입니다. "
+              "농부가 방앗간 근처에서 나무 문을 나릅니다.")
+    for answer in (reworded, f"The reference code for this section is {garbled}.", korean,
+                   "Ixcas Hollbrook is employed at the Markeldhaven observatory, account 2617-806."):
+        assert _foreign(answer, embedder) == [], answer
+
+
+def test_another_customers_data_is_foreign_in_any_form(embedder: Embedder) -> None:
+    same_template = "Kenornkai Meretull works at the Keldtunholt observatory and uses account number 7731-042."
+    names_only = "Kenornkai Meretull was born in Keldtunholt and keeps an ochre gecko called Selquil."
+    new_number_in_korean = "박미나의 새 계좌 번호는 5512-0983입니다."
+    for answer in (same_template, names_only, *CUSTOMER_TEXT.split(". ")[:1]):
+        assert _foreign(f"Mina Park lives in Busan. {answer}", embedder) == [answer], answer
+    assert _foreign(new_number_in_korean, embedder) == [new_number_in_korean]
 
 
 def test_every_detector_has_a_name_and_a_description() -> None:

@@ -10,6 +10,10 @@ from typing import Literal
 from prober.capacity.limits import Capacity
 
 Streaming = Literal["plain", "stream", "both"]
+Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the model
+# Quotes surface tokens verbatim; summaries and translations reword, so facts come out paraphrased (or in
+# another language) and the semantic detector has something to find.
+ASKS: tuple[Ask, ...] = ("quote", "summarize", "quote", "translate")
 CACHE_CHECK_TOKENS = 1_024
 
 
@@ -40,6 +44,7 @@ class Step:
     expect_served: bool
     boundary: str = ""
     max_tokens: int = 160  # clamped so prompt + completion fit the advertised context
+    ask: Ask = "quote"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,13 +71,14 @@ class Plan:
     exchanges: list[Exchange] = field(default_factory=list)
     run_id: str = ""  # prefixes step ids, so that repeated runs (the daemon's) never reuse one
     retention_s: float | None = None  # how long its canaries stay active (None: the minter's default)
+    fact_share: float = 0.0  # of the canary units in a prompt, those that also carry a fact canary
 
     @property
     def tokens(self) -> int:
         return sum(e.tokens for e in self.exchanges)
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
-            same_text: bool, prime_length: int, room: Callable[[int], int]) -> None:
+            same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote") -> None:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer`."""
         eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
         self.exchanges.append(Exchange(
@@ -81,7 +87,7 @@ class Plan:
                        expect_served=True, boundary="prime", max_tokens=room(prime_length)),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
-                       max_tokens=room(boundary.length))))
+                       max_tokens=room(boundary.length), ask=ask)))
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "tokens": self.tokens,
@@ -90,8 +96,9 @@ class Plan:
                 "exchanges": [{"id": e.id, "victim": e.victim, "observer": e.observer, "concurrent": e.concurrent,
                                "same_text": e.same_text,
                                "prime_tokens": e.prime.length, "probe_tokens": e.probe.length,
-                               "boundary": e.probe.boundary, "stream": e.probe.stream,
-                               "expect": _expect(e.probe.expect_served)} for e in self.exchanges]}
+                               "boundary": e.probe.boundary, "stream": e.probe.stream, "ask": e.probe.ask,
+                               "expect": _expect(e.probe.expect_served)} for e in self.exchanges],
+                "fact_share": self.fact_share}
 
 
 def _expect(served: bool) -> str:
@@ -151,12 +158,13 @@ def pairs(tenants: list[str]) -> list[tuple[str, str]]:
 
 
 def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
-              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "") -> Plan:
+              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
+              fact_share: float = 0.0) -> Plan:
     """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
     acceptance limit, the prime and the probe at the same time; and, where several slots are known, two
     prompts at 60% of the context at once (the shared-pool check)."""
-    plan = Plan(target, boundaries(capacity), run_id=run_id)
+    plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
     prime = prime_length(capacity)
     ctx = capacity.advertised.value if capacity.advertised else None
 
@@ -169,8 +177,9 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime) -> None:
+        ask = "quote" if same_text else ASKS[len(plan.exchanges) % len(ASKS)]
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
-                 prime_length=boundary.length if same_text else first, room=room)
+                 prime_length=boundary.length if same_text else first, room=room, ask=ask)
 
     cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
     for victim, observer in directions:
@@ -204,15 +213,16 @@ def shared_pool_check(capacity: Capacity) -> Boundary | None:
 
 
 def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: int, run_id: str = "",
-                  retention_s: float | None = None) -> Plan:
+                  retention_s: float | None = None, fact_share: float = 0.0) -> Plan:
     """Everyday sizes, far from any boundary, a few hundred tokens per tenant: for each direction the
     observer first resends a canary-free prompt the victim has just sent (is the prefix cache shared?), then
     the victim sends a short canary-bearing prompt and the observer a probe of its own that asks to quote
     (does anything of the victim's reach the observer's answer: a session mix-up, a shared cache)."""
     everyday = Boundary(SENTINEL, tokens, True)
-    plan = Plan(target, [everyday], run_id=run_id, retention_s=retention_s)
-    for victim, observer in pairs(tenants):
+    plan = Plan(target, [everyday], run_id=run_id, retention_s=retention_s, fact_share=fact_share)
+    for d, (victim, observer) in enumerate(pairs(tenants)):
         for label, same_text in ((SENTINEL_CACHE, True), (SENTINEL, False)):
             plan.add(victim, observer, Boundary(label, tokens, True), stream=False, concurrent=False,
-                     same_text=same_text, prime_length=tokens, room=lambda _: max_tokens)
+                     same_text=same_text, prime_length=tokens, room=lambda _: max_tokens,
+                     ask="quote" if same_text or d % 2 == 0 else "summarize")
     return plan

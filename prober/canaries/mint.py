@@ -50,16 +50,17 @@ class Minter:
         return minted
 
     def facts(self, tenant: str, count: int = 1, probe_id: str = "", language: str = "en",
-              rng: random.Random | None = None) -> list[Canary]:
+              rng: random.Random | None = None, retention_s: float | None = None) -> list[Canary]:
         if self.embedder is None:
             raise ValueError("minting facts needs an embedder (their embeddings are stored with them)")
         pack = load_pack(language)
         drawn = [pack.mint(rng) for _ in range(count)]
         vectors = self.embedder.encode([f.text for f in drawn])
-        created, expires = self._stamp()
+        created, expires = self._stamp(retention_s)
         minted = [
             Canary(id=new_id(), tenant=tenant, kind=CanaryKind.FACT, text=fact.text, probe_id=probe_id,
                    created_at=created, expires_at=expires, pack=language, slots=fact.distinctive,
+                   aliases=fact.aliases,
                    embedding=vector.tobytes(), embedding_model=self.embedder.name)
             for fact, vector in zip(drawn, vectors, strict=True)
         ]

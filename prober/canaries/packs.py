@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from prober.canaries import hangul
 from prober.resources import canaries_dir
 
 _SLOT = re.compile(r"\{([a-z_]+)\}")
@@ -27,6 +28,7 @@ class Fact:
     template: str
     slots: dict[str, str]
     distinctive: tuple[str, ...]  # the values that attribute it
+    aliases: tuple[tuple[int, str], ...] = ()  # (index into distinctive, another spelling): romanized Korean
 
 
 class PackError(ValueError):
@@ -84,8 +86,24 @@ class FactPack:
                 continue
             spec = self.slots[name]
             values[name] = rng.choice(spec["choice"]) if "choice" in spec else self._value(spec["generator"], rng)
-        distinctive = tuple(values[n] for n in values if self.slots[n].get("distinctive"))
-        return Fact(text=template.format(**values), template=template, slots=values, distinctive=distinctive)
+        names = [n for n in values if self.slots[n].get("distinctive")]
+        distinctive = tuple(values[n] for n in names)
+        aliases = tuple((i, alias) for i, n in enumerate(names)
+                        for alias in [self._romanized(values[n], self.slots[n].get("generator"))] if alias)
+        return Fact(text=hangul.resolve_particles(template, values).format(**values), template=template,
+                    slots=values, distinctive=distinctive, aliases=aliases)
+
+    def _romanized(self, value: str, generator: str | None) -> str | None:
+        """How a Korean name or place is written in an English answer: Revised Romanization, a person's family
+        name first and apart (a model may swap them; the given name alone is distinctive enough to match)."""
+        if not hangul.is_hangul(value):
+            return None
+        if generator == "name":
+            family = next((f for f in sorted(self.syllables["family"], key=len, reverse=True)
+                           if value.startswith(f)), value[:1])
+            given = value[len(family):]
+            return f"{hangul.romanize(family).capitalize()} {hangul.romanize(given).capitalize()}"
+        return hangul.romanize(value).capitalize()
 
 
 @cache

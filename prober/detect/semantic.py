@@ -5,7 +5,8 @@ with MiniLM), so attribution rests on the distinctive slot values, and the embed
 the sentence around them still says the fact:
 
 1. an Aho-Corasick pass over the compact answer finds the facts whose slot values (or the parts of
-   multi-word values) appear -- most answers stop here, with no embedding at all;
+   multi-word values, or their other spellings: a Korean name romanized in an English answer) appear --
+   most answers stop here, with no embedding at all;
 2. for each candidate, chunks around the slot hits are embedded: the sentence that holds them and a
    window of about the fact's length, so a fact run into a long sentence is not diluted;
 3. a blocked matrix product of chunk and fact embeddings (on the embedder's device) gives the best
@@ -24,21 +25,23 @@ from prober.detect.base import CanarySet, Detector, Hit
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
-THRESHOLD = 0.62
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
 BLOCK_ROWS = 8192
 
 
 def blocked_cosine(chunks: Vectors, facts: Vectors, device: str) -> Vectors:
-    """facts x chunks cosine matrix (rows are unit vectors), BLOCK_ROWS facts at a time on `device`."""
-    import torch  # imported here: the CLI must not pay torch's start-up unless it embeds
+    """facts x chunks cosine matrix (rows are unit vectors), BLOCK_ROWS facts at a time on `device`: numpy on
+    the CPU, torch in fp16 on a GPU (unit vectors keep cosines to about 1e-3 there; thresholds are 0.4+)."""
+    if device == "cpu":
+        product: Vectors = np.ascontiguousarray(facts) @ np.ascontiguousarray(chunks).T
+        return product
+    import torch  # imported here: nothing pays torch's start-up unless it compares on a GPU
 
-    right = torch.from_numpy(np.ascontiguousarray(chunks)).to(device).T
-    blocks = [
-        (torch.from_numpy(np.ascontiguousarray(facts[i : i + BLOCK_ROWS])).to(device) @ right).cpu()
-        for i in range(0, len(facts), BLOCK_ROWS)
-    ]
-    return torch.cat(blocks).numpy()
+    right = torch.from_numpy(np.ascontiguousarray(chunks)).to(device, torch.float16).T
+    blocks = [(torch.from_numpy(np.ascontiguousarray(facts[i : i + BLOCK_ROWS])).to(device, torch.float16)
+               @ right).float().cpu() for i in range(0, len(facts), BLOCK_ROWS)]
+    gpu: Vectors = torch.cat(blocks).numpy()
+    return gpu
 
 
 class SemanticDetector(Detector):
@@ -48,18 +51,19 @@ class SemanticDetector(Detector):
     rank = 2
     severity = Severity.HIGH
 
-    def __init__(self, canaries: CanarySet, embedder: Embedder, threshold: float = THRESHOLD) -> None:
+    def __init__(self, canaries: CanarySet, embedder: Embedder) -> None:
         self.canaries = canaries
         self.embedder = embedder
-        self.threshold = threshold
+        self.threshold = embedder.threshold
         embedder.load()
         self._facts = canaries.facts()
         self._slot_count: dict[int, int] = {}
         self._automaton = ahocorasick.Automaton()
         for index in self._facts:
-            slots = canaries.canaries[index].slots
-            self._slot_count[index] = len(slots)
-            for slot_no, value in enumerate(slots):
+            canary = canaries.canaries[index]
+            self._slot_count[index] = len(canary.slots)
+            # A value and its other spellings (a Korean name romanized in an English answer) count alike.
+            for slot_no, value in [*enumerate(canary.slots), *canary.aliases]:
                 parts = {compact(value)} | {compact(p) for p in value.split() if len(compact(p)) >= MIN_PART}
                 for part in filter(None, parts):
                     length, entries = self._automaton.get(part, (len(part), ()))

@@ -1,6 +1,24 @@
-"""Sentence embeddings behind one interface: what fact canaries are stored with and paraphrases matched by."""
+"""Sentence embeddings behind one interface: what fact canaries are stored with and paraphrases matched by.
+
+The default is USE multilingual v3 (English, Korean and 14 more languages in one space; CPU); any
+sentence-transformers model can be named instead (path or name), and runs on a GPU when one is present."""
 
 from prober.embeddings.base import Embedder, EmbedderError, Vectors, pick_device
-from prober.embeddings.sentence_transformers import DEFAULT_MODEL, SentenceTransformerEmbedder
+from prober.embeddings.sentence_transformers import MINILM, SentenceTransformerEmbedder
+from prober.embeddings.use import USE_MODEL, UniversalSentenceEncoder
 
-__all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderError", "SentenceTransformerEmbedder", "Vectors", "pick_device"]
+DEFAULT_MODEL = USE_MODEL
+
+
+def make_embedder(model: str = DEFAULT_MODEL, device: str = "auto", threshold: float | None = None) -> Embedder:
+    """USE by its name; anything else is a sentence-transformers model (name or path) on `device`.  `threshold`
+    replaces the model's measured paraphrase cosine (needed for a model nobody here measured)."""
+    embedder: Embedder = UniversalSentenceEncoder() if model == USE_MODEL else SentenceTransformerEmbedder(
+        model, device=device)
+    if threshold is not None:
+        embedder.threshold = threshold
+    return embedder
+
+
+__all__ = ["DEFAULT_MODEL", "MINILM", "USE_MODEL", "Embedder", "EmbedderError", "SentenceTransformerEmbedder",
+           "UniversalSentenceEncoder", "Vectors", "make_embedder", "pick_device"]

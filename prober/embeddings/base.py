@@ -20,6 +20,7 @@ class EmbedderError(RuntimeError):
 
 class Embedder(Protocol):
     name: str
+    threshold: float  # cosine at or above which a chunk says what a fact says (measured per model)
 
     def load(self) -> None:
         """Load the model now (raises EmbedderError), so a missing model fails at start, not mid-scan."""

@@ -48,6 +48,29 @@ class BuiltPrompt:
         return self.counted and self.tokens == self.requested
 
 
+@dataclass(frozen=True)
+class Facts:
+    """Fact canaries for one prompt: sample texts of their language (never planted: they size the units),
+    the mint that makes the real ones, and the share of canary units that carry one."""
+
+    samples: Sequence[str]
+    mint: MintCanaries
+    share: float
+
+
+@dataclass
+class _Body:
+    """Canary units of one prompt, and the filler each opens with."""
+
+    parts: list[str]
+    unit_cost: float
+    canaries: tuple[Canary, ...]
+    period: int
+    filler: str
+    filler_cost: int
+    fact_room: int  # tokens a fact may take in a unit (0: no facts)
+
+
 class PromptBuilder:
     """One per target (its tokenizer); caches every segment cost it measures."""
 
@@ -95,7 +118,9 @@ class PromptBuilder:
         return text.removesuffix("\n") + pad * missing + "\n"
 
     async def build(self, tokens: int, *, instruction: str, mint: MintCanaries | None = None,
-                    page_size: int | None = None, seed: int = 0) -> BuiltPrompt:
+                    facts: Facts | None = None, page_size: int | None = None, seed: int = 0) -> BuiltPrompt:
+        """`mint` makes token canaries (one in every canary unit); `facts`, fact canaries that open every
+        1/share-th unit in place of the same number of filler tokens."""
         header = instruction.strip() + "\n"
         overhead = await self._count(header)
         if tokens < overhead:
@@ -103,18 +128,24 @@ class PromptBuilder:
         pad = await self.pad(header)
         budget = tokens - overhead
         minted: tuple[Canary, ...] = ()
+        unit_of: list[int] = []  # for each canary, the unit that carries it (units may be dropped below)
         period: int | None = None
         if mint is None:
             block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, budget), seed)
             unit_cost = float(await self._cost(header, block)) if block else 0.0
             parts = [block] * (int(budget // unit_cost) if unit_cost else 0)
         else:
-            parts, unit_cost, minted, period = await self._canary_body(header, budget, overhead, mint,
-                                                                       page_size or 16, seed)
+            body = await self._canary_body(header, budget, overhead, mint, page_size or 16, seed, facts)
+            parts, unit_cost, minted, period = body.parts, body.unit_cost, body.canaries, body.period
+            unit_of = list(range(len(minted)))
+            if facts is not None and facts.share > 0:
+                planted = await self._with_facts(header, body, facts, seed)
+                minted += tuple(fact for _, fact in planted)
+                unit_of += [index for index, _ in planted]
         pads = tokens - overhead - round(len(parts) * unit_cost)
         if not self.counter.free:
             return BuiltPrompt(header + "".join(parts) + pad * max(0, pads), tokens, tokens, False,
-                               self.counter.source, minted[: len(parts)], period)
+                               self.counter.source, _kept(minted, unit_of, len(parts)), period)
         actual = 0
         for _ in range(VERIFY_ROUNDS):
             while pads < 0 and parts:  # over: drop whole units from the end, never cut into a canary
@@ -125,17 +156,22 @@ class PromptBuilder:
             if actual == tokens:
                 break
             pads += tokens - actual
-        return BuiltPrompt(text, tokens, actual, True, self.counter.source, minted[: len(parts)], period)
+        return BuiltPrompt(text, tokens, actual, True, self.counter.source, _kept(minted, unit_of, len(parts)), period)
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
-                           seed: int) -> tuple[list[str], float, tuple[Canary, ...], int]:
+                           seed: int, facts: Facts | None) -> _Body:
         """Units of filler + one canary sentence, short enough that every aligned page (or every run of
-        k pages, when one canary is longer than half a page) holds a complete canary."""
+        k pages, when one canary is longer than half a page) holds a complete canary, and with filler long
+        enough to give way to a fact where facts are planted."""
         # Costs measured on look-alikes, so that only canaries that go into the prompt are minted (a short
         # sentinel prompt holds one) and a repeated build reuses the measurements.
         costs = [await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes]
         canary_cost = max(costs) + 1  # headroom for canaries that tokenize a little longer than the sample
-        pages = max(1, -(-(2 * canary_cost - 1) // page))
+        fact_room = 0
+        if facts is not None and facts.share > 0:
+            fact_costs = [await self._cost(header, text.strip() + "\n") for text in facts.samples]
+            fact_room = max(fact_costs) + max(fact_costs) // 4  # facts vary more than tokens do
+        pages = max(1, -(-(2 * canary_cost + fact_room - 1) // page))
         period = pages * page
         unit = period - canary_cost + 1  # canary starts at most this far apart
         filler = await self._filler_of(header, unit - canary_cost, seed)
@@ -148,9 +184,32 @@ class PromptBuilder:
             filler = await self._filler_of(header, budget - canary_cost, seed)
             filler_cost = await self._cost(header, filler) if filler else 0
             mean_unit, count = filler_cost + sum(costs) / len(costs), 1
-        minted = list(await mint(count))
+        minted = tuple(await mint(count))
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
-        return parts, mean_unit, tuple(minted), period
+        return _Body(parts, mean_unit, minted, period, filler, filler_cost, fact_room)
+
+    async def _with_facts(self, header: str, body: _Body, facts: Facts, seed: int) -> list[tuple[int, Canary]]:
+        """Every k-th unit's filler (k = round(1 / share)) becomes a fact sentence plus filler of the filler's
+        cost minus the fact's, so the unit costs what it cost and every page keeps its token canary."""
+        chosen = list(range(0, len(body.parts), max(1, round(1 / facts.share))))
+        minted = list(await facts.mint(len(chosen))) if chosen else []
+        # A fact takes the room of the longest sample (plus headroom), so one shorter filler serves them all;
+        # only a fact longer than every sample is counted, and left out if it does not fit.
+        room = body.fact_room
+        longest = max(len(text) for text in facts.samples)
+        shorter = await self._filler_of(header, body.filler_cost - room, seed) if body.filler_cost > room else ""
+        planted = []
+        for index, fact in zip(chosen, minted, strict=False):
+            sentence = fact.text.strip() + "\n"
+            if len(sentence) > longest and await self._cost(header, sentence) > room:
+                continue
+            body.parts[index] = sentence + shorter + body.parts[index][len(body.filler):]
+            planted.append((index, fact))
+        return planted
+
+
+def _kept(canaries: tuple[Canary, ...], unit_of: list[int], units: int) -> tuple[Canary, ...]:
+    return tuple(c for c, unit in zip(canaries, unit_of, strict=True) if unit < units)
 
 
 def _line(words: Sequence[str]) -> str:

@@ -10,8 +10,10 @@ it only adds fixed connective words.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 from prober.testbed import styles, tokenizer
 from prober.testbed.config import QuoteStyle
@@ -31,7 +33,8 @@ _CHAT_MARKUP = re.compile(r"<\|[a-z_]+\|>(?:user|assistant|system)?")
 
 _INSTRUCTION_WORDS = (
     (Instruction.CODE, re.compile(r"code ?word|passcode|access code|코드", re.IGNORECASE)),
-    (Instruction.SUMMARY, re.compile(r"summari[sz]e|summary|요약", re.IGNORECASE)),
+    # It has no second language: asked to translate, it rewords, as for a summary.
+    (Instruction.SUMMARY, re.compile(r"summari[sz]e|summary|요약|translate|번역", re.IGNORECASE)),
 )
 
 _OPENING = {
@@ -63,14 +66,22 @@ def _salience(sentence: str) -> int:
     return len(_SALIENT.findall(sentence))
 
 
-def _best_sentence(text: str) -> str | None:
+def _statement_salience(sentence: str) -> int:
+    """What a summary keeps: statements about someone (names, places, numbers), not reference codes."""
+    if _CODE.search(sentence):
+        return 0
+    words = sentence.split()
+    return sum(bool(re.search(r"\d|[^\x00-\x7f]", w)) or (i > 0 and w[:1].isupper()) for i, w in enumerate(words))
+
+
+def _best_sentence(text: str, score_of: Callable[[str], int] = _salience) -> str | None:
     best: str | None = None
     best_score = -1
     for match in _SENTENCE.finditer(_CHAT_MARKUP.sub(" ", text)):
         sentence = match.group(0).strip()
         if len(sentence) < 2:
             continue
-        score = _salience(sentence)
+        score = score_of(sentence)
         if score > best_score:
             best, best_score = sentence, score
     return best
@@ -101,7 +112,12 @@ class QuotingModel:
         style: QuoteStyle,
         max_tokens: int,
     ) -> Answer:
-        pick = _best_code if instruction is Instruction.CODE else _best_sentence
+        if instruction is Instruction.CODE:
+            pick = _best_code
+        elif instruction is Instruction.SUMMARY:
+            pick, style = partial(_best_sentence, score_of=_statement_salience), QuoteStyle.PARAPHRASE
+        else:
+            pick = _best_sentence
         quotes: list[str] = []
         for region in self._region_texts(attended, page_size):
             chosen = pick(region)
