@@ -52,6 +52,7 @@ bench: setup llama
 	$(PY) bench/testbed.py
 	$(PY) bench/prompt.py
 	$(PY) bench/llamacpp.py
+	$(PY) bench/foreign.py
 	$(PY) bench/soak.py
 
 # The parsers' fuzz targets, long: 20,000 examples each (the suite runs 150).

@@ -3,6 +3,9 @@
     python bench/detect.py            # throughput (exact, fuzzy at 100k canaries; semantic on CPU/GPU)
     python bench/detect.py --quick    # 10k canaries, for a fast look
 
+Semantic detection runs with the default embedder (USE multilingual) on English and Korean answers, and
+with MiniLM on English ones, for comparison.
+
 Prints medians of 3 repeats, ratios against the baselines, peak RSS, and the score distributions
 that the fuzzy and semantic thresholds were chosen from.
 """
@@ -27,7 +30,7 @@ from prober.canaries.filler import load_filler
 from prober.canaries.packs import load_pack
 from prober.detect import CanarySet, ExactDetector, FuzzyDetector, SemanticDetector
 from prober.detect.semantic import blocked_cosine
-from prober.embeddings import SentenceTransformerEmbedder
+from prober.embeddings import DEFAULT_MODEL, MINILM, make_embedder
 from prober.types import Canary, CanaryKind, Record
 
 KEY = b"bench-key-000000000000000000000000"
@@ -37,13 +40,14 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def answers(rng: random.Random, count: int, chars: int = 2000) -> list[str]:
-    filler = load_filler("en").sentences(rng.randrange(10**6))
+def answers(rng: random.Random, count: int, chars: int = 2000, language: str = "en") -> list[str]:
+    """Canary-free answers: filler sentences and, in English, invoice lines with codes of their own."""
+    filler = load_filler(language).sentences(rng.randrange(10**6))
     out = []
     for _ in range(count):
         parts: list[str] = []
         while sum(map(len, parts)) < chars:
-            if rng.random() < 0.7:
+            if language != "en" or rng.random() < 0.7:
                 parts.append(next(filler))
             else:
                 code = "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(10))
@@ -117,26 +121,33 @@ def calibrate_fuzzy(rng: random.Random) -> None:
     print(f"  no canary  : max {max(null):.3f} median {statistics.median(null):.3f}   (threshold 0.84)")
 
 
-def bench_semantic(rng: random.Random, facts_n: int, device: str) -> None:
-    embedder = SentenceTransformerEmbedder(device=device)
+def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, language: str) -> None:
+    """Answers/s and recall for facts reworded into answers (English: the test model's paraphrase; Korean:
+    the minted sentence), against embedding every sentence of every answer and comparing all facts."""
+    embedder = make_embedder(model, device)
     started = time.perf_counter()
     embedder.load()
-    print(f"\nsemantic on {embedder.device}: model loaded in {time.perf_counter() - started:.1f} s")
-    pack = load_pack("en")
+    print(f"\nsemantic, {embedder.name} ({embedder.matmul_device()}), {language}: "
+          f"model loaded in {time.perf_counter() - started:.1f} s")
+    pack = load_pack(language)
     drawn = [pack.mint(rng) for _ in range(facts_n)]
+    started = time.perf_counter()
     vectors = embedder.encode([f.text for f in drawn])
+    print(f"  encoded {facts_n:,} facts at {facts_n / (time.perf_counter() - started):,.0f} sentences/s")
     canaries = [Canary(id=f"f{i}", tenant="victim", kind=CanaryKind.FACT, text=f.text, slots=f.distinctive,
                        embedding=v.tobytes(), embedding_model=embedder.name)
                 for i, (f, v) in enumerate(zip(drawn, vectors, strict=True))]
     detector = SemanticDetector(CanarySet(canaries), embedder)
     from prober.testbed.styles import paraphrase
 
-    texts = answers(rng, 200)
+    texts = answers(rng, 200) if language == "en" else answers(rng, 200, 900, language)
+    cut = len(texts[0]) // 3
     planted: dict[int, str] = {}
-    for i in range(0, 200, 5):  # 20% carry a paraphrased fact
+    for i in range(0, 200, 5):  # 20% carry a reworded fact
         index = rng.randrange(facts_n)
         planted[i] = canaries[index].id
-        texts[i] = texts[i][:700] + " " + paraphrase(drawn[index].text) + " " + texts[i][700:]
+        fact = paraphrase(drawn[index].text) if language == "en" else drawn[index].text
+        texts[i] = texts[i][:cut] + " " + fact + " " + texts[i][cut:]
     records = [Record(f"r{i}", "observer", t) for i, t in enumerate(texts)]
 
     found: set[int] = set()
@@ -152,7 +163,7 @@ def bench_semantic(rng: random.Random, facts_n: int, device: str) -> None:
 
     def naive() -> int:
         for i, text in enumerate(texts):
-            sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+            sentences = [s for s in re.split(r"(?<=[.!?。])\s+", text) if s.strip()]
             scores = blocked_cosine(embedder.encode(sentences), fact_matrix, embedder.matmul_device())
             best = scores.max(axis=1)
             if i in planted and best[int(planted[i][1:])] >= detector.threshold:
@@ -161,7 +172,7 @@ def bench_semantic(rng: random.Random, facts_n: int, device: str) -> None:
 
     ours_rate = rate(ours)
     naive_rate = rate(naive, repeats=1)
-    print(f"semantic ({facts_n:,} facts): {ours_rate:8,.1f} answers/s, recall {len(found) / len(planted):.3f}   "
+    print(f"  {facts_n:,} facts: {ours_rate:8,.1f} answers/s, recall {len(found) / len(planted):.3f}   "
           f"naive sentence chunking: {naive_rate:6,.1f} answers/s, recall {len(naive_found) / len(planted):.3f}"
           f"   ratio {ours_rate / naive_rate:,.1f}x   peak RSS {rss_mib():.0f} MiB")
 
@@ -174,7 +185,8 @@ def main() -> None:
     rng = random.Random(2026)
     bench_exact_fuzzy(10_000 if args.quick else 100_000, rng)
     calibrate_fuzzy(rng)
-    bench_semantic(rng, 2_000, args.device)
+    for model, language in ((DEFAULT_MODEL, "en"), (DEFAULT_MODEL, "ko"), (MINILM, "en")):
+        bench_semantic(rng, 2_000, model, args.device, language)
 
 
 if __name__ == "__main__":

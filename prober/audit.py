@@ -20,7 +20,7 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
     ledger = open_ledger(config.ledger)
     try:
         auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, observe=observe,
-                          dry_run=dry_run, scrubber=scrubber_for(secrets))
+                          dry_run=dry_run, scrubber=scrubber_for(secrets, ledger=config.ledger))
         return await auditor.run()
     finally:
         ledger.close()

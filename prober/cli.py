@@ -113,12 +113,12 @@ def canaries_mint(
     from prober.canaries.keys import CanaryKeyError, resolve_key
     from prober.canaries.mint import Minter
     from prober.canaries.packs import PackError
-    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
+    from prober.embeddings import EmbedderError, make_embedder
     from prober.ledger import LedgerError, open_ledger
 
     try:
         store = open_ledger(ledger)
-        embedder = SentenceTransformerEmbedder(model) if kind is CanaryKind.FACT else None
+        embedder = make_embedder(model) if kind is CanaryKind.FACT else None
         minter = Minter(store, resolve_key(store), embedder, retention_days)
         minted = minter.mint(tenant, kind, count, probe_id=probe_id, language=language)
     except (LedgerError, CanaryKeyError, PackError, EmbedderError) as exc:
@@ -139,19 +139,24 @@ def scan(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="json | table")] = OutputFormat.table,
     semantic: Annotated[bool, typer.Option(help="Also look for paraphrased facts (loads a model).")] = True,
     model: Annotated[str, typer.Option(help="Embedding model (name or path).")] = DEFAULT_MODEL,
+    threshold: Annotated[float | None, typer.Option(
+        min=0.01, max=1.0, help="Paraphrase cosine threshold (default: the model's measured one).")] = None,
     tenant: Annotated[list[str] | None, typer.Option(
         help="Tenant names that MAC-verified tokens are attributed to, beyond the ledger's.")] = None,
     redact: Annotated[bool, typer.Option(help="Mask text around matches in excerpts.")] = True,
     strict: Annotated[bool, typer.Option(help="Exit 2 when any line could not be read as a record.")] = False,
+    workers: Annotated[int, typer.Option(min=1, max=256, help="Scanning processes, each with its own copy of "
+                                         "the canary index (and model); try one per CPU for large logs.")] = 1,
 ) -> None:
     """Forensic log audit: scan recorded answers for other tenants' canaries.
 
     Exit 0 clean, 1 findings, 2 when nothing (or, with --strict, not everything) could be checked."""
     from prober.canaries.keys import CanaryKeyError, resolve_key
     from prober.detect import Scanner
-    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
+    from prober.embeddings import EmbedderError, make_embedder
     from prober.forensics import scan_inputs
     from prober.ledger import LedgerError, open_ledger
+    from prober.progress import ScanProgress
 
     for name in inputs:
         if name != "-" and not Path(name).is_file():
@@ -160,10 +165,12 @@ def scan(
         raise _fail(f"{ledger}: no such ledger")
     try:
         store = open_ledger(ledger)
-        embedder = SentenceTransformerEmbedder(model) if semantic else None
+        embedder = make_embedder(model, threshold=threshold) if semantic else None
         scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
                           embedder=embedder, redact=redact)
-        report = scan_inputs(inputs, scanner, store)
+        plain = all(name != "-" and not name.endswith(".gz") for name in inputs)
+        with ScanProgress(sum(Path(n).stat().st_size for n in inputs) if plain else None) as progress:
+            report = scan_inputs(inputs, scanner, store, workers=workers, progress=progress)
     except (LedgerError, CanaryKeyError, EmbedderError) as exc:
         raise _fail(str(exc)) from None
     for problem in report.errors:
@@ -278,7 +285,10 @@ def audit(
     rounds: Annotated[int | None, typer.Option(min=1, help="Repeat the whole plan.")] = None,
     bisect_budget: Annotated[int | None, typer.Option(
         min=0, help="Tokens bisection may send when no context length is exposed.")] = None,
-    semantic: Annotated[bool, typer.Option(help="Also look for paraphrased canary facts (loads a model).")] = False,
+    semantic: Annotated[bool | None, typer.Option(
+        help="Plant fact canaries and look for reworded ones (default on; loads an embedding model).")] = None,
+    model: Annotated[str | None, typer.Option(help="Embedding model: use-multilingual-v3 (default), or a "
+                                                   "sentence-transformers name or path.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -289,8 +299,8 @@ def audit(
 
     from prober.audit import exit_code, run_audit
     from prober.config import ConfigError, assemble_config
-    from prober.embeddings import EmbedderError, SentenceTransformerEmbedder
-    from prober.ledger import LedgerError
+    from prober.embeddings import EmbedderError, make_embedder
+    from prober.ledger import LedgerError, masked
     from prober.progress import AuditProgress
     from prober.report import Terminal, render
     from prober.secrets import load_secrets, scrubber_for
@@ -299,23 +309,26 @@ def audit(
     try:
         cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
                               ledger=ledger, fail_on=fail_on, token_budget=token_budget, streaming=streaming,
-                              concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget)
+                              concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget, semantic=semantic,
+                              model=model)
         secrets = load_secrets(cfg)
-        embedder = SentenceTransformerEmbedder() if semantic else None
+        detection = cfg.detection
+        embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
         with AuditProgress() as progress:
             result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, observe=progress))
     except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
     threshold = cfg.audit.fail_on
     terminal = Terminal.of(sys.stdout) if output is None else Terminal()
-    report = scrubber_for(secrets).text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
-                                               fail_on=threshold, terminal=terminal))
+    scrubber = scrubber_for(secrets, ledger=cfg.ledger)
+    report = scrubber.text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
+                                  fail_on=threshold, terminal=terminal))
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
         except OSError as exc:
             raise _fail(f"cannot write {output}: {exc.strerror}") from None
-        typer.echo(f"report written to {output}; findings are also in the ledger {cfg.ledger}", err=True)
+        typer.echo(f"report written to {output}; findings are also in the ledger {masked(cfg.ledger)}", err=True)
     else:
         typer.echo(report, nl=False)
     code = exit_code(result, threshold)
@@ -342,6 +355,7 @@ def daemon(
 
     from prober.config import ConfigError, assemble_config
     from prober.daemon import Daemon, StartupError
+    from prober.ledger import masked
     from prober.targets.credentials import CredentialError
 
     flags: dict[str, Any] = {"listen": listen, "ledger": ledger}
@@ -359,7 +373,7 @@ def daemon(
                 typer.echo(f"note: tenant {tenant.name}: {exc} (read at start, not needed to check the config)",
                            err=True)
         typer.echo(f"{config}: valid ({len(cfg.targets)} targets, {len(cfg.tenants)} tenants, "
-                   f"listen {cfg.daemon.listen}, ledger {cfg.ledger})")
+                   f"listen {cfg.daemon.listen}, ledger {masked(cfg.ledger)})")
         raise typer.Exit(0)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -8,6 +8,7 @@ the file, then LEAKPROBE_* environment variables, then command-line flags.
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -128,6 +129,7 @@ class TargetConfig(_Strict):
 
 class TenantConfig(_Strict):
     name: Name
+    language: Literal["en", "ko"] = "en"  # the fact pack its canaries are written in
     api_key_env: str | None = None
     api_key_file: Annotated[Path, BeforeValidator(_no_nul)] | None = None
 
@@ -150,6 +152,14 @@ class AuditSettings(_Strict):
     concurrent: bool = True
     rounds: int = Field(default=1, ge=1, le=100)
     bisect_budget: int = Field(default=0, ge=0)
+
+
+class DetectionSettings(_Strict):
+    semantic: bool = True  # plant fact canaries and look for them reworded (loads an embedding model)
+    model: str = "use-multilingual-v3"  # or a sentence-transformers model name or path
+    threshold: float | None = Field(default=None, gt=0, le=1)  # cosine for a paraphrase; None: the model's own
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # where a sentence-transformers model runs (USE: the CPU)
+    fact_share: float = Field(default=0.25, ge=0, le=1)  # of the canary units in a prompt, those with a fact
 
 
 class Schedule(_Strict):
@@ -184,6 +194,10 @@ class DaemonSettings(_Strict):
     incident_hold: Duration = 3_600.0  # an incident stays open this long after its last finding
     shutdown_grace: Duration = 30.0  # SIGTERM: how long in-flight requests may take to finish
     engine_telemetry: bool = True  # scrape the engine's own /metrics around each probe
+    # This daemon's name among replicas sharing a ledger (in its run ids, so each canary and finding names
+    # the replica that minted or saw it); the host name (a pod's name) by default.
+    replica: str = Field(default_factory=lambda: _replica_name(socket.gethostname()),
+                         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
     @field_validator("listen")
     @classmethod
@@ -197,6 +211,11 @@ class DaemonSettings(_Strict):
     def jitter_of(self, job: str) -> float:
         given = getattr(self.jitter, job)
         return float(given) if given is not None else self.interval(job) / 10
+
+
+def _replica_name(host: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", host.split(".")[0])[:63].strip("-_.")
+    return name or "replica"
 
 
 def listen_address(value: str) -> tuple[str, int]:
@@ -213,6 +232,7 @@ class ProberConfig(_Strict):
     targets: list[TargetConfig] = Field(min_length=1)
     tenants: list[TenantConfig] = Field(default_factory=list)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    detection: DetectionSettings = Field(default_factory=DetectionSettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
     @model_validator(mode="after")
@@ -253,7 +273,8 @@ def load_config(path: Path) -> dict[str, Any]:
 ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit", "fail_on"),
                  "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget"), "LEAKPROBE_LISTEN": ("daemon", "listen"),
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
-_TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen")}
+_TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
+                    "model": ("detection", "model")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

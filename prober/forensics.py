@@ -1,7 +1,9 @@
 """The forensic log audit: scan recorded answers (JSONL) against a ledger after an incident.
 
 Each line is {"id": str, "tenant": str, "text": str, "prompt": str (optional)}, where tenant is who received
-the text.  Input comes from files, `.gz` files or standard input (`-`), read line by line in bounded memory:
+the text.  Lines are read in batches and scanned in this process or in worker processes (`--workers`), each
+holding its own copy of the scanner (which pickles as its canaries); a batch's findings are persisted as
+soon as it is done.  Input comes from files, `.gz` files or standard input (`-`), read line by line in bounded memory:
 a line over the size cap is skipped without ever being held whole.  A bad line is reported with its number
 and skipped; the rest is still scanned.  What could not be read is always counted, so a scan that checked
 nothing, or not everything, never reads as clean.
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +30,8 @@ from prober.types import Finding, Record
 MAX_LINE_BYTES = 16 * 1024 * 1024
 _SKIP_CHUNK = 1024 * 1024
 MAX_REPORTED_ERRORS = 1000  # the count is exact; the messages stop here
+BATCH_LINES = 2_000
+BATCH_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -41,6 +47,15 @@ class ForensicReport:
     @property
     def skipped(self) -> int:
         return self.invalid + self.oversized
+
+    def merge(self, part: ForensicReport) -> None:
+        self.scanned += part.scanned
+        self.findings += part.findings
+        self.own_echoes += part.own_echoes
+        self.invalid += part.invalid
+        self.oversized += part.oversized
+        self.unfinished += part.unfinished
+        self.errors += part.errors[: max(0, MAX_REPORTED_ERRORS - len(self.errors))]
 
     def problem(self, where: str, message: str, *, oversized: bool = False) -> None:
         if oversized:
@@ -92,40 +107,65 @@ def bounded_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
             yield number, line
 
 
-def read_records(name: str, report: ForensicReport) -> Iterator[Record]:
-    """Records from one JSONL input; problems go to `report` as '<input> line N: ...'."""
-    try:
-        yield from _records(name, report)
-    except (OSError, EOFError) as exc:
-        report.unfinished += 1
-        report.errors.append(f"{name}: cannot be read to its end ({exc})")
+@dataclass(frozen=True)
+class Batch:
+    """A run of raw lines of one input, scanned as a unit (in this process or a worker)."""
+
+    source: str  # the input as named on the command line
+    seq: int  # its place in the whole scan: findings are reported in input order
+    lines: list[tuple[int, bytes | None]]
+    size: int  # bytes
 
 
-def _records(name: str, report: ForensicReport) -> Iterator[Record]:
-    with open_input(name) as handle:
-        for number, raw in bounded_lines(handle):
-            where = f"{name} line {number}"
-            if raw is None:
-                report.problem(where, f"longer than {MAX_LINE_BYTES:,} bytes, not read", oversized=True)
-                continue
-            if not raw.strip():
-                continue
-            try:
-                item = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                report.problem(where, "not valid UTF-8")
-                continue
-            except json.JSONDecodeError as exc:
-                report.problem(where, f"invalid JSON ({exc.msg})")
-                continue
-            except RecursionError:
-                report.problem(where, "JSON nested too deeply")
-                continue
-            problem = _problem(item)
-            if problem:
-                report.problem(where, problem)
-                continue
-            yield Record(id=item["id"], tenant=item["tenant"], text=item["text"], prompt=item.get("prompt"))
+def read_batches(names: list[str], report: ForensicReport, *, lines: int = BATCH_LINES,
+                 size: int = BATCH_BYTES) -> Iterator[Batch]:
+    """Every input's lines in batches of at most `lines` lines or about `size` bytes; an input that cannot be
+    read to its end (a truncated .gz) is counted in `report`, and its lines read so far are still scanned."""
+    seq = 0
+    for name in names:
+        chunk: list[tuple[int, bytes | None]] = []
+        held = 0
+        try:
+            with open_input(name) as handle:
+                for number, raw in bounded_lines(handle):
+                    chunk.append((number, raw))
+                    held += len(raw) if raw is not None else 0
+                    if len(chunk) >= lines or held >= size:
+                        yield Batch(name, seq, chunk, held)
+                        seq, chunk, held = seq + 1, [], 0
+        except (OSError, EOFError) as exc:
+            report.unfinished += 1
+            report.errors.append(f"{name}: cannot be read to its end ({exc})")
+        if chunk:
+            yield Batch(name, seq, chunk, held)
+            seq += 1
+
+
+def parse(batch: Batch, report: ForensicReport) -> Iterator[Record]:
+    """The batch's records; problems go to `report` as '<input> line N: ...'."""
+    for number, raw in batch.lines:
+        where = f"{batch.source} line {number}"
+        if raw is None:
+            report.problem(where, f"longer than {MAX_LINE_BYTES:,} bytes, not read", oversized=True)
+            continue
+        if not raw.strip():
+            continue
+        try:
+            item = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            report.problem(where, "not valid UTF-8")
+            continue
+        except json.JSONDecodeError as exc:
+            report.problem(where, f"invalid JSON ({exc.msg})")
+            continue
+        except RecursionError:
+            report.problem(where, "JSON nested too deeply")
+            continue
+        problem = _problem(item)
+        if problem:
+            report.problem(where, problem)
+            continue
+        yield Record(id=item["id"], tenant=item["tenant"], text=item["text"], prompt=item.get("prompt"))
 
 
 def _problem(item: object) -> str | None:
@@ -139,17 +179,71 @@ def _problem(item: object) -> str | None:
     return None
 
 
-def scan_inputs(names: list[str], scanner: Scanner, ledger: Ledger | None = None) -> ForensicReport:
-    """Scan every record of every input; findings go to the ledger as each record yields them."""
+def scan_batch(batch: Batch, scanner: Scanner) -> ForensicReport:
+    """One batch's part of the report (findings named after the input, not yet persisted)."""
+    part = ForensicReport()
+    label = "stdin" if batch.source == "-" else Path(batch.source).name
+    for record in parse(batch, part):
+        result = scanner.scan(record)
+        part.scanned += 1
+        part.findings += [replace(f, target=f"scan:{label}", found_at=time.time()) for f in result.findings]
+        part.own_echoes += len(result.own_echoes)
+    return part
+
+
+def scan_file(name: str, scanner: Scanner) -> ForensicReport:
+    """One input, whole: the unit a distributed engine (Dask) maps over files; the caller persists findings."""
     report = ForensicReport()
-    for name in names:
-        label = "stdin" if name == "-" else Path(name).name
-        for record in read_records(name, report):
-            result = scanner.scan(record)
-            report.scanned += 1
-            found = [replace(f, target=f"scan:{label}", found_at=time.time()) for f in result.findings]
-            if found and ledger is not None:
-                ledger.add_findings(found)
-            report.findings.extend(found)
-            report.own_echoes += len(result.own_echoes)
+    for batch in read_batches([name], report):
+        report.merge(scan_batch(batch, scanner))
+    return report
+
+
+_worker_scanner: Scanner | None = None
+
+
+def _install(scanner: Scanner) -> None:
+    """Worker start: the scanner arrives pickled as its canaries and is rebuilt here, once per process."""
+    global _worker_scanner
+    _worker_scanner = scanner
+
+
+def _scan_in_worker(batch: Batch) -> tuple[int, ForensicReport]:
+    assert _worker_scanner is not None
+    return batch.seq, scan_batch(batch, _worker_scanner)
+
+
+def scan_inputs(names: list[str], scanner: Scanner, ledger: Ledger | None = None, *, workers: int = 1,
+                progress: Callable[[int, int], None] | None = None) -> ForensicReport:
+    """Scan every record of every input, in this process or in `workers` processes, with at most two batches
+    per worker in flight (memory stays bounded whatever the input size).  Findings go to the ledger as each
+    batch yields them; `progress(bytes, records)` is told after each batch."""
+    report = ForensicReport()
+    parts: dict[int, list[Finding]] = {}
+
+    def absorb(seq: int, part: ForensicReport, size: int) -> None:
+        if part.findings and ledger is not None:
+            ledger.add_findings(part.findings)
+        parts[seq] = part.findings
+        part.findings = []
+        report.merge(part)
+        if progress is not None:
+            progress(size, part.scanned)
+
+    if workers <= 1:
+        for batch in read_batches(names, report):
+            absorb(batch.seq, scan_batch(batch, scanner), batch.size)
+    else:
+        context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and models
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_install, initargs=(scanner,)) as pool:
+            pending: dict[Future[tuple[int, ForensicReport]], int] = {}
+            for batch in read_batches(names, report):
+                pending[pool.submit(_scan_in_worker, batch)] = batch.size
+                while len(pending) >= 2 * workers:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        absorb(*future.result(), pending.pop(future))
+            for future in as_completed(list(pending)):
+                absorb(*future.result(), pending.pop(future))
+    report.findings = [f for seq in sorted(parts) for f in parts[seq]]
     return report

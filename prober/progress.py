@@ -1,5 +1,5 @@
-"""How an audit reports while it runs: a rich progress bar on a terminal, plain log lines otherwise.
-Findings are announced only after the runner has persisted them."""
+"""How an audit and a log scan report while they run: a rich progress bar on a terminal, plain log lines
+otherwise.  Findings are announced only after they are persisted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
 
@@ -60,3 +69,34 @@ class AuditProgress:
                 self._line(f"error: {target}: {message}")
             case SurveyDone():
                 pass
+
+
+class ScanProgress:
+    """A log scan's progress bar on a terminal (bytes read of the inputs' total where it is known, records
+    scanned); nothing elsewhere, since the scan's report is its output."""
+
+    def __init__(self, total_bytes: int | None, stream: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.interactive = self.stream.isatty() if interactive is None else interactive
+        self.total = total_bytes
+        self.records = 0
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> ScanProgress:
+        if self.interactive:
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), TimeElapsedColumn(),
+                                 console=Console(file=self.stream, highlight=False), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("scanning", total=self.total)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def __call__(self, size: int, records: int) -> None:
+        self.records += records
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, advance=size, description=f"scanning: {self.records:,} records")

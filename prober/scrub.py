@@ -48,7 +48,7 @@ class Scrubber:
             return value
         return self._text.sub(lambda m: self._labels[m.group(0)], value)
 
-    def bytes(self, value: bytes) -> bytes:
+    def bytes(self, value: bytes | bytearray) -> bytes | bytearray:
         if self._bytes is None or not value:
             return value
         return self._bytes.sub(lambda m: self._labels[m.group(0).decode()].encode(), value)

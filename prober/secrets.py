@@ -7,6 +7,8 @@ import os
 
 from prober.canaries.keys import KEY_ENV
 from prober.config import ProberConfig
+from prober.ledger.base import LedgerError
+from prober.ledger.credentials import ledger_password
 from prober.scrub import Scrubber
 from prober.targets.credentials import CredentialError, Secret
 
@@ -26,10 +28,16 @@ def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:
     return secrets
 
 
-def scrubber_for(secrets: dict[str, Secret | None], environ: dict[str, str] | None = None) -> Scrubber:
-    """Scrubs the tenants' keys and the deployment's canary key."""
+def scrubber_for(secrets: dict[str, Secret | None], environ: dict[str, str] | None = None,
+                 ledger: str | None = None) -> Scrubber:
+    """Scrubs the tenants' keys, the deployment's canary key and a shared ledger's password."""
+    environ = dict(os.environ) if environ is None else environ
     known = {f"key of {name}": secret.reveal() for name, secret in secrets.items() if secret is not None}
-    canary_key = (os.environ if environ is None else environ).get(KEY_ENV)
-    if canary_key:
-        known["canary key"] = canary_key
+    try:
+        password = ledger_password(ledger, environ) if ledger else None
+    except LedgerError as exc:  # its secret file is a credential like the tenants' keys
+        raise CredentialError(str(exc)) from None
+    for label, value in (("canary key", environ.get(KEY_ENV)), ("ledger password", password)):
+        if value:
+            known[label] = value
     return Scrubber(known)

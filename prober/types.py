@@ -44,7 +44,7 @@ class FindingKind(StrEnum):
     CROSS_TENANT_CACHE_HIT = "cross_tenant_cache_hit"  # another tenant's prompt prefix was served from cache
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a daemon or a log scan may hold 100,000+ of them
 class Canary:
     id: str
     tenant: str
@@ -55,6 +55,7 @@ class Canary:
     expires_at: float = 0.0
     pack: str = ""  # fact pack (language) it was minted from
     slots: tuple[str, ...] = ()  # the distinctive values that attribute a paraphrase
+    aliases: tuple[tuple[int, str], ...] = ()  # (slot index, another spelling): how it reads in another script
     embedding: bytes | None = field(default=None, repr=False)  # float32, for facts
     embedding_model: str = ""
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from prober.embeddings import SentenceTransformerEmbedder
+from prober.embeddings import Embedder, make_embedder
 from prober.testbed import TestbedServer, build_config
+from tests.postgres import PostgresServer, postgres_server
 
 KEY_A = {"Authorization": "Bearer testbed-key-a"}
 KEY_B = {"Authorization": "Bearer testbed-key-b"}
@@ -37,8 +38,15 @@ def testbed() -> Iterator[StartTestbed]:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
+def embedder() -> Embedder:
     """The default offline model, loaded once per test session."""
-    model = SentenceTransformerEmbedder()
+    model = make_embedder()
     model.encode(["warm up"])
     return model
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (tests/postgres.py); each test creates its own database."""
+    with postgres_server() as server:
+        yield server

@@ -66,7 +66,10 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
                                                                              ("tenant-b", "tenant-a")}
     for f in echoes:  # every finding names target, tenants, probe, prompt length, severity, evidence
         assert f["target"] and f["probe"].endswith("-probe") and f["prompt_tokens"] > 4_089
-        assert f["severity"] == "critical" and f["evidence"]["excerpt_sha256"] and f["canary_id"]
+        assert f["severity"] == ("high" if f["detector"] == "semantic" else "critical")
+        assert f["evidence"]["excerpt_sha256"] and f["canary_id"]
+    # Facts planted beside the tokens come back reworded in summaries: the semantic detector attributes them.
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["detector"] == "semantic"}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
     assert {steps[f["probe"]]["stream"] for f in echoes} == {True, False}  # plain and streaming both leak
     accepted = [f for f in doc["findings"] if f["kind"] == "boundary_accepted"]
@@ -144,7 +147,8 @@ def test_dry_run_sends_no_prompt(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
     result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "--dry-run")
     assert result.exit_code == 0, result.output
-    assert "plan (" in result.stdout and "dry run" in result.stdout and "pool+1" in result.stdout
+    assert "plan (" in result.stdout and "DRY RUN" in result.stdout and "pool+1" in result.stdout
+    assert "summarize" in result.stdout and "1 in 4 canary units also carries a fact" in result.stdout
     assert server.engine.prefill_pool.usage().tokens_used == 0  # nothing reached the KV pool
     scrape = httpx.get(server.url + "/metrics").text
     assert not re.search(r'route="(chat|completions)"', scrape)

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from prober.config import ConfigError, load_config, parse_config
-from prober.forensics import ForensicReport, read_records
+from prober.forensics import ForensicReport, parse, read_batches
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
 from prober.targets.result import Completion
@@ -79,7 +79,7 @@ def test_any_jsonl_gives_records_or_counted_problems(tmp_path_factory: Any, line
     path = Path(tmp_path_factory.mktemp("jsonl")) / "in.jsonl"
     path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n")
     report = ForensicReport()
-    records = list(read_records(str(path), report))
+    records = [r for batch in read_batches([str(path)], report, lines=7) for r in parse(batch, report)]
     assert len(records) + report.skipped <= len(lines)
     assert all(isinstance(r.text, str) for r in records)
 

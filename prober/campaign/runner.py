@@ -12,10 +12,12 @@ for a disk or for a detector.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import cache
 from itertools import cycle, islice
 from secrets import token_hex
 
@@ -26,11 +28,13 @@ from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.scanning import RunScanner
 from prober.campaign.survey import PreflightResult, survey
 from prober.canaries.mint import Minter
+from prober.canaries.packs import load_pack
 from prober.capacity import origin_of, reachability
 from prober.config import ProberConfig, TargetConfig
 from prober.embeddings import Embedder
 from prober.ledger.base import Ledger
 from prober.prompts import BuildError, BuiltPrompt, CountError, PromptBuilder
+from prober.prompts.builder import Facts
 from prober.scrub import Scrubber
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
@@ -40,9 +44,14 @@ from prober.targets.telemetry import EngineTelemetry, changes
 from prober.targets.transport import Transport
 from prober.types import Canary, Record
 
-PROBE_INSTRUCTION = "Quote the document word for word, including every reference code."
 PRIME_INSTRUCTION = "Summarize the document."
+ASKED = {"quote": "Quote the document word for word, including every reference code.",
+         "summarize": "Summarize the document, keeping every name, place and number.",
+         "translate": "Translate the document into {language}, keeping every name, place and number."}
+LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
 DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
+FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
+CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
 
 
 class TargetUnusable(RuntimeError):
@@ -52,7 +61,8 @@ class TargetUnusable(RuntimeError):
 class TargetRunner:
     def __init__(self, config: TargetConfig, transport: Transport, *, ledger: Ledger, minter: Minter,
                  scanner: RunScanner, secrets: Mapping[str, Secret | None], tenants: Sequence[str],
-                 telemetry: bool = True, stopping: asyncio.Event | None = None) -> None:
+                 languages: Mapping[str, str] | None = None, telemetry: bool = True,
+                 stopping: asyncio.Event | None = None) -> None:
         self.config = config
         self.transport = transport
         self.ledger = ledger
@@ -60,6 +70,7 @@ class TargetRunner:
         self.scanner = scanner
         self.secrets = secrets
         self.tenants = list(tenants)
+        self.languages = dict(languages or {})  # tenant -> the fact pack its canaries are written in
         self.stopping = stopping or asyncio.Event()
         self.target = make_target(config.api, config.name, config.url, transport, model=config.model)
         self.surveyed: PreflightResult | None = None
@@ -90,12 +101,13 @@ class TargetRunner:
         return result
 
     def campaign(self, observe: Observer = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
-                 max_tokens: int, run_id: str = "") -> Plan:
+                 max_tokens: int, run_id: str = "", fact_share: float = 0.0) -> Plan:
         """The boundary plan for what the last survey learned."""
         if self.surveyed is None:
             raise PlanError("survey the target before planning")
         plan = make_plan(self.config.name, self.surveyed.capacity, self.tenants, streaming=streaming,
-                         concurrent=concurrent, rounds=rounds, max_tokens=max_tokens, run_id=run_id)
+                         concurrent=concurrent, rounds=rounds, max_tokens=max_tokens, run_id=run_id,
+                         fact_share=fact_share)
         observe(PlanReady(plan))
         return plan
 
@@ -115,11 +127,11 @@ class TargetRunner:
         if exchange.same_text:
             # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
             nonce = token_hex(6)
-            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {PROBE_INSTRUCTION}",
+            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {ASKED['quote']}",
                                                 seed=int(nonce[:4], 16))
         else:
             prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, plan)
-            probe = await self._build(exchange.probe, PROBE_INSTRUCTION, builder, plan)
+            probe = await self._build(exchange.probe, self._instruction(exchange.probe), builder, plan)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         before = await self._telemetry.snapshot() if self._telemetry else None
         if exchange.concurrent:
@@ -131,6 +143,12 @@ class TargetRunner:
         for (step, built), answer in zip(sends, answers, strict=True):
             await self._judge(exchange, step, built, answer, report, engine, observe)
 
+    def _instruction(self, step: Step) -> str:
+        """A translation goes into the language the observer does not write in, so its own canaries (and any
+        other tenant's that leak) come out in the other language."""
+        other = "ko" if self.languages.get(step.tenant, "en") == "en" else "en"
+        return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
+
     async def _build(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
@@ -140,9 +158,18 @@ class TargetRunner:
                                                step.id, plan.retention_s)
             self.scanner.add(distinct)
             return list(islice(cycle(distinct), count))
+
+        async def mint_facts(count: int) -> list[Canary]:
+            distinct = await asyncio.to_thread(self.minter.facts, step.tenant, min(count, DISTINCT_PER_PROMPT),
+                                               step.id, language, None, plan.retention_s)
+            self.scanner.add(distinct)
+            return list(islice(cycle(distinct), count))
+        language = self.languages.get(step.tenant, "en")
+        facts = (Facts(fact_samples(language), mint_facts, plan.fact_share)
+                 if self.minter.embedder is not None and plan.fact_share > 0 else None)
         capacity = self.surveyed.capacity if self.surveyed else None
         page = capacity.page_size.value if capacity and capacity.page_size else None
-        return await builder.build(step.length, instruction=instruction, mint=mint, page_size=page,
+        return await builder.build(step.length, instruction=instruction, mint=mint, facts=facts, page_size=page,
                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
@@ -157,6 +184,11 @@ class TargetRunner:
         if answer.text:
             record = Record(step.id, step.tenant, answer.text, built.text)
             scanned = await asyncio.to_thread(self.scanner.scan, record)
+            if any(f.canary_id is None and "probe_tag" in f.details for f in scanned.findings):
+                # A token that verifies but is not in our index: another replica minted it moments ago.
+                recent = await asyncio.to_thread(self.ledger.active_canaries, None, time.time() - CATCH_UP_S)
+                self.scanner.add(recent)
+                scanned = await asyncio.to_thread(self.scanner.scan, record)
             own = len(scanned.own_echoes)
             context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
                        "exchange": exchange.id}
@@ -179,6 +211,13 @@ class TargetRunner:
             observe(FindingRecorded(finding))
 
 
+@cache
+def fact_samples(language: str) -> tuple[str, ...]:
+    """The same few facts of a pack for every build, so the builder's measurements of them are reused."""
+    rng = random.Random(FACT_SAMPLES)
+    return tuple(load_pack(language).mint(rng).text for _ in range(FACT_SAMPLES))
+
+
 def _answered(answer: Completion) -> bool:
     """The engine gave its verdict (an answer, a refusal, or its own 5xx); anything else means this request
     could not be observed, and the run is incomplete."""
@@ -199,7 +238,7 @@ class Auditor:
         self.key = key
         self.secrets = secrets
         self.tenants = [t.name for t in config.tenants]
-        self.minter = Minter(ledger, key)
+        self.minter = Minter(ledger, key, embedder)
         self.embedder = embedder
         self.observe = observe
         self.dry_run = dry_run
@@ -226,13 +265,15 @@ class Auditor:
         settings = self.config.audit
         async with Transport(cfg.policy(), self.scrubber) as transport:
             runner = TargetRunner(cfg, transport, ledger=self.ledger, minter=self.minter, scanner=scanner,
-                                  secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run)
+                                  secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run,
+                                  languages={t.name: t.language for t in self.config.tenants})
             try:
                 await runner.survey(self.observe, bisect_budget=0 if self.dry_run else settings.bisect_budget)
             finally:
                 report.survey = runner.surveyed
             plan = runner.campaign(self.observe, streaming=settings.streaming, concurrent=settings.concurrent,
-                                   rounds=settings.rounds, max_tokens=settings.max_tokens)
+                                   rounds=settings.rounds, max_tokens=settings.max_tokens,
+                                   fact_share=self.config.detection.fact_share if self.embedder else 0.0)
             report.plan = plan
             if plan.tokens > self.tokens_left:
                 raise PlanError(f"the plan for {cfg.name} needs {plan.tokens:,} tokens, over the remaining budget "

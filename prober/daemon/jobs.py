@@ -50,15 +50,17 @@ class TargetSession:
 
     def __init__(self, config: TargetConfig, *, ledger: Ledger, minter: Minter, scanner: RunScanner,
                  secrets: Mapping[str, Secret | None], tenants: Sequence[str], daemon: DaemonSettings,
-                 audit: AuditSettings, budget: TokenBudget, stopping: asyncio.Event, scrubber: Scrubber) -> None:
+                 audit: AuditSettings, budget: TokenBudget, stopping: asyncio.Event, scrubber: Scrubber,
+                 languages: Mapping[str, str], fact_share: float) -> None:
         self.config = config
         self.daemon = daemon
         self.audit = audit
         self.budget = budget
+        self.fact_share = fact_share
         self.transport = Transport(config.policy(), scrubber)
         self.runner = TargetRunner(config, self.transport, ledger=ledger, minter=minter, scanner=scanner,
-                                   secrets=secrets, tenants=tenants, telemetry=daemon.engine_telemetry,
-                                   stopping=stopping)
+                                   secrets=secrets, tenants=tenants, languages=languages,
+                                   telemetry=daemon.engine_telemetry, stopping=stopping)
         self._users = 0
         self._retired = False
 
@@ -94,15 +96,15 @@ class TargetSession:
             await runner.survey(observe)  # a campaign plans from a fresh survey; a sentinel needs a counter
         if job is Job.PREFLIGHT:
             return JobOutcome(True)
-        run_id = f"{job.value[0]}{secrets.token_hex(3)}-"
+        run_id = f"{self.daemon.replica}.{job.value[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
         if job is Job.SENTINEL:
             sentinel = self.daemon.sentinel
             plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
-                                 run_id=run_id, retention_s=sentinel.retention)
+                                 run_id=run_id, retention_s=sentinel.retention, fact_share=self.fact_share)
         else:
             a = self.audit
             plan = runner.campaign(observe, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
-                                   max_tokens=a.max_tokens, run_id=run_id)
+                                   max_tokens=a.max_tokens, run_id=run_id, fact_share=self.fact_share)
         return await self._spend(plan, observe)
 
     async def _spend(self, plan: Plan, observe: Observer) -> JobOutcome:

@@ -40,7 +40,8 @@ from prober.config import ConfigError, ProberConfig, assemble_config, listen_add
 from prober.daemon.budget import TokenBudget
 from prober.daemon.jobs import Job, JobOutcome, TargetSession
 from prober.daemon.metrics import Metrics
-from prober.ledger import Ledger, LedgerError, open_ledger
+from prober.embeddings import EmbedderError, make_embedder
+from prober.ledger import JobLock, Ledger, LedgerError, open_ledger
 from prober.malloc import cap_arenas
 from prober.scrub import Scrubber, ScrubbingFilter
 from prober.secrets import load_secrets, scrubber_for
@@ -48,9 +49,11 @@ from prober.targets.credentials import CredentialError, Secret
 
 log = logging.getLogger("leakprobe.daemon")
 
-HOUSEKEEPING_S = 10.0  # ledger health, incidents, other replicas' canaries, budgets
+HOUSEKEEPING_S = 10.0  # ledger health, incidents (every replica's), budgets
+CANARY_REFRESH_S = 2.0  # other replicas' new canaries: a fact they planted is known here within this
 FULL_REFRESH_S = 3600.0  # rebuild the canary index from the ledger (drops expired canaries)
 CANARY_SKEW_S = 300.0  # replicas' clocks may disagree: look this far back for their new canaries
+TURN_TAKEN = ("locked", "claimed")  # skip reasons that mean another replica has the job
 
 
 class StartupError(RuntimeError):
@@ -87,7 +90,7 @@ def load_settings(path: Path | None, flags: dict[str, Any]) -> Settings:
     if len(config.tenants) < 2:
         raise ConfigError(f"{path or 'flags'}: tenants: the daemon needs at least two (a victim and an observer)")
     secrets = load_secrets(config)
-    return Settings(config, secrets, scrubber_for(secrets))
+    return Settings(config, secrets, scrubber_for(secrets, ledger=config.ledger))
 
 
 class Daemon:
@@ -115,7 +118,15 @@ class Daemon:
         except (LedgerError, CanaryKeyError) as exc:
             raise StartupError(str(exc)) from None
         self.ledger_ok = True
-        self.minter = Minter(self.ledger, self.key)
+        detection = self.config.detection
+        try:
+            self.embedder = (make_embedder(detection.model, detection.device, detection.threshold)
+                             if detection.semantic else None)
+            if self.embedder is not None:
+                self.embedder.load()
+        except EmbedderError as exc:
+            raise StartupError(str(exc)) from None
+        self.minter = Minter(self.ledger, self.key, self.embedder)
         self.scanner: RunScanner | None = None
         self.scheduler: AsyncIOScheduler | None = None
         self.server: uvicorn.Server | None = None
@@ -140,12 +151,15 @@ class Daemon:
         loop = asyncio.get_running_loop()
         tenants = [t.name for t in self.config.tenants]
         known = await asyncio.to_thread(self.ledger.active_canaries)
-        self.scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants)
+        self.scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
+                                               embedder=self.embedder)
         self._canaries_seen = self._full_refresh = time.time()
         await self._housekeeping()  # incidents restored before the first scrape can be answered
         self.scheduler = AsyncIOScheduler(event_loop=loop, timezone=UTC)
         self.scheduler.add_listener(self._missed, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         self.scheduler.add_job(self._housekeeping, IntervalTrigger(seconds=HOUSEKEEPING_S), id="housekeeping",
+                               max_instances=1, coalesce=True)
+        self.scheduler.add_job(self._refresh_canaries, IntervalTrigger(seconds=CANARY_REFRESH_S), id="canaries",
                                max_instances=1, coalesce=True)
         await self._apply(self.settings)
         self.scheduler.start()
@@ -217,7 +231,8 @@ class Daemon:
         self.metrics.reloads.inc()
         try:
             fresh = await asyncio.to_thread(load_settings, self.path, self.flags)
-            for name in ("ledger", "daemon.listen"):
+            for name in ("ledger", "daemon.listen", "daemon.replica", "detection.semantic", "detection.model",
+                         "detection.device", "detection.threshold"):
                 old, new = _get(self.config, name), _get(fresh.config, name)
                 if old != new:
                     raise ConfigError(f"{name} cannot change on reload ({old!r} -> {new!r}); restart the daemon")
@@ -252,7 +267,8 @@ class Daemon:
             self.sessions[target.name] = TargetSession(
                 target, ledger=self.ledger, minter=self.minter, scanner=self.scanner, secrets=settings.secrets,
                 tenants=tenants, daemon=config.daemon, audit=config.audit, budget=budget, stopping=self.stopping,
-                scrubber=settings.scrubber)
+                scrubber=settings.scrubber, languages={t.name: t.language for t in config.tenants},
+                fact_share=config.detection.fact_share if self.embedder else 0.0)
             self.status.setdefault(target.name, {job: JobStatus() for job in Job})
             for job in Job:
                 last_run = await self._recall(f"last_run/{target.name}/{job}")
@@ -294,6 +310,36 @@ class Daemon:
         if not self.ledger_ok:
             self._skip(target, job, status, "ledger", f"ledger not writable: {self.ledger_error}")
             return
+        lock = await self._take_turn(target, job, status)
+        if lock is None:
+            return
+        try:
+            await self._run(session, target, job, status)
+        finally:
+            lock.release()
+
+    async def _take_turn(self, target: str, job: Job, status: JobStatus) -> JobLock | None:
+        """This replica's turn at a job, or None: replicas sharing a ledger run each job of each target one at
+        a time (a lock that dies with its holder) and once per scheduled slot (a claim in the ledger)."""
+        name = f"{target}/{job}"
+        try:
+            lock = await asyncio.to_thread(self.ledger.try_lock, name)
+            if lock is None:
+                self._skip(target, job, status, "locked", "another replica is running it")
+                return None
+            now = time.time()
+            interval = self.config.daemon.interval(job)
+            if not await asyncio.to_thread(self.ledger.claim_slot, f"slot/{name}", now, now - interval / 2):
+                lock.release()
+                self._skip(target, job, status, "claimed", "another replica ran it in this slot")
+                return None
+        except LedgerError as exc:
+            self._ledger_failed(str(exc))
+            self._skip(target, job, status, "ledger", str(exc))
+            return None
+        return lock
+
+    async def _run(self, session: TargetSession, target: str, job: Job, status: JobStatus) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
@@ -338,7 +384,9 @@ class Daemon:
     def _skip(self, target: str, job: Job, status: JobStatus, reason: str, message: str) -> None:
         status.last_skip = f"{reason}: {message}"
         self.metrics.skips.labels(target, job, reason).inc()
-        log.warning("%s %s: skipped (%s): %s", job, target, reason, message)
+        # Leaving a job to another replica is how replicas cooperate, not a problem.
+        log.log(logging.INFO if reason in TURN_TAKEN else logging.WARNING, "%s %s: skipped (%s): %s", job, target,
+                reason, message)
 
     def _missed(self, event: JobEvent) -> None:
         """APScheduler skipped a run: the previous one was still going (busy) or the slot was missed."""
@@ -359,11 +407,10 @@ class Daemon:
 
     # -- housekeeping ---------------------------------------------------------------------------
     async def _housekeeping(self) -> None:
-        """Ledger health, incidents (every replica's), new canaries of other replicas, budgets left."""
+        """Ledger health, incidents (every replica's), budgets left."""
         try:
             await asyncio.to_thread(self.ledger.check_writable)
             incidents = await asyncio.to_thread(self.ledger.incidents)
-            await self._refresh_canaries()
             budget = TokenBudget(self.ledger, self.config.daemon.tokens_per_day)
             for name in self.sessions:
                 self.metrics.budget_left.labels(name).set(await budget.left(name))
@@ -377,17 +424,23 @@ class Daemon:
         self.metrics.set_incidents(incidents, self.config.daemon.incident_hold)
 
     async def _refresh_canaries(self) -> None:
+        """Other replicas' new canaries into the index; hourly, a rebuild that also drops expired ones."""
         scanner = self.scanner
-        if scanner is None:
+        if scanner is None or not self.ledger_ok:
             return
         now = time.time()
-        if now - self._full_refresh > FULL_REFRESH_S:
-            known = await asyncio.to_thread(self.ledger.active_canaries)
-            await asyncio.to_thread(scanner.refresh, known)
-            self._full_refresh = now
-        else:
-            fresh = await asyncio.to_thread(self.ledger.active_canaries, None, self._canaries_seen - CANARY_SKEW_S)
-            scanner.add(fresh)
+        try:
+            if now - self._full_refresh > FULL_REFRESH_S:
+                known = await asyncio.to_thread(self.ledger.active_canaries)
+                await asyncio.to_thread(scanner.refresh, known)
+                self._full_refresh = now
+            else:
+                fresh = await asyncio.to_thread(self.ledger.active_canaries, None,
+                                                self._canaries_seen - CANARY_SKEW_S)
+                scanner.add(fresh)
+        except LedgerError as exc:
+            self._ledger_failed(str(exc))
+            return
         self._canaries_seen = now
         self.metrics.canaries.set(scanner.canaries)
 
@@ -417,7 +470,8 @@ class Daemon:
                 "verdicts": [v.to_json() for v in surveyed.verdicts] if surveyed else [],
                 "open_incidents": [i.to_json() for i in incidents if i.key.target == name and i.is_open(now, hold)],
             })
-        answer = {"ready": self.ready, "started": self.started, "config": str(self.path) if self.path else None,
+        answer = {"ready": self.ready, "replica": self.config.daemon.replica, "started": self.started,
+                  "config": str(self.path) if self.path else None,
                   "config_loaded_at": self.settings.loaded_at, "last_reload_error": self.last_reload_error,
                   "ledger": {"description": self.ledger.description, "writable": self.ledger_ok,
                              "error": self.ledger_error},

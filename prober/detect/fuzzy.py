@@ -16,13 +16,12 @@ keeps a same-template fact of another tenant out (0 of 60 in the evaluation set)
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 from rapidfuzz import fuzz
 
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit
+from prober.detect.grams import GramIndex
 from prober.types import CanaryKind, Record, Severity
 
 Q = 4
@@ -30,10 +29,6 @@ MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
 TOKEN_THRESHOLD = 0.84
 FACT_THRESHOLD = 0.88
 SLOT_THRESHOLD = 0.85
-
-
-def grams(text: str) -> set[str]:
-    return {text[i : i + Q] for i in range(len(text) - Q + 1)}
 
 
 class FuzzyDetector(Detector):
@@ -45,25 +40,15 @@ class FuzzyDetector(Detector):
 
     def __init__(self, canaries: CanarySet) -> None:
         self.canaries = canaries
-        postings: dict[str, list[int]] = defaultdict(list)
-        for index, pattern in enumerate(canaries.patterns):
-            for gram in grams(pattern):
-                postings[gram].append(index)
-        self._postings = {g: np.asarray(ids, dtype=np.int32) for g, ids in postings.items()
-                          if len(ids) <= MAX_POSTINGS}
-        indexed = np.zeros(len(canaries.patterns), dtype=np.int32)
-        for ids in self._postings.values():
-            indexed[ids] += 1
+        self._index = GramIndex(canaries.patterns, Q, MAX_POSTINGS)
         # A candidate must share a third of its indexed grams (3 edits in a 32-char body leave 17 of 29).
-        self._min_shared = np.maximum(2, indexed // 3)
+        self._min_shared = np.maximum(2, self._index.indexed // 3)
         self._slots = [[compact(v) for v in c.slots] for c in canaries.canaries]
 
     def candidates(self, compacted: str) -> list[int]:
-        found = [self._postings[g] for g in grams(compacted) if g in self._postings]
-        if not found:
-            return []
-        counts = np.bincount(np.concatenate(found), minlength=len(self.canaries.patterns))
-        return np.flatnonzero(counts >= self._min_shared).tolist()
+        ids, shared = self._index.shared(compacted)
+        found: list[int] = ids[shared >= self._min_shared[ids]].tolist()
+        return found
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         hits: list[Hit] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from prober.canaries.compact import compact
@@ -61,12 +61,18 @@ class Scanner:
     ) -> None:
         self.canary_set = CanarySet(canaries, key=key, tenants=tenants)
         self.redact = redact
+        self._made_with = (self.canary_set.canaries, key, tuple(tenants), embedder, foreign, redact)
         self.detectors: list[Detector] = [ExactDetector(self.canary_set), FuzzyDetector(self.canary_set)]
         if embedder is not None:
             self.detectors.append(SemanticDetector(self.canary_set, embedder))
         if foreign:
-            self.detectors.append(ForeignContentDetector())
+            self.detectors.append(ForeignContentDetector(embedder))
         self._by_name = {d.name: d for d in self.detectors}
+
+    def __reduce__(self) -> tuple[Callable[..., Scanner], tuple[object, ...]]:
+        """Pickled as what it was built from, and rebuilt where it lands (a worker process, a Dask worker):
+        its indexes are cheaper to rebuild than to ship, and an embedding model is loaded there."""
+        return _rebuild, self._made_with
 
     def scan(self, record: Record) -> ScanResult:
         """Every detector over the answer, in overlapping windows, so that memory and time stay bounded per
@@ -131,6 +137,11 @@ class Scanner:
             excerpt_sha256=hashlib.sha256(span.encode()).hexdigest(), redacted=self.redact,
             details=dict(hit.details),
         )
+
+
+def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...], embedder: Embedder | None,
+             foreign: bool, redact: bool) -> Scanner:
+    return Scanner(canaries, key=key, tenants=tenants, embedder=embedder, foreign=foreign, redact=redact)
 
 
 def _owner(hit: Hit) -> str:

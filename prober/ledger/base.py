@@ -17,6 +17,13 @@ class LedgerError(Exception):
     """The ledger cannot be used (corrupt, foreign, too new, unwritable, unreachable)."""
 
 
+class JobLock:
+    """Held while one replica runs one job; released when the job ends or the replica dies."""
+
+    def release(self) -> None:
+        """Nothing to release where a ledger serves one process."""
+
+
 class Ledger(Protocol):
     description: str  # where it is, for messages (never a password)
 
@@ -53,6 +60,13 @@ class Ledger(Protocol):
         """Store value unless the key exists; return the stored value (race-free)."""
 
     def set_meta(self, key: str, value: str) -> None: ...
+
+    def claim_slot(self, key: str, at: float, not_since: float) -> bool:
+        """Set `key` to `at` unless it already holds a time at or after `not_since` (atomic): the first
+        replica to start a scheduled run claims its slot, and the others skip it."""
+
+    def try_lock(self, name: str) -> JobLock | None:
+        """The lock of `name` if no one holds it (never waits)."""
 
     def check_writable(self) -> None:
         """Raise LedgerError unless a write would succeed now."""

@@ -8,18 +8,18 @@ a refused file is left byte for byte as it was (no journal mode switched, no -wa
 
 from __future__ import annotations
 
-import json
+import fcntl
+import hashlib
+import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from prober.incidents import Incident, IncidentKey
-from prober.ledger.base import LedgerError
-from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
+from prober.ledger.base import JobLock, LedgerError
+from prober.ledger.sql import SQLLedger
 
 APPLICATION_ID = 0x4C50524B  # "LPRK"
 
@@ -88,20 +88,40 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (target, day)
     )
     """,
+    # 3: other spellings of a fact's slot values (romanized Korean), for leaks across languages
+    """
+    ALTER TABLE canaries ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
-CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
-                  "embedding_model")
-FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, score, observer_tenant, victim_tenant, "
-                   "canary_id, probe_id, start_offset, end_offset, excerpt, excerpt_sha256, redacted, details")
+
+class _FileLock(JobLock):
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
 
 
-class SQLiteLedger:
+class _ThreadLock(JobLock):
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock: threading.Lock | None = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+class SQLiteLedger(SQLLedger):
     def __init__(self, path: Path) -> None:
         self.path = path
         self.description = str(path)
         self._lock = threading.Lock()
+        self._memory_locks: dict[str, threading.Lock] = {}
         memory = str(path) == ":memory:"
         try:
             if not memory and path.exists():
@@ -168,119 +188,25 @@ class SQLiteLedger:
             except sqlite3.Error as exc:
                 raise LedgerError(f"{self.description}: {exc}") from None
 
-    # -- canaries -------------------------------------------------------------------------------
-    def add_canaries(self, canaries: Sequence[Canary]) -> None:
-        rows = [(c.id, c.tenant, c.kind.value, c.text, c.probe_id, c.pack, json.dumps(list(c.slots)),
-                 c.created_at, c.expires_at, c.embedding, c.embedding_model) for c in canaries]
-        with self._transaction() as db:
-            db.executemany(f"INSERT INTO canaries ({CANARY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
-    def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
-        now = time.time() if now is None else now
-        rows = self._read(f"SELECT {CANARY_COLUMNS} FROM canaries WHERE expires_at >= ? AND created_at >= ? "
-                          "ORDER BY created_at, id", (now, created_since or 0.0))
-        return [canary_of(row) for row in rows]
-
-    def get_canary(self, canary_id: str) -> Canary | None:
-        rows = self._read(f"SELECT {CANARY_COLUMNS} FROM canaries WHERE id = ?", (canary_id,))
-        return canary_of(rows[0]) if rows else None
-
-    def purge_expired(self, now: float | None = None) -> int:
-        now = time.time() if now is None else now
-        with self._transaction() as db:
-            return db.execute("DELETE FROM canaries WHERE expires_at < ?", (now,)).rowcount
-
-    # -- findings and incidents -----------------------------------------------------------------
-    def add_findings(self, findings: Sequence[Finding]) -> None:
-        now = time.time()
-        with self._transaction() as db:
-            db.executemany(f"INSERT INTO findings ({FINDING_COLUMNS}) VALUES "
-                           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           [finding_row(f, now) for f in findings])
-            db.executemany(
-                "INSERT INTO incidents (target, kind, victim, observer, severity, first_seen, last_seen, count) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (target, kind, victim, observer) DO UPDATE SET "
-                "severity = max(severity, excluded.severity), first_seen = min(first_seen, excluded.first_seen), "
-                "last_seen = max(last_seen, excluded.last_seen), count = count + 1",
-                [incident_row(f, now) for f in findings])
-
-    def findings(self) -> list[Finding]:
-        return [finding_of(row) for row in self._read(f"SELECT {FINDING_COLUMNS} FROM findings ORDER BY id")]
-
-    def incidents(self) -> list[Incident]:
-        rows = self._read("SELECT target, kind, victim, observer, severity, first_seen, last_seen, count "
-                          "FROM incidents ORDER BY severity DESC, first_seen")
-        return [incident_of(row) for row in rows]
-
-    # -- token spend ----------------------------------------------------------------------------
-    def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:
-        with self._transaction() as db:
-            row = db.execute("SELECT tokens FROM token_spend WHERE target = ? AND day = ?", (target, day)).fetchone()
-            spent = row[0] if row else 0
-            if spent + tokens > limit:
-                return False
-            db.execute("INSERT INTO token_spend (target, day, tokens) VALUES (?, ?, ?) ON CONFLICT (target, day) "
-                       "DO UPDATE SET tokens = tokens + excluded.tokens", (target, day, tokens))
-            return True
-
-    def refund_tokens(self, target: str, day: str, tokens: int) -> None:
-        with self._transaction() as db:
-            db.execute("UPDATE token_spend SET tokens = max(0, tokens - ?) WHERE target = ? AND day = ?",
-                       (tokens, target, day))
-
-    def tokens_spent(self, target: str, day: str) -> int:
-        rows = self._read("SELECT tokens FROM token_spend WHERE target = ? AND day = ?", (target, day))
-        return int(rows[0][0]) if rows else 0
-
-    # -- meta -----------------------------------------------------------------------------------
-    def get_meta(self, key: str) -> str | None:
-        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
-        return str(rows[0][0]) if rows else None
-
-    def set_meta_if_absent(self, key: str, value: str) -> str:
-        with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, value))
-            stored: str = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
-        return stored
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
-
-    def check_writable(self) -> None:
-        with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_write_check', ?)", (str(time.time()),))
+    def try_lock(self, name: str) -> JobLock | None:
+        """An exclusive flock on a file beside the ledger (daemons on one machine may share a file), released
+        when the job ends or by the kernel when the process dies; in memory, a lock of this ledger object."""
+        if str(self.path) == ":memory:":
+            held = self._memory_locks.setdefault(name, threading.Lock())
+            return _ThreadLock(held) if held.acquire(blocking=False) else None
+        folder = self.path.with_name(self.path.name + ".locks")
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(folder / hashlib.sha256(name.encode()).hexdigest()[:24], os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise LedgerError(f"{self.description}: cannot create a job lock: {exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return _FileLock(fd)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-# -- rows <-> values (shared with the PostgreSQL backend) --------------------------------------
-def canary_of(row: Sequence[Any]) -> Canary:
-    return Canary(id=row[0], tenant=row[1], kind=CanaryKind(row[2]), text=row[3], probe_id=row[4], pack=row[5],
-                  slots=tuple(json.loads(row[6])), created_at=row[7], expires_at=row[8],
-                  embedding=bytes(row[9]) if row[9] is not None else None, embedding_model=row[10])
-
-
-def finding_row(f: Finding, now: float) -> tuple[Any, ...]:
-    return (f.found_at or now, f.target, f.record_id, f.kind.value, f.detector, f.severity.label, f.score,
-            f.observer_tenant, f.victim_tenant, f.canary_id, f.probe_id, f.start, f.end, f.excerpt, f.excerpt_sha256,
-            int(f.redacted), json.dumps(f.details))
-
-
-def finding_of(r: Sequence[Any]) -> Finding:
-    return Finding(found_at=r[0], target=r[1], record_id=r[2], kind=FindingKind(r[3]), detector=r[4],
-                   severity=Severity.parse(r[5]), score=r[6], observer_tenant=r[7], victim_tenant=r[8],
-                   canary_id=r[9], probe_id=r[10], start=r[11], end=r[12], excerpt=r[13], excerpt_sha256=r[14],
-                   redacted=bool(r[15]), details=json.loads(r[16]))
-
-
-def incident_row(f: Finding, now: float) -> tuple[Any, ...]:
-    key = IncidentKey.of(f)
-    at = f.found_at or now
-    return (key.target, key.kind.value, key.victim, key.observer, int(f.severity), at, at)
-
-
-def incident_of(row: Sequence[Any]) -> Incident:
-    return Incident(IncidentKey(row[0], FindingKind(row[1]), row[2], row[3]), Severity(row[4]), row[5], row[6], row[7])

@@ -44,11 +44,15 @@ def _target(doc: dict[str, Any], t: dict[str, Any], term: Terminal) -> str:
                                  "findings"], probes, f"{t['name']}: outcome at each boundary"))
     if doc["dry_run"] and t["plan"]:
         plan = [[e["id"], e["victim"], e["observer"], e["boundary"], f"{e['prime_tokens']:,}", f"{e['probe_tokens']:,}",
-                 e["expect"], "yes" if e["stream"] else "no", "yes" if e["concurrent"] else "no"]
+                 e["ask"], e["expect"], "yes" if e["stream"] else "no", "yes" if e["concurrent"] else "no"]
                 for e in t["plan"]["exchanges"]]
-        parts.append(term.table(["exchange", "victim", "observer", "boundary", "prime tokens", "probe tokens",
+        parts.append(term.table(["exchange", "victim", "observer", "boundary", "prime tokens", "probe tokens", "ask",
                                  "expect", "stream", "concurrent"], plan,
                                 f"{t['name']}: plan ({t['plan']['tokens']:,} tokens)"))
+        share = t["plan"]["fact_share"]
+        parts.append("  canaries: a token in every KV page of every prompt; "
+                     + (f"1 in {round(1 / share)} canary units also carries a fact (in each tenant's language), "
+                        "within the same token count\n" if share else "no fact canaries (semantic detection off)\n"))
     for incident in (i for i in doc["incidents"] if i["target"] == t["name"]):
         pair = f"{incident['victim']} -> {incident['observer']}" if incident["victim"] else incident["observer"]
         parts.append(f"  incident {term.style(incident['severity'], 'bold')} {incident['kind']} {pair} at "

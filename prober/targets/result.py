@@ -59,7 +59,9 @@ class Completion:
     """One answer.  `status` is the HTTP status (a 200 stream can still carry an `error`)."""
 
     status: int | None
-    text: str = ""
+    # Not in the repr: an answer can be megabytes, and reprs get made where nobody reads them (Python 3.11's
+    # asyncio formats the finished main task, result and all, when it restores SIGINT: measured 100 MiB).
+    text: str = field(default="", repr=False)
     usage: Usage | None = None
     finish_reason: str | None = None
     ttft_s: float | None = None

@@ -47,18 +47,21 @@ class HTTPExchange:
 
     status: int | None
     headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
+    body: bytes | bytearray = b""
     first_byte_s: float | None = None
     total_s: float = 0.0
     attempts: int = 1
     error: TargetError | None = None
 
     def json(self) -> tuple[Any, str | None]:
-        """The body as JSON, or None and why not (not UTF-8, not JSON)."""
+        """The body as JSON, or None and why not (not UTF-8, not JSON).  Once decoded, a body longer than an
+        error snippet is released (its start stays for reports), so a huge answer is held as text once."""
         try:
             text = self.body.decode("utf-8")
         except UnicodeDecodeError as exc:
             return None, f"body is not valid UTF-8 (byte {exc.start})"
+        if len(self.body) > ERROR_BODY_CAP:
+            self.body = bytes(self.body[:ERROR_BODY_CAP])
         try:
             return json_module.loads(text), None
         except ValueError as exc:
@@ -172,7 +175,11 @@ class Transport:
                 if declared and declared.isdigit() and int(declared) > cap and not encoded:
                     return _failed(result, ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes "
                                    f"is over the {cap:,}-byte cap", started)
-                parts: list[bytes] = []
+                # One buffer, sized up front when the length is declared: a huge answer is never held twice.
+                body = bytearray()
+                if declared and declared.isdigit() and not encoded:
+                    body = bytearray(int(declared))
+                filled = 0
                 size = 0  # decoded bytes: a compressed bomb is capped too
                 async for chunk in response.aiter_bytes():
                     now = time.monotonic() - started
@@ -181,10 +188,15 @@ class Transport:
                     size += len(chunk)
                     if size > cap:
                         return _failed(result, ErrorKind.TOO_LARGE, f"body over the {cap:,}-byte cap", started)
-                    parts.append(chunk)
+                    if filled + len(chunk) <= len(body):
+                        body[filled : filled + len(chunk)] = chunk
+                    else:
+                        body[filled:] = chunk
+                    filled += len(chunk)
                     if on_chunk is not None and response.status_code == 200:
                         on_chunk(chunk, now)
-                result.body = scrub.bytes(b"".join(parts))
+                del body[filled:]
+                result.body = scrub.bytes(body)
                 result.total_s = time.monotonic() - started
                 return result
         except httpx.DecodingError as exc:

@@ -1,0 +1,142 @@
+"""The ledger's operations, written once in the SQL that SQLite (3.35+) and PostgreSQL both speak.
+
+A backend supplies what differs: how it opens a transaction and reads (`_transaction`, `_read`), its
+parameter mark (SQL here is written with `?`), the name of its "larger of two" function, its migrations,
+and its job locks.  Every write that must be atomic across replicas is one statement: a conditional
+upsert with RETURNING (token spend, slot claims), so it needs no lock held between statements.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, closing
+from typing import Any, ClassVar
+
+from prober.incidents import Incident
+from prober.ledger.rows import (
+    CANARY_COLUMNS,
+    FINDING_COLUMNS,
+    canary_of,
+    canary_row,
+    finding_of,
+    finding_row,
+    incident_of,
+    incident_row,
+)
+from prober.types import Canary, Finding
+
+
+class SQLLedger(ABC):
+    description: str
+    mark: ClassVar[str] = "?"  # the driver's parameter mark
+    greatest: ClassVar[str] = "max"  # SQLite's scalar max(); PostgreSQL calls it GREATEST
+    least: ClassVar[str] = "min"
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """A connection inside a transaction (committed on exit, rolled back on error); errors as LedgerError."""
+
+    @abstractmethod
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of one query (SQL with the driver's marks); errors as LedgerError."""
+
+    def _sql(self, text: str) -> str:
+        return text if self.mark == "?" else text.replace("?", self.mark)
+
+    def _select(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._read(self._sql(sql), params)
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """One statement in its own transaction; its first row (None without RETURNING or when nothing came)."""
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.execute(self._sql(sql), params)
+            return cursor.fetchone() if cursor.description else cursor.rowcount
+
+    # -- canaries -------------------------------------------------------------------------------
+    def add_canaries(self, canaries: Sequence[Canary]) -> None:
+        marks = ", ".join("?" * len(CANARY_COLUMNS.split(",")))
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(f"INSERT INTO canaries ({CANARY_COLUMNS}) VALUES ({marks})"),
+                               [canary_row(c) for c in canaries])
+
+    def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
+        now = time.time() if now is None else now
+        rows = self._select(f"SELECT {CANARY_COLUMNS} FROM canaries WHERE expires_at >= ? AND created_at >= ? "
+                            "ORDER BY created_at, id", (now, created_since or 0.0))
+        return [canary_of(row) for row in rows]
+
+    def get_canary(self, canary_id: str) -> Canary | None:
+        rows = self._select(f"SELECT {CANARY_COLUMNS} FROM canaries WHERE id = ?", (canary_id,))
+        return canary_of(rows[0]) if rows else None
+
+    def purge_expired(self, now: float | None = None) -> int:
+        purged: int = self._execute("DELETE FROM canaries WHERE expires_at < ?", (time.time() if now is None else now,))
+        return purged
+
+    # -- findings and incidents -----------------------------------------------------------------
+    def add_findings(self, findings: Sequence[Finding]) -> None:
+        """The findings and their incidents' new counts, in one transaction."""
+        now = time.time()
+        marks = ", ".join("?" * len(FINDING_COLUMNS.split(",")))
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(f"INSERT INTO findings ({FINDING_COLUMNS}) VALUES ({marks})"),
+                               [finding_row(f, now) for f in findings])
+            cursor.executemany(self._sql(
+                "INSERT INTO incidents (target, kind, victim, observer, severity, first_seen, last_seen, count) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (target, kind, victim, observer) DO UPDATE SET "
+                f"severity = {self.greatest}(incidents.severity, excluded.severity), "
+                f"first_seen = {self.least}(incidents.first_seen, excluded.first_seen), "
+                f"last_seen = {self.greatest}(incidents.last_seen, excluded.last_seen), "
+                "count = incidents.count + 1"), [incident_row(f, now) for f in findings])
+
+    def findings(self) -> list[Finding]:
+        return [finding_of(row) for row in self._select(f"SELECT {FINDING_COLUMNS} FROM findings ORDER BY id")]
+
+    def incidents(self) -> list[Incident]:
+        rows = self._select("SELECT target, kind, victim, observer, severity, first_seen, last_seen, count "
+                            "FROM incidents ORDER BY severity DESC, first_seen")
+        return [incident_of(row) for row in rows]
+
+    # -- token spend ----------------------------------------------------------------------------
+    def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:
+        row = self._execute(
+            "INSERT INTO token_spend (target, day, tokens) SELECT ?, ?, ? WHERE ? <= ? "
+            "ON CONFLICT (target, day) DO UPDATE SET tokens = token_spend.tokens + excluded.tokens "
+            "WHERE token_spend.tokens + excluded.tokens <= ? RETURNING tokens",
+            (target, day, tokens, tokens, limit, limit))
+        return row is not None
+
+    def refund_tokens(self, target: str, day: str, tokens: int) -> None:
+        self._execute(f"UPDATE token_spend SET tokens = {self.greatest}(0, tokens - ?) WHERE target = ? AND day = ?",
+                      (tokens, target, day))
+
+    def tokens_spent(self, target: str, day: str) -> int:
+        rows = self._select("SELECT tokens FROM token_spend WHERE target = ? AND day = ?", (target, day))
+        return int(rows[0][0]) if rows else 0
+
+    # -- meta and scheduled slots ---------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        rows = self._select("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta_if_absent(self, key: str, value: str) -> str:
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.execute(self._sql("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"),
+                           (key, value))
+            cursor.execute(self._sql("SELECT value FROM meta WHERE key = ?"), (key,))
+            return str(cursor.fetchone()[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
+                      "excluded.value", (key, value))
+
+    def claim_slot(self, key: str, at: float, not_since: float) -> bool:
+        row = self._execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+            "WHERE CAST(meta.value AS DOUBLE PRECISION) < ? RETURNING value", (key, repr(at), not_since))
+        return row is not None
+
+    def check_writable(self) -> None:
+        self.set_meta("last_write_check", repr(time.time()))

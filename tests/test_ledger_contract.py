@@ -1,0 +1,203 @@
+"""One contract, every backend: the same tests against a SQLite file and a real PostgreSQL server.
+
+Whatever sits above `open_ledger` (minter, runner, daemon, scan) relies on exactly these properties.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prober.canaries.mint import Minter
+from prober.incidents import IncidentKey
+from prober.ledger import Ledger, LedgerError, is_shared, open_ledger
+from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
+from tests.postgres import PostgresServer
+
+KEY = b"k" * 32
+OpenLedger = Callable[[], Ledger]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database()
+
+
+@pytest.fixture
+def connect(ledger_url: str) -> Iterator[OpenLedger]:
+    """Opens another handle on the same ledger each call (as another replica would), closing them after."""
+    opened: list[Ledger] = []
+
+    def open_one() -> Ledger:
+        opened.append(open_ledger(ledger_url))
+        return opened[-1]
+
+    yield open_one
+    for ledger in opened:
+        ledger.close()
+
+
+def finding(**changes: object) -> Finding:
+    base = Finding(record_id="r1", kind=FindingKind.CROSS_TENANT_ECHO, detector="exact", severity=Severity.HIGH,
+                   score=0.97, observer_tenant="bob", victim_tenant="alice", canary_id="cn_1", probe_id="p1",
+                   start=3, end=42, excerpt="S***: LPK-…", excerpt_sha256="ab" * 32, redacted=True,
+                   details={"boundary": "pool+1", "prompt_tokens": 681_281}, target="sglang", found_at=1.7e9)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_canaries_round_trip_with_every_field(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    fact = Canary(id="cn_f", tenant="alice", kind=CanaryKind.FACT, text="탁윤슬 씨는 무진리에 삽니다.",
+                  probe_id="p1", pack="ko", slots=("탁윤슬", "무진리"), created_at=100.0, expires_at=2e9,
+                  embedding=np.arange(4, dtype=np.float32).tobytes(), embedding_model="m",
+                  aliases=((0, "Tak Yunseul"), (1, "Mujinri")))
+    a.add_canaries([fact])
+    assert b.get_canary("cn_f") == fact
+    assert b.active_canaries() == [fact] and b.active_canaries(created_since=101.0) == []
+    with pytest.raises(LedgerError):
+        a.add_canaries([fact])  # an id is minted once
+
+
+def test_findings_and_incidents_merge_across_handles(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    a.add_findings([finding(found_at=10.0)])
+    b.add_findings([finding(found_at=5.0, severity=Severity.CRITICAL), finding(found_at=20.0)])
+    b.add_findings([finding(victim_tenant=None, kind=FindingKind.FOREIGN_CONTENT, severity=Severity.WARNING)])
+    assert a.findings()[0] == finding(found_at=10.0)
+    assert len(a.findings()) == 4
+    leak, foreign = a.incidents()
+    assert leak.key == IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob") and leak.count == 3
+    assert leak.severity is Severity.CRITICAL and (leak.first_seen, leak.last_seen) == (5.0, 20.0)
+    assert foreign.key.kind is FindingKind.FOREIGN_CONTENT and foreign.key.victim == "" and foreign.count == 1
+
+
+def test_retention_and_purge(connect: OpenLedger) -> None:
+    ledger = connect()
+    old = Minter(ledger, KEY, retention_days=1).tokens("a", 3)
+    new = Minter(ledger, KEY, retention_days=30).tokens("a", 2)
+    later = old[0].created_at + 2 * 86400
+    assert {c.id for c in ledger.active_canaries(now=later)} == {c.id for c in new}
+    assert ledger.purge_expired(now=later) == 3
+    assert ledger.get_canary(old[0].id) is None
+
+
+def test_token_budget_is_exact_under_concurrent_replicas(connect: OpenLedger) -> None:
+    replicas = [connect() for _ in range(4)]
+    granted: list[bool] = []
+    lock = threading.Lock()
+
+    def spend(ledger: Ledger) -> None:
+        for _ in range(25):
+            ok = ledger.spend_tokens("sglang", "2026-11-30", 10, 500)
+            with lock:
+                granted.append(ok)
+
+    threads = [threading.Thread(target=spend, args=(r,)) for r in replicas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert granted.count(True) == 50 and replicas[0].tokens_spent("sglang", "2026-11-30") == 500
+    replicas[1].refund_tokens("sglang", "2026-11-30", 30)
+    assert replicas[2].tokens_spent("sglang", "2026-11-30") == 470
+    assert replicas[3].tokens_spent("sglang", "2026-12-01") == 0
+
+
+def test_meta_first_writer_wins(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    assert a.set_meta_if_absent("canary_key", "first") == "first"
+    assert b.set_meta_if_absent("canary_key", "second") == "first"
+    b.set_meta("last_run/x", "1.5")
+    assert a.get_meta("last_run/x") == "1.5" and a.get_meta("absent") is None
+
+
+def test_one_claim_per_slot(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    assert a.claim_slot("slot/t/campaign", at=1000.0, not_since=500.0)
+    assert not b.claim_slot("slot/t/campaign", at=1010.0, not_since=510.0)  # the same slot, a moment later
+    assert b.claim_slot("slot/t/campaign", at=2000.0, not_since=1500.0)  # the next one
+
+
+def test_a_job_lock_is_exclusive_and_released(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    held = a.try_lock("sglang/campaign")
+    assert held is not None
+    assert b.try_lock("sglang/campaign") is None and a.try_lock("sglang/campaign") is None
+    other = b.try_lock("sglang/sentinel")
+    assert other is not None
+    held.release()
+    again = b.try_lock("sglang/campaign")
+    assert again is not None
+    again.release()
+    other.release()
+
+
+def test_a_dead_holder_leaves_nothing_locked(ledger_url: str, connect: OpenLedger) -> None:
+    script = ("import os, sys\nfrom prober.ledger import open_ledger\n"
+              f"held = open_ledger({ledger_url!r}).try_lock('t/campaign')\n"
+              "print(held is not None, flush=True)\nsys.stdin.readline()\n")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+    ledger = connect()
+    assert ledger.try_lock("t/campaign") is None
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    for _ in range(50):  # the server notices the dropped connection at once; allow it a moment
+        lock = ledger.try_lock("t/campaign")
+        if lock is not None:
+            lock.release()
+            break
+        threading.Event().wait(0.1)
+    else:
+        pytest.fail("the lock of a killed replica was never released")
+
+
+def test_descriptions_never_show_a_password(ledger_url: str, connect: OpenLedger) -> None:
+    ledger = connect()
+    assert is_shared(ledger_url) is ledger_url.startswith("postgresql://")
+    if is_shared(ledger_url):
+        password = ledger_url.split(":")[2].split("@")[0]
+        assert password not in ledger.description and "***" in ledger.description
+
+
+def test_postgres_password_from_a_file(postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path) -> None:
+    url = postgres.create_database()
+    user_part, host_part = url.removeprefix("postgresql://").split("@")
+    user, password = user_part.split(":")
+    secret = tmp_path / "ledger-password"
+    secret.write_text(password + "\n")
+    monkeypatch.setenv("LEAKPROBE_LEDGER_PASSWORD_FILE", str(secret))
+    ledger = open_ledger(f"postgresql://{user}@{host_part}")
+    ledger.set_meta("k", "v")
+    assert ledger.get_meta("k") == "v" and password not in ledger.description
+    ledger.close()
+    secret.write_text("wrong\n")
+    with pytest.raises(LedgerError, match="password authentication failed") as failure:
+        open_ledger(f"postgresql://{user}@{host_part}")
+    assert password not in str(failure.value)
+
+
+def test_postgres_schema_is_versioned_and_a_newer_one_refused(postgres: PostgresServer) -> None:
+    url = postgres.create_database()
+    open_ledger(url).close()
+    open_ledger(url).close()  # a second start migrates nothing
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE leakprobe.meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LedgerError, match="newer than this leakprobe"):
+        open_ledger(url)
