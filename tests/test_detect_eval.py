@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from prober.detect import Scanner
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
-from prober.types import FindingKind
+from prober.types import Canary, CanaryKind, FindingKind, Record
 from tests import evalset
 
 KEY = bytes(range(32))
@@ -50,3 +51,42 @@ def test_attribution_is_never_wrong(evaluation: evalset.Evaluation) -> None:
     assert by_detector["exact"] and by_detector["fuzzy"] and by_detector["semantic"]
     own = [r for c, r in evaluation.results if c.label == "same_template"]
     assert all(r.own_echoes for r in own)  # positive control: the observer's own fact is recognised
+
+
+# From real runs (the `fixed` preset, tenant-a quoting its own facts): tenant-b's fact shares a place with
+# tenant-a's, and its name is the start of another name, or shares only the family name. Not the fact.
+KAIKEN = ("Kaiken Thornridge sent a letter to Banellthorpe asking for parcel 9671-892 and the ledger.",
+          ("Kaiken Thornridge", "Banellthorpe", "9671-892"))
+WENDRU = ("Wendru Brackwyn hid the satchel under the old bridge of Enlystead beside marker 6466-792.",
+          ("Wendru Brackwyn", "Enlystead", "6466-792"))
+OWN_FACTS = ("Reportedly, appointment with Selsia Quistbrook is set for chamber 1398-124 of the Banellthorpe "
+             "archive. As noted, the delivery for Kaikenix Tullholl is reserved on barge BS-168 to Quenlyford.")
+
+
+def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]]) -> Scanner:
+    canary = Canary(id="cn_victim", tenant="tenant-b", kind=CanaryKind.FACT, text=fact[0], pack="en",
+                    slots=fact[1], created_at=0, expires_at=2**40)
+    return Scanner([canary], embedder=embedder, foreign=False)
+
+
+@pytest.mark.parametrize(("fact", "answer"), [
+    (KAIKEN, OWN_FACTS),
+    (WENDRU, "It is recorded that the meeting with Mormar Brackwyn is set for room 7729-604 of the Enlystead "
+             "archive."),
+    # the victim's name and place, each in its own unrelated sentence far apart
+    (KAIKEN, f"Kaiken Thornridge opened the shop. {'The farmer carries the gate past the mill. ' * 12}"
+             "A letter reached Banellthorpe asking for the ledger."),
+])
+def test_shared_values_out_of_place_are_not_the_fact(embedder: Embedder, fact: tuple[str, tuple[str, ...]],
+                                                       answer: str) -> None:
+    assert _victim(embedder, fact).scan(Record("r", "tenant-a", answer)).findings == []
+
+
+@pytest.mark.parametrize("reworded", [
+    "Kaiken Thornridge's letter to Banellthorpe asks for the ledger and parcel 9671-892.",
+    "Thornridge Kaiken wrote to Banellthorpe for the ledger.",  # names swapped, no number
+    "A letter went to Banellthorpe: parcel 9671-892 and the ledger, please.",  # no name
+])
+def test_the_fact_reworded_beside_the_same_text_is_still_found(embedder: Embedder, reworded: str) -> None:
+    findings = _victim(embedder, KAIKEN).scan(Record("r", "tenant-a", f"{OWN_FACTS} {reworded}")).findings
+    assert [(f.canary_id, f.victim_tenant, f.detector) for f in findings] == [("cn_victim", "tenant-b", "semantic")]

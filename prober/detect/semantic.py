@@ -6,7 +6,11 @@ the sentence around them still says the fact:
 
 1. an Aho-Corasick pass over the compact answer finds the facts whose slot values (or the parts of
    multi-word values, or their other spellings: a Korean name romanized in an English answer) appear --
-   most answers stop here, with no embedding at all;
+   most answers stop here, with no embedding at all; a value counts only as a whole word of the answer
+   ("Kaiken" is not in "Kaikenix"; a Korean particle may follow), only together with the fact's other
+   values within about twice the fact's length, and one of them must be *strong*: a number, a name in
+   full, or a Korean value -- a surname and a place name alone recur across a few hundred facts (measured:
+   two false findings in about 15 audits of the `fixed` preset before this rule);
 2. for each candidate, chunks around the slot hits are embedded: the sentence that holds them and a
    window of about the fact's length, so a fact run into a long sentence is not diluted;
 3. a blocked matrix product of chunk and fact embeddings (on the embedder's device) gives the best
@@ -16,17 +20,33 @@ the sentence around them still says the fact:
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import ahocorasick
 import numpy as np
 
-from prober.canaries.compact import compact, original_span
+from prober.canaries.compact import compact, offsets, original_span
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
 BLOCK_ROWS = 8192
+SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
+
+
+class ValueHit(NamedTuple):
+    """One of a fact's values found in an answer (offsets in the compact form, then in the original)."""
+
+    slot: int
+    start: int
+    end: int
+    strong: bool  # a number, a name in full, a Korean value: rare enough to attribute on
+
+
+def _strong(value: str) -> bool:
+    """Whether a value, found whole, is rare enough to attribute on."""
+    return sum(ch.isdigit() for ch in value) >= 3 or len(value.split()) >= 2 or not value.isascii()
 
 
 def blocked_cosine(chunks: Vectors, facts: Vectors, device: str) -> Vectors:
@@ -63,11 +83,15 @@ class SemanticDetector(Detector):
             canary = canaries.canaries[index]
             self._slot_count[index] = len(canary.slots)
             # A value and its other spellings (a Korean name romanized in an English answer) count alike.
+            # A two-word name also in the other order (a model may put the family name first or last).
             for slot_no, value in [*enumerate(canary.slots), *canary.aliases]:
-                parts = {compact(value)} | {compact(p) for p in value.split() if len(compact(p)) >= MIN_PART}
-                for part in filter(None, parts):
-                    length, entries = self._automaton.get(part, (len(part), ()))
-                    self._automaton.add_word(part, (length, (*entries, (index, slot_no))))
+                names = value.split()
+                wholes = {compact(value), compact(" ".join(reversed(names)))} if len(names) == 2 else {compact(value)}
+                parts = {compact(p) for p in names if len(compact(p)) >= MIN_PART} - wholes
+                for part, strong in [*((w, _strong(value)) for w in wholes), *((p, False) for p in parts)]:
+                    if part:
+                        length, entries = self._automaton.get(part, (len(part), ()))
+                        self._automaton.add_word(part, (length, (*entries, (index, slot_no, strong))))
         if len(self._automaton):
             self._automaton.make_automaton()
         self._vectors = self._fact_vectors()
@@ -87,27 +111,47 @@ class SemanticDetector(Detector):
             vectors.update(zip(missing, encoded, strict=True))
         return vectors
 
-    def slot_hits(self, compacted: str) -> dict[int, list[tuple[int, int, int]]]:
-        """fact index -> [(slot number, compact start, compact end)], for facts with half their slots."""
-        found: dict[int, list[tuple[int, int, int]]] = {}
+    def _enough(self, fact: int, hits: list[ValueHit]) -> bool:
+        return 2 * len({h.slot for h in hits}) >= self._slot_count[fact] and any(h.strong for h in hits)
+
+    def slot_hits(self, compacted: str) -> dict[int, list[ValueHit]]:
+        """fact index -> its values found in the compact answer, for the facts that could still be there."""
+        found: dict[int, list[ValueHit]] = {}
         if not len(self._automaton):
             return found
         for end, (length, entries) in self._automaton.iter(compacted):
-            for index, slot_no in entries:
-                found.setdefault(index, []).append((slot_no, end + 1 - length, end + 1))
-        return {i: spans for i, spans in found.items()
-                if 2 * len({s for s, _, _ in spans}) >= self._slot_count[i]}
+            for index, slot_no, strong in entries:
+                found.setdefault(index, []).append(ValueHit(slot_no, end + 1 - length, end + 1, strong))
+        return {i: hits for i, hits in found.items() if self._enough(i, hits)}
+
+    def placed(self, text: str, candidates: dict[int, list[ValueHit]]) -> dict[int, list[ValueHit]]:
+        """The candidates' values mapped to `text`, kept where they are whole words lying together and
+        still enough to attribute the fact."""
+        index = offsets(text)
+        kept: dict[int, list[ValueHit]] = {}
+        for fact, hits in candidates.items():
+            mapped = [h._replace(start=s, end=e) for h in hits for s, e in [original_span(text, h.start, h.end, index)]]
+            words = sorted((h for h in mapped if _whole_word(text, h.start, h.end)), key=lambda h: h.start)
+            reach = SPREAD * len(self.canaries.canaries[fact].text)
+            best: list[ValueHit] = []
+            for first, hit in enumerate(words):  # a few values per fact: quadratic is fine
+                group = [h for h in words[first:] if h.end - hit.start <= reach]
+                if self._enough(fact, group) and len({h.slot for h in group}) > len({h.slot for h in best}):
+                    best = group
+            if best:
+                kept[fact] = best
+        return kept
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
-        candidates = self.slot_hits(compacted)
+        found = self.slot_hits(compacted)
+        candidates = self.placed(record.text, found) if found else {}
         if not candidates:
             return []
         texts: list[str] = []
         spans: list[tuple[int, int]] = []
         rows: dict[int, list[int]] = {}
         for index, slot_spans in candidates.items():
-            start, end = original_span(record.text, min(s for _, s, _ in slot_spans),
-                                       max(e for _, _, e in slot_spans))
+            start, end = min(h.start for h in slot_spans), max(h.end for h in slot_spans)
             words = len(self.canaries.canaries[index].text.split())
             for span in _chunks_around(record.text, start, end, words):
                 rows.setdefault(index, []).append(len(texts))
@@ -124,12 +168,25 @@ class SemanticDetector(Detector):
             score = float(scores[row, best])
             if score >= self.threshold:
                 hits.append(Hit(self.name, score, *spans[best], canary=self.canaries.canaries[index],
-                                details={"slots_present": len({s for s, _, _ in slot_spans}),
+                                details={"slots_present": len({h.slot for h in slot_spans}),
                                          "slots_total": self._slot_count[index]}))
         return hits
 
 
 _TERMINATORS = ".!?。\n"
+
+
+def _whole_word(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is not part of a longer word: nothing alphanumeric just before it, and
+    after it no letter of the same script (Latin) or digit (numbers) -- Korean particles may follow."""
+    if start > 0 and text[start - 1].isalnum():
+        return False
+    if end >= len(text) or not text[end].isalnum():
+        return True
+    last, after = text[end - 1], text[end]
+    if last.isdigit() or after.isdigit():
+        return not (last.isdigit() and after.isdigit())
+    return not (last.isascii() and after.isascii())
 
 
 def _chunks_around(text: str, start: int, end: int, words: int) -> list[tuple[int, int]]:
