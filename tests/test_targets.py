@@ -179,6 +179,31 @@ def test_429_storm_honours_retry_after_then_succeeds() -> None:
     assert calls[1] - calls[0] >= 0.95 and calls[2] - calls[1] >= 0.95
 
 
+def test_a_hang_up_before_any_response_is_retried_then_typed() -> None:
+    """llama.cpp once closed a connection without a byte mid-audit (CI): that request is sent again."""
+    calls: list[int] = []
+
+    def flaky(r: Reply, _: Seen) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            r.handler.close_connection = True  # no status line, no byte: the connection just ends
+        else:
+            r.send(200, chat_answer("fine"))
+
+    with ShapedServer(_route(flaky)) as srv:
+        answer = ask(srv.url + "/v1", Prompt("hi"))
+    assert answer.ok and answer.text == "fine" and answer.attempts == 2
+
+    def hang_up(r: Reply, _: Seen) -> None:
+        r.handler.close_connection = True
+
+    with ShapedServer(_route(hang_up)) as srv:
+        answer = ask(srv.url + "/v1", Prompt("hi"))
+        hits = len(srv.seen)
+    assert answer.error is not None and answer.error.kind is ErrorKind.TRUNCATED and answer.status is None
+    assert hits == FAST.retries + 1 == answer.attempts
+
+
 def test_429_forever_gives_up_after_bounded_retries() -> None:
     with ShapedServer(_route(lambda r, _: r.send(429, {"error": {"message": "quota"}},
                                                  headers={"Retry-After": "0"}))) as srv:

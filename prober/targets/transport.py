@@ -139,8 +139,11 @@ class Transport:
                 url = str(target)
                 attempt -= 1
                 continue
-            retryable = status in RETRY_STATUSES or (
-                result.error is not None and result.error.kind is ErrorKind.CONNECT)
+            # A peer that hung up before any response (a keep-alive connection it had just closed, a worker
+            # restart) saw at most a request it never answered: sent again like a refused connection.
+            kind = result.error.kind if result.error is not None else None
+            retryable = status in RETRY_STATUSES or kind is ErrorKind.CONNECT or (
+                kind is ErrorKind.TRUNCATED and status is None)
             if not retryable or attempt > self.policy.retries:
                 return result
             delay = self._delay(attempt, result.headers.get("retry-after"))
