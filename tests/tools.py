@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
 import sys
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,15 @@ def _missing(message: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"CI requires {message}")
     pytest.skip(message)
+
+
+def terminate(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
+    """Stop a server the tests started: SIGTERM, SIGKILL after `grace_s`, reaped either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
