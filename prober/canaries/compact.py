@@ -44,21 +44,25 @@ def _char_compact_len(ch: str) -> int:
     return len(compact(ch))
 
 
+@lru_cache(maxsize=4)
 def offsets(text: str) -> npt.NDArray[np.int64]:
-    """For each position of compact(text), the index of the original character it came from.
+    """For each position of compact(text), the index of the original character it came from (read-only).
 
-    Computed per character, so only call it for the few texts that matched.  Where NFKC composes
-    several characters into one, positions can be off by a character; they are used for excerpts.
+    Computed per character, so only for the few texts that matched, and once per text: every hit of
+    every detector in one answer maps its span through the same array.  Where NFKC composes several
+    characters into one, positions can be off by a character; they are used for excerpts.
     """
     positions: list[int] = []
     for index, ch in enumerate(text):
         positions.extend([index] * _char_compact_len(ch))
-    return np.asarray(positions, dtype=np.int64)
+    mapped = np.asarray(positions, dtype=np.int64)
+    mapped.flags.writeable = False  # shared by every caller through the cache
+    return mapped
 
 
-def original_span(text: str, start: int, end: int, index: npt.NDArray[np.int64] | None = None) -> tuple[int, int]:
+def original_span(text: str, start: int, end: int) -> tuple[int, int]:
     """Map a [start, end) span of compact(text) back to a span of text."""
-    index = offsets(text) if index is None else index
+    index = offsets(text)
     if len(index) == 0:
         return 0, 0
     start = min(max(start, 0), len(index) - 1)

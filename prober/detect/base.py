@@ -1,4 +1,4 @@
-"""What every detector shares: the canary set it searches for, and the hit it reports."""
+"""What every detector shares: the canary set it searches for, the hit it reports, and what a sentence is."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.tokens import VerifiedToken
 from prober.types import Canary, CanaryKind, Record, Severity
+
+SENTENCE_ENDS = ".!?。\n"
+
+
+def sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span of the sentence (or run of sentences) holding text[start:end], its terminator included."""
+    first = max(text.rfind(t, 0, start) for t in SENTENCE_ENDS) + 1
+    ends = [i for i in (text.find(t, end) for t in SENTENCE_ENDS) if i >= 0]
+    return first, (min(ends) + 1 if ends else len(text))
 
 
 @dataclass(frozen=True)

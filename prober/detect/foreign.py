@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prober.canaries.hangul import is_hangul
 from prober.canaries.tokens import PREFIX as TOKEN_PREFIX
-from prober.detect.base import Detector, Hit
+from prober.detect.base import Detector, Hit, sentence_around
 from prober.embeddings import Embedder
 from prober.types import Record, Severity
 
@@ -58,11 +59,7 @@ code answer text following says said here's is are translation translated korean
 
 
 def _stem(word: str) -> str:
-    return word[:HANGUL_STEM] if "가" <= word[0] <= "힣" else word[:STEM]
-
-
-def _is_hangul(word: str) -> bool:
-    return "가" <= word[0] <= "힣"
+    return word[:HANGUL_STEM] if is_hangul(word) else word[:STEM]
 
 
 @dataclass(frozen=True)
@@ -92,7 +89,7 @@ class ForeignContentDetector(Detector):
             if prompt is not self._source:
                 lower = prompt.lower()
                 words = [w for w in _WORD.findall(lower) if w not in _COMMON]
-                hangul = sum(map(_is_hangul, words))
+                hangul = sum(map(is_hangul, words))
                 self._source = prompt
                 self._learned = _Prompt(lower, Counter(map(_stem, words)), hangul / max(1, len(words)))
             return self._learned
@@ -126,7 +123,7 @@ class ForeignContentDetector(Detector):
         words = [w.lower() for w in found]
         if len(words) < MIN_CONTENT_WORDS and not identifiers:
             return None
-        hangul = sum(map(_is_hangul, words)) / max(1, len(words))
+        hangul = sum(map(is_hangul, words)) / max(1, len(words))
         share_in_prompt = prompt.hangul_share if hangul >= 0.5 else 1 - prompt.hangul_share
         if share_in_prompt < MIN_SCRIPT_SHARE:  # a translation: only new identifiers can be judged
             return (1.0, len(identifiers)) if identifiers else None
@@ -147,11 +144,9 @@ class ForeignContentDetector(Detector):
         passages: list[str] = []
         for word in sorted(set(supported), key=lambda w: prompt.stems[_stem(w)])[:PASSAGES]:
             at = prompt.text.find(word)
-            if at < 0:
-                continue
-            start = max(prompt.text.rfind(t, 0, at) for t in ".!?。\n") + 1
-            ends = [i for i in (prompt.text.find(t, at) for t in ".!?。\n") if i >= 0]
-            passages.append(prompt.text[start : min(ends) + 1 if ends else len(prompt.text)])
+            if at >= 0:
+                start, end = sentence_around(prompt.text, at, at)
+                passages.append(prompt.text[start:end])
         if not passages:
             return False
         vectors = self.embedder.encode([sentence, *passages])

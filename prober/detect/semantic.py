@@ -25,8 +25,8 @@ from typing import NamedTuple
 import ahocorasick
 import numpy as np
 
-from prober.canaries.compact import compact, offsets, original_span
-from prober.detect.base import CanarySet, Detector, Hit
+from prober.canaries.compact import compact, original_span
+from prober.detect.base import CanarySet, Detector, Hit, sentence_around
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
@@ -127,10 +127,9 @@ class SemanticDetector(Detector):
     def placed(self, text: str, candidates: dict[int, list[ValueHit]]) -> dict[int, list[ValueHit]]:
         """The candidates' values mapped to `text`, kept where they are whole words lying together and
         still enough to attribute the fact."""
-        index = offsets(text)
         kept: dict[int, list[ValueHit]] = {}
         for fact, hits in candidates.items():
-            mapped = [h._replace(start=s, end=e) for h in hits for s, e in [original_span(text, h.start, h.end, index)]]
+            mapped = [h._replace(start=s, end=e) for h in hits for s, e in [original_span(text, h.start, h.end)]]
             words = sorted((h for h in mapped if _whole_word(text, h.start, h.end)), key=lambda h: h.start)
             reach = SPREAD * len(self.canaries.canaries[fact].text)
             best: list[ValueHit] = []
@@ -173,9 +172,6 @@ class SemanticDetector(Detector):
         return hits
 
 
-_TERMINATORS = ".!?。\n"
-
-
 def _whole_word(text: str, start: int, end: int) -> bool:
     """Whether text[start:end] is not part of a longer word: nothing alphanumeric just before it, and
     after it no letter of the same script (Latin) or digit (numbers) -- Korean particles may follow."""
@@ -191,9 +187,7 @@ def _whole_word(text: str, start: int, end: int) -> bool:
 
 def _chunks_around(text: str, start: int, end: int, words: int) -> list[tuple[int, int]]:
     """The sentence(s) spanning [start, end), and a window of about `words` words centred on them."""
-    sentence_start = max(text.rfind(t, 0, start) for t in _TERMINATORS) + 1
-    ends = [i for i in (text.find(t, end) for t in _TERMINATORS) if i >= 0]
-    sentence = (sentence_start, min(ends) + 1 if ends else len(text))
+    sentence = sentence_around(text, start, end)
     spaces = [m.start() for m in re.finditer(r"\s+", text)]
     half = words // 2 + 2
     before = [p for p in spaces if p < start][-half:]
