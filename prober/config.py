@@ -235,6 +235,11 @@ class ProberConfig(_Strict):
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
+    @property
+    def languages(self) -> dict[str, str]:
+        """tenant -> the fact pack its canaries are written in"""
+        return {t.name: t.language for t in self.tenants}
+
     @model_validator(mode="after")
     def _unique(self) -> ProberConfig:
         for label, names in (("targets", [t.name for t in self.targets]), ("tenants", [t.name for t in self.tenants])):

@@ -15,9 +15,9 @@ import asyncio
 import random
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 from itertools import cycle, islice
 from secrets import token_hex
 
@@ -152,24 +152,24 @@ class TargetRunner:
     async def _build(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
-        async def mint(count: int) -> list[Canary]:
-            # Persisted by the minter before this returns: before any prompt that carries them exists.
-            distinct = await asyncio.to_thread(self.minter.tokens, step.tenant, min(count, DISTINCT_PER_PROMPT),
-                                               step.id, plan.retention_s)
-            self.scanner.add(distinct)
-            return list(islice(cycle(distinct), count))
+        def minting(make: Callable[[int], list[Canary]]) -> Callable[[int], Awaitable[list[Canary]]]:
+            async def mint(count: int) -> list[Canary]:
+                # Persisted by the minter before this returns: before any prompt that carries them exists.
+                distinct = await asyncio.to_thread(make, min(count, DISTINCT_PER_PROMPT))
+                self.scanner.add(distinct)
+                return list(islice(cycle(distinct), count))
+            return mint
 
-        async def mint_facts(count: int) -> list[Canary]:
-            distinct = await asyncio.to_thread(self.minter.facts, step.tenant, min(count, DISTINCT_PER_PROMPT),
-                                               step.id, language, None, plan.retention_s)
-            self.scanner.add(distinct)
-            return list(islice(cycle(distinct), count))
         language = self.languages.get(step.tenant, "en")
-        facts = (Facts(fact_samples(language), mint_facts, plan.fact_share)
-                 if self.minter.embedder is not None and plan.fact_share > 0 else None)
+        tokens = minting(partial(self.minter.tokens, step.tenant, probe_id=step.id, retention_s=plan.retention_s))
+        facts = None
+        if self.minter.embedder is not None and plan.fact_share > 0:
+            mint_facts = minting(partial(self.minter.facts, step.tenant, probe_id=step.id, language=language,
+                                         retention_s=plan.retention_s))
+            facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
         capacity = self.surveyed.capacity if self.surveyed else None
         page = capacity.page_size.value if capacity and capacity.page_size else None
-        return await builder.build(step.length, instruction=instruction, mint=mint, facts=facts, page_size=page,
+        return await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
@@ -266,7 +266,7 @@ class Auditor:
         async with Transport(cfg.policy(), self.scrubber) as transport:
             runner = TargetRunner(cfg, transport, ledger=self.ledger, minter=self.minter, scanner=scanner,
                                   secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run,
-                                  languages={t.name: t.language for t in self.config.tenants})
+                                  languages=self.config.languages)
             try:
                 await runner.survey(self.observe, bisect_budget=0 if self.dry_run else settings.bisect_budget)
             finally:

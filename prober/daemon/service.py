@@ -267,7 +267,7 @@ class Daemon:
             self.sessions[target.name] = TargetSession(
                 target, ledger=self.ledger, minter=self.minter, scanner=self.scanner, secrets=settings.secrets,
                 tenants=tenants, daemon=config.daemon, audit=config.audit, budget=budget, stopping=self.stopping,
-                scrubber=settings.scrubber, languages={t.name: t.language for t in config.tenants},
+                scrubber=settings.scrubber, languages=config.languages,
                 fact_share=config.detection.fact_share if self.embedder else 0.0)
             self.status.setdefault(target.name, {job: JobStatus() for job in Job})
             for job in Job:
