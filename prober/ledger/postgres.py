@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from prober.ledger.base import JobLock, LedgerError
 from prober.ledger.credentials import masked, password_from_file
-from prober.ledger.sql import SQLLedger
+from prober.ledger.sql import SQLLedger, statements
 
 SCHEMA = "leakprobe"
 MIGRATIONS: list[str] = [
@@ -78,12 +78,12 @@ class PostgresLedger(SQLLedger):
         self.url = url
         self.description = masked(url)
         try:
-            psycopg.conninfo.conninfo_to_dict(url)
+            given = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise LedgerError(f"not a usable PostgreSQL URL: {exc}") from None
         self._kwargs: dict[str, Any] = {"connect_timeout": 10}
         file_password = password_from_file()
-        if file_password and "password" not in psycopg.conninfo.conninfo_to_dict(url):
+        if file_password and "password" not in given:
             self._kwargs["password"] = file_password
         try:
             with psycopg.connect(url, autocommit=True, **self._kwargs) as conn:  # fails fast, with the reason
@@ -106,7 +106,7 @@ class PostgresLedger(SQLLedger):
                 raise LedgerError(f"{self.description}: ledger schema {version} is newer than this leakprobe "
                                   f"understands ({SCHEMA_VERSION}); upgrade leakprobe")
             for script in MIGRATIONS[version:]:
-                for statement in filter(str.strip, script.split(";")):
+                for statement in statements(script):
                     conn.execute(statement)
             conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))

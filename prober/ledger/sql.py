@@ -49,17 +49,16 @@ class SQLLedger(ABC):
         return self._read(self._sql(sql), params)
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """One statement in its own transaction; its first row (None without RETURNING or when nothing came)."""
+        """One statement in its own transaction: with RETURNING its first row (None when nothing came back),
+        else the number of rows it touched."""
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
             cursor.execute(self._sql(sql), params)
             return cursor.fetchone() if cursor.description else cursor.rowcount
 
     # -- canaries -------------------------------------------------------------------------------
     def add_canaries(self, canaries: Sequence[Canary]) -> None:
-        marks = ", ".join("?" * len(CANARY_COLUMNS.split(",")))
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
-            cursor.executemany(self._sql(f"INSERT INTO canaries ({CANARY_COLUMNS}) VALUES ({marks})"),
-                               [canary_row(c) for c in canaries])
+            cursor.executemany(self._sql(_insert("canaries", CANARY_COLUMNS)), [canary_row(c) for c in canaries])
 
     def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
         now = time.time() if now is None else now
@@ -79,10 +78,8 @@ class SQLLedger(ABC):
     def add_findings(self, findings: Sequence[Finding]) -> None:
         """The findings and their incidents' new counts, in one transaction."""
         now = time.time()
-        marks = ", ".join("?" * len(FINDING_COLUMNS.split(",")))
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
-            cursor.executemany(self._sql(f"INSERT INTO findings ({FINDING_COLUMNS}) VALUES ({marks})"),
-                               [finding_row(f, now) for f in findings])
+            cursor.executemany(self._sql(_insert("findings", FINDING_COLUMNS)), [finding_row(f, now) for f in findings])
             cursor.executemany(self._sql(
                 "INSERT INTO incidents (target, kind, victim, observer, severity, first_seen, last_seen, count) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (target, kind, victim, observer) DO UPDATE SET "
@@ -140,3 +137,12 @@ class SQLLedger(ABC):
 
     def check_writable(self) -> None:
         self.set_meta("last_write_check", repr(time.time()))
+
+
+def _insert(table: str, columns: str) -> str:
+    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(columns.split(',')))})"
+
+
+def statements(script: str) -> list[str]:
+    """A migration script's statements (they hold no semicolons of their own)."""
+    return [s for s in script.split(";") if s.strip()]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prober.ledger.base import JobLock, LedgerError
-from prober.ledger.sql import SQLLedger
+from prober.ledger.sql import SQLLedger, statements
 
 APPLICATION_ID = 0x4C50524B  # "LPRK"
 
@@ -122,11 +122,11 @@ class SQLiteLedger(SQLLedger):
         self.description = str(path)
         self._lock = threading.Lock()
         self._memory_locks: dict[str, threading.Lock] = {}
-        memory = str(path) == ":memory:"
+        self._in_memory = str(path) == ":memory:"
         try:
-            if not memory and path.exists():
+            if not self._in_memory and path.exists():
                 self._check_identity()
-            if not memory:
+            if not self._in_memory:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -161,7 +161,7 @@ class SQLiteLedger(SQLLedger):
             return
         with self._transaction():
             for script in MIGRATIONS[version:]:
-                for statement in filter(str.strip, script.split(";")):
+                for statement in statements(script):
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -191,7 +191,7 @@ class SQLiteLedger(SQLLedger):
     def try_lock(self, name: str) -> JobLock | None:
         """An exclusive flock on a file beside the ledger (daemons on one machine may share a file), released
         when the job ends or by the kernel when the process dies; in memory, a lock of this ledger object."""
-        if str(self.path) == ":memory:":
+        if self._in_memory:
             held = self._memory_locks.setdefault(name, threading.Lock())
             return _ThreadLock(held) if held.acquire(blocking=False) else None
         folder = self.path.with_name(self.path.name + ".locks")
