@@ -3,7 +3,7 @@
 Each q-gram of a compact text is a 64-bit polynomial hash of its code points, computed for the whole text at
 once with numpy.  The index is three flat arrays (sorted gram keys, where each key's postings start, how many
 there are) and one array of canary numbers: about 16 bytes per posting, where a dict of str -> array cost
-about 120 (336 MiB at 100,000 tokens, now 45 MiB).  A hash collision can only add a candidate, which its
+about 120 (336 MiB at 100,000 tokens, now 36 MiB).  A hash collision can only add a candidate, which its
 score then rejects; it never hides one.  Arrays pickle cheaply, so a scanner crosses process boundaries.
 """
 
