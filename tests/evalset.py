@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prober.canaries import hangul, tokens
@@ -147,41 +148,42 @@ class Case:
     canary: Canary | None  # the planted canary, for positives
 
 
+def _compose(rng: random.Random, chars: int, makers: list[tuple[float, Callable[[], str]]]) -> str:
+    """Sentences until `chars`, each from the first maker whose bound the roll is under (the last is 1.0)."""
+    parts: list[str] = []
+    while sum(map(len, parts)) < chars:
+        roll = rng.random()
+        parts.append(next(make for bound, make in makers if roll < bound)())
+    return " ".join(parts)
+
+
 def clean_text(rng: random.Random, chars: int = 2000) -> str:
     """Realistic answer text with its own names, numbers and codes, none of them canaries."""
     filler = load_filler("en")
-    parts = []
     names = ["Alice Johnson", "Mr. Patel", "Dr. Nguyen", "Berlin", "Lisbon", "Order Desk", "Team Atlas"]
-    while sum(map(len, parts)) < chars:
-        roll = rng.random()
-        if roll < 0.5:
-            parts.append(next(filler.sentences(rng.randrange(10**6))))
-        elif roll < 0.7:
-            parts.append(f"Invoice {rng.randrange(1000, 99999)} for {rng.choice(names)} was paid on "
-                         f"{rng.randrange(1, 29)} March {rng.randrange(1990, 2030)}.")
-        elif roll < 0.85:
-            code = "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(rng.randrange(6, 14)))
-            parts.append(f"Reference {code} was assigned to ticket #{rng.randrange(100, 9999)}.")
-        else:
-            parts.append(f"The meeting with {rng.choice(names)} is set for room {rng.randrange(1, 500)}.")
-    return " ".join(parts)
+
+    def code() -> str:
+        return "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(rng.randrange(6, 14)))
+
+    return _compose(rng, chars, [
+        (0.5, lambda: next(filler.sentences(rng.randrange(10**6)))),
+        (0.7, lambda: f"Invoice {rng.randrange(1000, 99999)} for {rng.choice(names)} was paid on "
+                      f"{rng.randrange(1, 29)} March {rng.randrange(1990, 2030)}."),
+        (0.85, lambda: f"Reference {code()} was assigned to ticket #{rng.randrange(100, 9999)}."),
+        (1.0, lambda: f"The meeting with {rng.choice(names)} is set for room {rng.randrange(1, 500)}."),
+    ])
 
 
 def clean_text_ko(rng: random.Random, chars: int = 900) -> str:
     """A Korean answer with numbers and names of its own."""
     filler = load_filler("ko")
-    parts = []
     names = ["김민준", "이서연", "박지훈", "서울", "부산", "고객지원팀"]
-    while sum(map(len, parts)) < chars:
-        roll = rng.random()
-        if roll < 0.6:
-            parts.append(next(filler.sentences(rng.randrange(10**6))))
-        elif roll < 0.8:
-            parts.append(f"{rng.choice(names)} 님의 주문 {rng.randrange(1000, 99999)}번은 {rng.randrange(1, 29)}일에 "
-                         "처리되었습니다.")
-        else:
-            parts.append(f"{rng.choice(names)}의 회의는 {rng.randrange(1, 500)}호실에서 열립니다.")
-    return " ".join(parts)
+    return _compose(rng, chars, [
+        (0.6, lambda: next(filler.sentences(rng.randrange(10**6)))),
+        (0.8, lambda: f"{rng.choice(names)} 님의 주문 {rng.randrange(1000, 99999)}번은 {rng.randrange(1, 29)}일에 "
+                      "처리되었습니다."),
+        (1.0, lambda: f"{rng.choice(names)}의 회의는 {rng.randrange(1, 500)}호실에서 열립니다."),
+    ])
 
 
 def embed_ko(rng: random.Random, payload: str) -> str:
