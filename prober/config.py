@@ -82,17 +82,24 @@ SeverityName = Annotated[Severity, BeforeValidator(_severity)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description: the docs site's configuration reference prints it
+    # (docs/hooks/schema.py), and the site's strict build fails on a field without one.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class CapacityHints(_Strict):
     """Numbers the operator knows; they win over introspection."""
 
     context_length: int | None = Field(default=None, gt=0)
+    """Advertised context: the longest prompt the API accepts."""
     pool_tokens: int | None = Field(default=None, gt=0)
+    """KV pool in tokens (of the prefill worker where serving is disaggregated)."""
     max_req_input_len: int | None = Field(default=None, gt=0)
+    """Longest prompt a correct engine serves (SGLang: min(context - 1, pool - 1) - 5)."""
     page_size: int | None = Field(default=None, gt=0)
+    """Tokens per KV page."""
     slots: int | None = Field(default=None, gt=0)
+    """Parallel slots that share the pool (llama.cpp `--parallel`)."""
 
     def capacity(self) -> Capacity:
         def known(value: int | None) -> Known | None:
@@ -105,17 +112,33 @@ class CapacityHints(_Strict):
 
 class TargetConfig(_Strict):
     name: Name
-    url: str  # OpenAI-compatible base (…/v1) or, for workers-ai, the whole run URL
+    """The target's name in reports, metrics and alerts."""
+    url: str
+    """OpenAI-compatible base URL (`…/v1`) or, for `workers-ai`, the whole `…/ai/run/{model}` URL; no user info."""
     api: Api = Api.CHAT
+    """The API the target speaks."""
     model: str | None = None
+    """Sent as `model` in every request when set."""
     introspection_url: str | None = None
+    """Where `/server_info`, `/metrics` and the like live, if not at the URL's origin (an engine behind a gateway)."""
     capacity: CapacityHints = Field(default_factory=CapacityHints)
+    """Capacity numbers that win over introspection."""
     tokenizer: Literal["auto", "endpoint", "usage"] = "auto"
-    timeout_s: float = Field(default=600.0, gt=0)  # idle: no byte for this long ends the request
-    deadline_s: float = Field(default=1_200.0, gt=0)  # total, connect to last byte, retries included
+    """How prompt tokens are counted: the engine's tokenize endpoint, calibration from `usage.prompt_tokens`, or
+    whichever works (`auto`)."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """Idle timeout in seconds: no byte for this long ends the request."""
+    deadline_s: float = Field(default=1_200.0, gt=0)
+    """Total seconds per request, connect to last byte, retries included."""
     retries: int = Field(default=3, ge=0, le=10)
+    """Retries of 429/502/503/504 answers and refused connections (exponential backoff, `Retry-After` honoured)."""
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Most bytes read of one answer, counted decoded."""
     verify_tls: bool = True
+    """Verify the target's TLS certificate."""
+    cache_salt: Literal["none", "per-tenant"] = "none"
+    """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
+    salting gateway would add; the tenants then count as cache-salted."""
 
     @field_validator("url", "introspection_url")
     @classmethod
@@ -129,9 +152,15 @@ class TargetConfig(_Strict):
 
 class TenantConfig(_Strict):
     name: Name
-    language: Literal["en", "ko"] = "en"  # the fact pack its canaries are written in
+    """The tenant's name in canaries, findings, metrics and alerts."""
+    language: Literal["en", "ko"] = "en"
+    """The language of its fact canaries (the fact pack they are minted from)."""
     api_key_env: str | None = None
+    """Environment variable that holds its API key."""
     api_key_file: Annotated[Path, BeforeValidator(_no_nul)] | None = None
+    """File that holds its API key (a mounted secret); give this or `api_key_env`."""
+    cache_salted: bool = False
+    """Its gateway salts its prefix cache: a cross-tenant cache hit that involves it is reported as HIGH."""
 
     @model_validator(mode="after")
     def _one_source(self) -> TenantConfig:
@@ -146,28 +175,67 @@ class TenantConfig(_Strict):
 
 class AuditSettings(_Strict):
     fail_on: SeverityName = Severity.WARNING
+    """Exit 1 when a finding is at or above this severity."""
     token_budget: int = Field(default=50_000_000, gt=0)
+    """Prompt tokens the whole plan may cost; a plan over it stops the audit before anything is sent."""
     max_tokens: int = Field(default=160, ge=1, le=4096)
+    """Completion tokens per request (clamped so that prompt and completion fit the context)."""
     streaming: Literal["plain", "stream", "both"] = "both"
+    """Plain requests, SSE streams, or both alternating."""
     concurrent: bool = True
+    """Above the limit, also send the prime and the probe at the same time."""
     rounds: int = Field(default=1, ge=1, le=100)
+    """How many times the whole plan runs."""
     bisect_budget: int = Field(default=0, ge=0)
+    """Tokens bisection of the accept/refuse boundary may spend when the engine exposes no context length (0: never)."""
+
+
+class TimingSettings(_Strict):
+    """`cross_tenant_cache_timing`: do another tenant's prompts come back sooner (a shared prefix cache)?"""
+
+    audit: bool = True
+    """Run the timing check in `leakprobe audit`."""
+    samples: int = Field(default=24, ge=2, le=1000)
+    """Would-be cache hits per ordered tenant pair, and as many misses."""
+    prompt_tokens: int = Field(default=1024, ge=16, le=1_048_576)
+    """Length of each random prompt (longer: a larger gap between a hit and a miss)."""
+    false_alarm: float = Field(default=0.001, gt=0, lt=0.5)
+    """Chance that a run against a fully isolated cache reports any pair (family-wise, Holm over the pairs)."""
+
+
+class CrosstalkSettings(_Strict):
+    """A burst of concurrent short requests from every tenant, each asking for its own canary back."""
+
+    audit: bool = True
+    """Run the cross-talk burst in `leakprobe audit`."""
+    per_tenant: int = Field(default=4, ge=1, le=64)
+    """Concurrent requests per tenant in one burst."""
+    max_tokens: int = Field(default=48, ge=8, le=1024)
+    """Completion tokens per request (enough to repeat a canary)."""
 
 
 class DetectionSettings(_Strict):
-    semantic: bool = True  # plant fact canaries and look for them reworded (loads an embedding model)
-    model: str = "use-multilingual-v3"  # or a sentence-transformers model name or path
-    threshold: float | None = Field(default=None, gt=0, le=1)  # cosine for a paraphrase; None: the model's own
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # where a sentence-transformers model runs (USE: the CPU)
-    fact_share: float = Field(default=0.25, ge=0, le=1)  # of the canary units in a prompt, those with a fact
+    semantic: bool = True
+    """Plant fact canaries and look for them reworded or translated (loads an embedding model)."""
+    model: str = "use-multilingual-v3"
+    """The embedding model: `use-multilingual-v3`, or a sentence-transformers model name or local path."""
+    threshold: float | None = Field(default=None, gt=0, le=1)
+    """Cosine similarity that counts as a paraphrase; null: the model's measured threshold."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where a sentence-transformers model runs (USE always runs on the CPU)."""
+    fact_share: float = Field(default=0.25, ge=0, le=1)
+    """Share of the canary units in a prompt that carry a fact rather than a token."""
 
 
 class Schedule(_Strict):
     """How often each job runs, per target."""
 
     preflight: Duration = 300.0
+    """Reachability and capacity survey; sends no generation request."""
     sentinel: Duration = 60.0
+    """Everyday-sized prompts from each tenant in turn, far from any boundary."""
     campaign: Duration = 21_600.0
+    """The boundary campaign of `leakprobe audit`."""
 
 
 class Jitter(_Strict):
@@ -175,29 +243,43 @@ class Jitter(_Strict):
     interval)."""
 
     preflight: Duration | None = None
+    """Random delay of each preflight run (null: a tenth of its interval)."""
     sentinel: Duration | None = None
+    """Random delay of each sentinel run (null: a tenth of its interval)."""
     campaign: Duration | None = None
+    """Random delay of each campaign run (null: a tenth of its interval)."""
 
 
 class SentinelSettings(_Strict):
-    tokens: int = Field(default=128, ge=16, le=8192)  # prompt length of each sentinel request
+    tokens: int = Field(default=128, ge=16, le=8192)
+    """Prompt length of each sentinel request."""
     max_tokens: int = Field(default=64, ge=1, le=1024)
-    retention: Duration = 7 * 86_400.0  # how long sentinel canaries stay active (campaigns': 30 days)
+    """Completion tokens per sentinel request."""
+    retention: Duration = 7 * 86_400.0
+    """How long sentinel canaries stay active (campaigns': 30 days)."""
 
 
 class DaemonSettings(_Strict):
     listen: str = DEFAULT_LISTEN
+    """HOST:PORT of the metrics and status server (0.0.0.0 in a container; :0 picks a free port)."""
     schedule: Schedule = Field(default_factory=Schedule)
+    """How often each job runs, per target."""
     jitter: Jitter = Field(default_factory=Jitter)
-    tokens_per_day: int = Field(default=50_000_000, gt=0)  # per target, counted per UTC day
+    """Random delay added to each run."""
+    tokens_per_day: int = Field(default=50_000_000, gt=0)
+    """Prompt tokens per target per UTC day, all replicas together."""
     sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
-    incident_hold: Duration = 3_600.0  # an incident stays open this long after its last finding
-    shutdown_grace: Duration = 30.0  # SIGTERM: how long in-flight requests may take to finish
-    engine_telemetry: bool = True  # scrape the engine's own /metrics around each probe
-    # This daemon's name among replicas sharing a ledger (in its run ids, so each canary and finding names
-    # the replica that minted or saw it); the host name (a pod's name) by default.
+    """The sentinel job's prompts."""
+    incident_hold: Duration = 3_600.0
+    """An incident stays open this long after its last finding."""
+    shutdown_grace: Duration = 30.0
+    """On SIGTERM, how long in-flight requests may take to finish."""
+    engine_telemetry: bool = True
+    """Read the engine's own `/metrics` around each exchange and put the deltas into findings' evidence."""
     replica: str = Field(default_factory=lambda: _replica_name(socket.gethostname()),
                          pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+    """This daemon's name among replicas sharing a ledger, in its run ids, so that each canary and finding
+    names the replica that minted or saw it; by default the host name (a pod's name)."""
 
     @field_validator("listen")
     @classmethod
@@ -229,11 +311,21 @@ def listen_address(value: str) -> tuple[str, int]:
 
 class ProberConfig(_Strict):
     ledger: Annotated[str, BeforeValidator(_no_nul)] = "leakprobe.sqlite"
+    """Where canaries, findings and incidents are kept: a path, `sqlite:///path` or `postgresql://user@host:port/db`."""
     targets: list[TargetConfig] = Field(min_length=1)
+    """The endpoints to probe (one at least)."""
     tenants: list[TenantConfig] = Field(default_factory=list)
+    """The tenants whose keys prime and probe (two at least to audit)."""
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    """Settings of `leakprobe audit` (and of the daemon's campaigns)."""
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
+    """How answers are checked for canaries."""
+    timing: TimingSettings = Field(default_factory=TimingSettings)
+    """The timing check of prefix-cache isolation (`cross_tenant_cache_timing`)."""
+    crosstalk: CrosstalkSettings = Field(default_factory=CrosstalkSettings)
+    """The cross-talk burst: concurrent requests of every tenant, each answer checked for others' canaries."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    """Settings of `leakprobe daemon`."""
 
     @property
     def languages(self) -> dict[str, str]:
