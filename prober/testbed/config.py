@@ -28,7 +28,8 @@ class QuoteStyle(StrEnum):
 class Faults(BaseModel):
     """Isolation faults; each is off unless switched on."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Field docstrings are descriptions: the docs site's configuration reference prints them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     abort_flag_unsynced: bool = False
     """An over-pool request is aborted into a 1-token placeholder, but the abort is recorded where the
@@ -46,26 +47,37 @@ class Faults(BaseModel):
 class EngineConfig(BaseModel):
     """Everything the engine needs to run.  Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     model_name: str = "testbed-quoter"
+    """The model id `/v1/models` lists."""
     mode: Literal["monolithic", "disaggregated"] = "disaggregated"
+    """One pool, or a prefill pool whose written pages are handed off to a decode pool."""
     context_length: int = Field(INCIDENT_CONTEXT, ge=16, description="advertised context (max_model_len)")
     pool_tokens: int = Field(INCIDENT_POOL, ge=16, description="KV pool of the (prefill) worker")
     decode_pool_tokens: int | None = Field(
         None, ge=16, description="decode worker's pool; default: context_length + max_output_tokens"
     )
     page_size: int = Field(64, ge=1, le=4096)
+    """Tokens per KV page."""
     default_max_tokens: int = Field(256, ge=1)
+    """Completion tokens when a request names no `max_tokens`."""
     max_output_tokens: int = Field(1024, ge=1)
+    """Most completion tokens a request gets (a larger `max_tokens` is clamped to it)."""
     quote_style: QuoteStyle = QuoteStyle.VERBATIM
+    """How the model renders what it quotes (a request's `quote_style` field overrides it)."""
     regions: int = Field(8, ge=1, le=64, description="page regions the model quotes from")
     faults: Faults = Faults()
+    """Isolation faults to inject."""
     tenants: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TENANTS))
+    """Tenant name -> API key; default `tenant-a` (key `testbed-key-a`) and `tenant-b` (`testbed-key-b`)."""
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    """Largest request body accepted."""
     pool_wait_seconds: float = Field(30.0, gt=0)
+    """How long a request waits for free KV pages before it fails."""
     prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
     prefix_cache_entries: int = Field(65_536, ge=0)
+    """Page-aligned prefixes the prefix cache remembers (0: no prefix cache)."""
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
