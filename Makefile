@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck unit llama bench fuzz clean
+.PHONY: setup tools demo test lint typecheck unit llama bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,10 @@ bench: setup llama
 	$(PY) bench/llamacpp.py
 	$(PY) bench/foreign.py
 	$(PY) bench/soak.py
+
+# The documentation site (docs/, mkdocs.yml) into build/site, strictly: a broken link or an undescribed config key fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The parsers' fuzz targets, long: 20,000 examples each (the suite runs 150).
 fuzz: setup
