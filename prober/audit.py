@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prober.campaign import Auditor, AuditResult
-from prober.campaign.events import Observer, ignore
+from prober.campaign.events import Listener, ignore
 from prober.canaries.keys import resolve_key
 from prober.config import ProberConfig
 from prober.embeddings import Embedder
@@ -16,10 +16,10 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
-                    embedder: Embedder | None = None, observe: Observer = ignore) -> AuditResult:
+                    embedder: Embedder | None = None, on_event: Listener = ignore) -> AuditResult:
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, observe=observe,
+        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, on_event=on_event,
                           dry_run=dry_run, scrubber=scrubber_for(secrets, ledger=config.ledger))
         return await auditor.run()
     finally:

@@ -315,7 +315,7 @@ def audit(
         detection = cfg.detection
         embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
         with AuditProgress() as progress:
-            result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, observe=progress))
+            result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress))
     except (ConfigError, CredentialError, LedgerError, EmbedderError, OSError) as exc:
         raise _fail(str(exc)) from None
     threshold = cfg.audit.fail_on

@@ -34,7 +34,7 @@ async def _audit(console: Console, preset: str, out: Path, overrides: dict[str, 
                               ledger=str(out / "ledger.sqlite"), streaming="both", concurrent=True)
         secrets: dict[str, Secret | None] = {name: Secret(key) for name, key in DEFAULT_TENANTS.items()}
         with AuditProgress() as progress:
-            result = await run_audit(cfg, secrets, observe=progress)
+            result = await run_audit(cfg, secrets, on_event=progress)
     for fmt, suffix in ((ReportFormat.html, "html"), (ReportFormat.json, "json")):
         (out / f"{preset}.{suffix}").write_text(render(result, fmt), encoding="utf-8")
     return result

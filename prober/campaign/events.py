@@ -43,7 +43,7 @@ class TargetFailed:
 
 
 Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed
-Observer = Callable[[Event], None]
+Listener = Callable[[Event], None]
 
 
 def ignore(event: Event) -> None:

@@ -15,18 +15,19 @@ import asyncio
 import random
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import cache, partial
 from itertools import cycle, islice
 from secrets import token_hex
 
 from prober.campaign.checks import check_answer
-from prober.campaign.events import FindingRecorded, Observer, PlanReady, StepDone, SurveyDone, TargetFailed, ignore
+from prober.campaign.events import FindingRecorded, Listener, PlanReady, StepDone, SurveyDone, TargetFailed, ignore
 from prober.campaign.plan import Exchange, Plan, PlanError, Step, Streaming, make_plan, pairs
 from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.scanning import RunScanner
 from prober.campaign.survey import PreflightResult, survey
+from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
 from prober.capacity import origin_of, reachability
@@ -59,39 +60,34 @@ class TargetUnusable(RuntimeError):
 
 
 class TargetRunner:
-    def __init__(self, config: TargetConfig, transport: Transport, *, ledger: Ledger, minter: Minter,
-                 scanner: RunScanner, secrets: Mapping[str, Secret | None], tenants: Sequence[str],
-                 languages: Mapping[str, str] | None = None, telemetry: bool = True,
-                 stopping: asyncio.Event | None = None) -> None:
+    def __init__(self, config: TargetConfig, transport: Transport, wiring: Wiring, *, telemetry: bool = True) -> None:
         self.config = config
         self.transport = transport
-        self.ledger = ledger
-        self.minter = minter
-        self.scanner = scanner
-        self.secrets = secrets
-        self.tenants = list(tenants)
-        self.languages = dict(languages or {})  # tenant -> the fact pack its canaries are written in
-        self.stopping = stopping or asyncio.Event()
+        self.wiring = wiring
         self.target = make_target(config.api, config.name, config.url, transport, model=config.model)
         self.surveyed: PreflightResult | None = None
         self._builder: PromptBuilder | None = None
         self._want_telemetry = telemetry
         self._telemetry: EngineTelemetry | None = None
 
-    async def survey(self, observe: Observer = ignore, *, bisect_budget: int = 0) -> PreflightResult:
+    @property
+    def tenants(self) -> list[str]:
+        return list(self.wiring.tenants)
+
+    async def survey(self, on_event: Listener = ignore, *, bisect_budget: int = 0) -> PreflightResult:
         """Reachability with every tenant's credential, then capacity and token counting (raises
         TargetUnusable).  A later `run` builds its prompts with what this learned."""
         pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants
         cfg = self.config
         if cfg.api.openai_routes:
             for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey itself
-                problem = await reachability(self.transport, cfg.url, self.secrets.get(tenant))
+                problem = await reachability(self.transport, cfg.url, self.wiring.secrets.get(tenant))
                 if problem:
                     raise TargetUnusable(f"{problem} (tenant {tenant})")
-        first = self.secrets.get(self.tenants[0])
+        first = self.wiring.secrets.get(self.tenants[0])
         result, counter = await survey(self.transport, cfg, first, bisect_budget=bisect_budget)
         self.surveyed = result
-        observe(SurveyDone(result))
+        on_event(SurveyDone(result))
         if result.error or counter is None:
             raise TargetUnusable(result.error or "no way to count tokens")
         self._builder = PromptBuilder(counter)
@@ -100,27 +96,27 @@ class TargetRunner:
             self._telemetry = telemetry if await telemetry.snapshot() is not None else None
         return result
 
-    def campaign(self, observe: Observer = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
-                 max_tokens: int, run_id: str = "", fact_share: float = 0.0) -> Plan:
+    def campaign(self, on_event: Listener = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
+                 max_tokens: int, run_id: str = "") -> Plan:
         """The boundary plan for what the last survey learned."""
         if self.surveyed is None:
             raise PlanError("survey the target before planning")
         plan = make_plan(self.config.name, self.surveyed.capacity, self.tenants, streaming=streaming,
                          concurrent=concurrent, rounds=rounds, max_tokens=max_tokens, run_id=run_id,
-                         fact_share=fact_share)
-        observe(PlanReady(plan))
+                         fact_share=self.wiring.fact_share)
+        on_event(PlanReady(plan))
         return plan
 
-    async def run(self, plan: Plan, report: TargetReport, observe: Observer = ignore) -> None:
+    async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore) -> None:
         """Every exchange of the plan in order; stops between exchanges once `stopping` is set."""
         for exchange in plan.exchanges:
-            if self.stopping.is_set():
+            if self.wiring.stopping.is_set():
                 report.errors.append(f"stopped before {exchange.id}: shutting down")
                 return
-            await self._exchange(exchange, report, observe, plan)
+            await self._exchange(exchange, report, on_event, plan)
 
     # -- one exchange ---------------------------------------------------------------------------
-    async def _exchange(self, exchange: Exchange, report: TargetReport, observe: Observer, plan: Plan) -> None:
+    async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan) -> None:
         builder = self._builder
         if builder is None:
             raise PlanError("survey the target before running a plan")
@@ -141,30 +137,32 @@ class TargetRunner:
         after = await self._telemetry.snapshot() if self._telemetry else None
         engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
         for (step, built), answer in zip(sends, answers, strict=True):
-            await self._judge(exchange, step, built, answer, report, engine, observe)
+            await self._judge(exchange, step, built, answer, report, engine, on_event)
 
     def _instruction(self, step: Step) -> str:
         """A translation goes into the language the observer does not write in, so its own canaries (and any
         other tenant's that leak) come out in the other language."""
-        other = "ko" if self.languages.get(step.tenant, "en") == "en" else "en"
+        other = "ko" if self.wiring.languages.get(step.tenant, "en") == "en" else "en"
         return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
 
     async def _build(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
+        wiring = self.wiring
+
         def minting(make: Callable[[int], list[Canary]]) -> Callable[[int], Awaitable[list[Canary]]]:
             async def mint(count: int) -> list[Canary]:
                 # Persisted by the minter before this returns: before any prompt that carries them exists.
                 distinct = await asyncio.to_thread(make, min(count, DISTINCT_PER_PROMPT))
-                self.scanner.add(distinct)
+                wiring.scanner.add(distinct)
                 return list(islice(cycle(distinct), count))
             return mint
 
-        language = self.languages.get(step.tenant, "en")
-        tokens = minting(partial(self.minter.tokens, step.tenant, probe_id=step.id, retention_s=plan.retention_s))
+        language = wiring.languages.get(step.tenant, "en")
+        tokens = minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id, retention_s=plan.retention_s))
         facts = None
-        if self.minter.embedder is not None and plan.fact_share > 0:
-            mint_facts = minting(partial(self.minter.facts, step.tenant, probe_id=step.id, language=language,
+        if wiring.minter.embedder is not None and plan.fact_share > 0:
+            mint_facts = minting(partial(wiring.minter.facts, step.tenant, probe_id=step.id, language=language,
                                          retention_s=plan.retention_s))
             facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
         capacity = self.surveyed.capacity if self.surveyed else None
@@ -174,21 +172,21 @@ class TargetRunner:
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
-        return await self.target.complete(prompt, self.secrets.get(step.tenant))
+        return await self.target.complete(prompt, self.wiring.secrets.get(step.tenant))
 
     async def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,
-                     report: TargetReport, engine: dict[str, dict[str, float]] | None, observe: Observer) -> None:
+                     report: TargetReport, engine: dict[str, dict[str, float]] | None, on_event: Listener) -> None:
         primed_by = exchange.victim if exchange.same_text and step.role == "probe" else None
         findings = check_answer(step, built.tokens, answer, primed_by=primed_by)
         own = 0
         if answer.text:
             record = Record(step.id, step.tenant, answer.text, built.text)
-            scanned = await asyncio.to_thread(self.scanner.scan, record)
+            scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
             if any(f.canary_id is None and "probe_tag" in f.details for f in scanned.findings):
                 # A token that verifies but is not in our index: another replica minted it moments ago.
-                recent = await asyncio.to_thread(self.ledger.active_canaries, None, time.time() - CATCH_UP_S)
-                self.scanner.add(recent)
-                scanned = await asyncio.to_thread(self.scanner.scan, record)
+                recent = await asyncio.to_thread(self.wiring.ledger.active_canaries, None, time.time() - CATCH_UP_S)
+                self.wiring.scanner.add(recent)
+                scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
             own = len(scanned.own_echoes)
             context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
                        "exchange": exchange.id}
@@ -199,16 +197,16 @@ class TargetRunner:
                             details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
                     for f in findings]
         if findings:
-            await asyncio.to_thread(self.ledger.add_findings, findings)  # durable before anyone is told
+            await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
         result = StepResult(step=step, exchange=exchange.id, target=report.name, sent_tokens=built.tokens,
                             counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
                             findings=findings, own_echoes=own)
         report.steps.append(result)
         if answer.error is not None and not _answered(answer):
             report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error}")
-        observe(StepDone(result))
+        on_event(StepDone(result))
         for finding in findings:
-            observe(FindingRecorded(finding))
+            on_event(FindingRecorded(finding))
 
 
 @cache
@@ -230,17 +228,15 @@ class Auditor:
     """`leakprobe audit`: survey, plan and run the boundary campaign on every configured target, in turn."""
 
     def __init__(self, config: ProberConfig, ledger: Ledger, key: bytes, secrets: Mapping[str, Secret | None], *,
-                 embedder: Embedder | None = None, observe: Observer = ignore, dry_run: bool = False,
+                 embedder: Embedder | None = None, on_event: Listener = ignore, dry_run: bool = False,
                  scrubber: Scrubber | None = None) -> None:
         self.config = config
-        self.scrubber = scrubber
+        self.scrubber = scrubber or Scrubber()
         self.ledger = ledger
         self.key = key
         self.secrets = secrets
-        self.tenants = [t.name for t in config.tenants]
         self.minter = Minter(ledger, key, embedder)
-        self.embedder = embedder
-        self.observe = observe
+        self.on_event = on_event
         self.dry_run = dry_run
         self.tokens_left = config.audit.token_budget
 
@@ -248,32 +244,31 @@ class Auditor:
         result = AuditResult(dry_run=self.dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
         known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
-        scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=self.tenants,
-                                          embedder=self.embedder)
+        tenants = [t.name for t in self.config.tenants]
+        scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
+                                          embedder=self.minter.embedder)
+        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
         for target_config in self.config.targets:
             report = TargetReport(target_config.name, target_config.url)
             result.targets.append(report)
             try:
-                await self._run_target(target_config, report, scanner)
+                await self._run_target(target_config, report, wiring)
             except (TargetUnusable, PlanError, CountError, BuildError) as exc:
                 report.errors.append(str(exc))
-                self.observe(TargetFailed(target_config.name, str(exc)))
+                self.on_event(TargetFailed(target_config.name, str(exc)))
         result.finished = time.time()
         return result
 
-    async def _run_target(self, cfg: TargetConfig, report: TargetReport, scanner: RunScanner) -> None:
+    async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring) -> None:
         settings = self.config.audit
         async with Transport(cfg.policy(), self.scrubber) as transport:
-            runner = TargetRunner(cfg, transport, ledger=self.ledger, minter=self.minter, scanner=scanner,
-                                  secrets=self.secrets, tenants=self.tenants, telemetry=not self.dry_run,
-                                  languages=self.config.languages)
+            runner = TargetRunner(cfg, transport, wiring, telemetry=not self.dry_run)
             try:
-                await runner.survey(self.observe, bisect_budget=0 if self.dry_run else settings.bisect_budget)
+                await runner.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
             finally:
                 report.survey = runner.surveyed
-            plan = runner.campaign(self.observe, streaming=settings.streaming, concurrent=settings.concurrent,
-                                   rounds=settings.rounds, max_tokens=settings.max_tokens,
-                                   fact_share=self.config.detection.fact_share if self.embedder else 0.0)
+            plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
+                                   rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
             if plan.tokens > self.tokens_left:
                 raise PlanError(f"the plan for {cfg.name} needs {plan.tokens:,} tokens, over the remaining budget "
@@ -282,5 +277,5 @@ class Auditor:
                 report.complete = True
                 return
             self.tokens_left -= plan.tokens
-            await runner.run(plan, report, self.observe)
+            await runner.run(plan, report, self.on_event)
             report.complete = not report.errors

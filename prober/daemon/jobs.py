@@ -10,23 +10,18 @@ Each returns a `JobOutcome`; what it says goes to the metrics, the log and `/sta
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from prober.campaign import PlanError, TargetReport, TargetRunner, TargetUnusable, sentinel_plan
-from prober.campaign.events import Observer
+from prober.campaign.events import Listener
 from prober.campaign.plan import Plan
-from prober.campaign.scanning import RunScanner
-from prober.canaries.mint import Minter
+from prober.campaign.wiring import Wiring
 from prober.config import AuditSettings, DaemonSettings, TargetConfig
 from prober.daemon.budget import TokenBudget
-from prober.ledger import Ledger, LedgerError
+from prober.ledger import LedgerError
 from prober.prompts import BuildError, CountError
-from prober.scrub import Scrubber
-from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 
 
@@ -48,19 +43,14 @@ class JobOutcome:
 class TargetSession:
     """One target's transport and runner; `retire()` closes them once the last running job is done."""
 
-    def __init__(self, config: TargetConfig, *, ledger: Ledger, minter: Minter, scanner: RunScanner,
-                 secrets: Mapping[str, Secret | None], tenants: Sequence[str], daemon: DaemonSettings,
-                 audit: AuditSettings, budget: TokenBudget, stopping: asyncio.Event, scrubber: Scrubber,
-                 languages: Mapping[str, str], fact_share: float) -> None:
+    def __init__(self, config: TargetConfig, wiring: Wiring, *, daemon: DaemonSettings, audit: AuditSettings,
+                 budget: TokenBudget) -> None:
         self.config = config
         self.daemon = daemon
         self.audit = audit
         self.budget = budget
-        self.fact_share = fact_share
-        self.transport = Transport(config.policy(), scrubber)
-        self.runner = TargetRunner(config, self.transport, ledger=ledger, minter=minter, scanner=scanner,
-                                   secrets=secrets, tenants=tenants, languages=languages,
-                                   telemetry=daemon.engine_telemetry, stopping=stopping)
+        self.transport = Transport(config.policy(), wiring.scrubber)
+        self.runner = TargetRunner(config, self.transport, wiring, telemetry=daemon.engine_telemetry)
         self._users = 0
         self._retired = False
 
@@ -68,10 +58,10 @@ class TargetSession:
     def name(self) -> str:
         return self.config.name
 
-    async def run(self, job: Job, observe: Observer) -> JobOutcome:
+    async def run(self, job: Job, on_event: Listener) -> JobOutcome:
         self._users += 1
         try:
-            return await self._run(job, observe)
+            return await self._run(job, on_event)
         except TargetUnusable as exc:
             return JobOutcome(False, "unusable", str(exc))
         except PlanError as exc:
@@ -90,24 +80,25 @@ class TargetSession:
         if self._users == 0:
             await self.transport.aclose()
 
-    async def _run(self, job: Job, observe: Observer) -> JobOutcome:
+    async def _run(self, job: Job, on_event: Listener) -> JobOutcome:
         runner = self.runner
         if job is Job.PREFLIGHT or job is Job.CAMPAIGN or runner.surveyed is None:
-            await runner.survey(observe)  # a campaign plans from a fresh survey; a sentinel needs a counter
+            await runner.survey(on_event)  # a campaign plans from a fresh survey; a sentinel needs a counter
         if job is Job.PREFLIGHT:
             return JobOutcome(True)
         run_id = f"{self.daemon.replica}.{job.value[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
         if job is Job.SENTINEL:
             sentinel = self.daemon.sentinel
             plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
-                                 run_id=run_id, retention_s=sentinel.retention, fact_share=self.fact_share)
+                                 run_id=run_id, retention_s=sentinel.retention,
+                                 fact_share=runner.wiring.fact_share)
         else:
             a = self.audit
-            plan = runner.campaign(observe, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
-                                   max_tokens=a.max_tokens, run_id=run_id, fact_share=self.fact_share)
-        return await self._spend(plan, observe)
+            plan = runner.campaign(on_event, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
+                                   max_tokens=a.max_tokens, run_id=run_id)
+        return await self._spend(plan, on_event)
 
-    async def _spend(self, plan: Plan, observe: Observer) -> JobOutcome:
+    async def _spend(self, plan: Plan, on_event: Listener) -> JobOutcome:
         day = await self.budget.reserve(self.name, plan.tokens)
         if day is None:
             left = await self.budget.left(self.name)
@@ -115,7 +106,7 @@ class TargetSession:
                               f"{self.budget.per_day:,}", skipped=True)
         report = TargetReport(self.name, self.config.url, plan=plan)
         try:
-            await self.runner.run(plan, report, observe)
+            await self.runner.run(plan, report, on_event)
         finally:
             await self.budget.release(self.name, day, plan.tokens - report.tokens_sent)
         if report.errors:

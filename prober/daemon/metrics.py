@@ -1,6 +1,6 @@
 """Every metric the daemon exports, in one place, on a registry passed in (never the process-global one).
 
-Metrics are a view of results: `observer(target, job)` turns the runner's typed events into counts and
+Metrics are a view of results: `listener(target, job)` turns the runner's typed events into counts and
 gauges as requests complete, and the jobs set what they conclude (capacity, verdicts, budget, last
 success).  Nothing is probed on scrape: an exposition shows the last completed results.  Labels are
 bounded (targets and tenants come from the config; kinds, outcomes and boundaries are fixed sets) and
@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from prober import __version__
-from prober.campaign.events import Event, FindingRecorded, Observer, StepDone, SurveyDone, TargetFailed
+from prober.campaign.events import Event, FindingRecorded, Listener, StepDone, SurveyDone, TargetFailed
 from prober.campaign.results import StepResult
 from prober.campaign.survey import PreflightResult
 from prober.incidents import Incident, IncidentKey
@@ -166,8 +166,8 @@ class Metrics:
             self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success, self.interval]
 
     # -- what runs report -----------------------------------------------------------------------
-    def observer(self, target: str, job: str) -> Observer:
-        def observe(event: Event) -> None:
+    def listener(self, target: str, job: str) -> Listener:
+        def on_event(event: Event) -> None:
             match event:
                 case StepDone(result=result):
                     self._step(target, job, result)
@@ -179,7 +179,7 @@ class Metrics:
                     self.survey(target, result)
                 case TargetFailed():
                     self.up.labels(target).set(0)
-        return observe
+        return on_event
 
     def _step(self, target: str, job: str, result: StepResult) -> None:
         answer, step = result.answer, result.step

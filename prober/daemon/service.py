@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from prober.campaign.events import Event, FindingRecorded
 from prober.campaign.plan import pairs
 from prober.campaign.scanning import RunScanner
+from prober.campaign.wiring import Wiring
 from prober.canaries.keys import CanaryKeyError, resolve_key
 from prober.canaries.mint import Minter
 from prober.config import ConfigError, ProberConfig, assemble_config, listen_address
@@ -263,12 +264,10 @@ class Daemon:
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old = self.sessions
         self.sessions = {}
+        wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping)
         for target in config.targets:
-            self.sessions[target.name] = TargetSession(
-                target, ledger=self.ledger, minter=self.minter, scanner=self.scanner, secrets=settings.secrets,
-                tenants=tenants, daemon=config.daemon, audit=config.audit, budget=budget, stopping=self.stopping,
-                scrubber=settings.scrubber, languages=config.languages,
-                fact_share=config.detection.fact_share if self.embedder else 0.0)
+            self.sessions[target.name] = TargetSession(target, wiring, daemon=config.daemon, audit=config.audit,
+                                                       budget=budget)
             self.status.setdefault(target.name, {job: JobStatus() for job in Job})
             for job in Job:
                 last_run = await self._recall(f"last_run/{target.name}/{job}")
@@ -346,15 +345,15 @@ class Daemon:
         status.running = True
         self.metrics.runs.labels(target, job).inc()
         started = time.time()
-        count = self.metrics.observer(target, job)
+        count = self.metrics.listener(target, job)
 
-        def observe(event: Event) -> None:
+        def on_event(event: Event) -> None:
             count(event)
             if isinstance(event, FindingRecorded):
                 log.warning("%s", event.finding.describe())  # only once it is in the ledger
 
         try:
-            outcome = await session.run(job, observe)
+            outcome = await session.run(job, on_event)
         finally:
             status.running = False
             if task is not None:

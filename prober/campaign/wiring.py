@@ -1,0 +1,37 @@
+"""What every run shares, whichever target it probes: one value that the audit and the daemon build once
+and hand to each runner, so a new shared dependency is one field here rather than a parameter threaded
+through every constructor."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from prober.campaign.scanning import RunScanner
+from prober.canaries.mint import Minter
+from prober.config import ProberConfig
+from prober.ledger.base import Ledger
+from prober.scrub import Scrubber
+from prober.targets.credentials import Secret
+
+
+@dataclass(frozen=True)
+class Wiring:
+    ledger: Ledger  # canaries before they are sent, findings before they are told
+    minter: Minter
+    scanner: RunScanner  # every answer is checked against every tenant's canaries
+    secrets: Mapping[str, Secret | None]  # tenant -> its API key
+    tenants: tuple[str, ...]
+    languages: Mapping[str, str] = field(default_factory=dict)  # tenant -> the fact pack its canaries use
+    fact_share: float = 0.0  # of a prompt's canary units, those that carry a fact (0 without an embedder)
+    scrubber: Scrubber = field(default_factory=Scrubber)  # every secret masked in what runs return
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set: finish the exchange, start no other
+
+    @classmethod
+    def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],
+           scrubber: Scrubber, stopping: asyncio.Event | None = None) -> Wiring:
+        """The wiring a config implies: its tenants and their languages, facts only where an embedder is."""
+        return cls(minter.ledger, minter, scanner, secrets, tuple(t.name for t in config.tenants), config.languages,
+                   config.detection.fact_share if minter.embedder is not None else 0.0, scrubber,
+                   stopping or asyncio.Event())
