@@ -1,0 +1,163 @@
+"""The documentation site: it builds strictly, every alert's runbook link lands on an anchor of the built site,
+the generated configuration reference lists every key of the schemas, and the README is the short front page
+whose links resolve.
+
+The site is built once per module into a temporary folder, with mkdocs itself (`--strict`: a broken link or
+anchor, or a config key without a description, fails the build)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from prober.config import ProberConfig
+from prober.testbed.config import EngineConfig
+from tests.tools import need_module
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "dashboards" / "prometheus" / "leakprobe-rules.yml"
+
+
+class _Page(HTMLParser):
+    """Every element id of a page, and the text of each <code> under each <h2> (by the h2's id)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.h2_ids: list[str] = []
+        self.code: dict[str, list[str]] = {}
+        self._section = ""
+        self._in_code = 0
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element_id = dict(attrs).get("id")
+        if element_id:
+            self.ids.add(element_id)
+        if tag == "h2" and element_id:
+            self._section = element_id
+            self.h2_ids.append(element_id)
+        if tag == "code":
+            self._in_code += 1
+            self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "code" and self._in_code:
+            self._in_code -= 1
+            self.code.setdefault(self._section, []).append("".join(self._text))
+
+    def handle_data(self, data: str) -> None:
+        if self._in_code:
+            self._text.append(data)
+
+
+def parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need_module("mkdocs", "mkdocs")
+    need_module("material", "mkdocs-material")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's end-of-life banner, printed on every build
+    # A guard against a hung build, not a speed target: the build takes about 5 s on two busy cores.
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, env=env, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return out
+
+
+def site_url() -> str:
+    url = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    assert isinstance(url, str) and url.endswith("/")
+    return url
+
+
+def built_page(site: Path, page_path: str) -> Path:
+    """The HTML file a site path serves (directory URLs: `runbook/` is `runbook/index.html`)."""
+    return site / page_path / "index.html" if page_path.endswith("/") or not page_path else site / page_path
+
+
+def test_site_builds_strictly_and_offline(site: Path) -> None:
+    pages = sorted(site.rglob("*.html"))
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    sources = set(re.findall(r"[\w-]+\.md", str(nav)))
+    assert sources == {p.name for p in (ROOT / "docs").glob("*.md")}, "every page in the nav, and only those"
+    for source in sources:
+        assert built_page(site, "" if source == "index.md" else source.removesuffix(".md") + "/").is_file(), source
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "fonts.googleapis.com" not in text and "fonts.gstatic.com" not in text, page
+
+
+def test_every_runbook_url_resolves_to_an_anchor_of_the_site(site: Path) -> None:
+    base = site_url()
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    assert rules
+    linked: set[str] = set()
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(base), f"{rule['alert']}: {url} is not on the site ({base})"
+        page_path, _, anchor = url.removeprefix(base).partition("#")
+        page = built_page(site, page_path)
+        assert page.is_file(), f"{rule['alert']}: no page {page_path!r} in the built site"
+        assert anchor == rule["alert"].lower(), url
+        assert anchor in parse(page).ids, f"{rule['alert']}: no anchor #{anchor} on {page_path}"
+        linked.add(anchor)
+    runbook = parse(built_page(site, "runbook/"))
+    sections = {h2 for h2 in runbook.h2_ids if h2.startswith("leakprobe")}
+    assert sections == linked, "one runbook section per alert, and no section for an alert that does not exist"
+
+
+def schema_keys(model: type[BaseModel], path: str = "") -> Iterator[str]:
+    """Every key a YAML file may set, dotted, `[]` after a list of mappings (as the reference writes them)."""
+    for name, field in model.model_fields.items():
+        key = f"{path}.{name}" if path else name
+        yield key
+        for inner in _models_in(field.annotation):
+            yield from schema_keys(inner, key + ("[]" if get_origin(field.annotation) is list else ""))
+
+
+def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in get_args(annotation):
+        yield from _models_in(arg)
+
+
+@pytest.mark.parametrize(("model", "section"), [(ProberConfig, "prober-config"), (EngineConfig, "engine-config")])
+def test_configuration_reference_lists_every_key(site: Path, model: type[BaseModel], section: str) -> None:
+    page = parse(built_page(site, "configuration/"))
+    listed = set(page.code.get(section, []))
+    keys = list(schema_keys(model))
+    assert len(keys) > 10
+    missing = [key for key in keys if key not in listed]
+    assert not missing, f"keys of {model.__name__} missing from the configuration reference: {missing}"
+
+
+def test_readme_is_the_short_front_page_and_its_links_resolve(site: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 150
+    assert re.search(r"^make demo +# ", readme, re.M) and re.search(r"^make test +# ", readme, re.M)
+    links = re.findall(r"\]\((docs/[^)#\s]*)(?:#([^)\s]+))?\)", readme)
+    assert len(links) > 10
+    for target, anchor in links:
+        source = ROOT / target
+        assert source.exists(), target
+        if anchor:
+            name = source.name.removesuffix(".md")
+            page = built_page(site, "" if name == "index" else name + "/")
+            assert anchor in parse(page).ids, f"README links {target}#{anchor}, which the built page lacks"
