@@ -98,6 +98,7 @@ def test_site_builds_strictly_and_offline(site: Path) -> None:
     assert sources == {p.name for p in (ROOT / "docs").glob("*.md")}, "every page in the nav, and only those"
     for source in sources:
         assert built_page(site, "" if source == "index.md" else source.removesuffix(".md") + "/").is_file(), source
+    assert not list(site.rglob("*.py")), "the build-time hooks are code, not pages (exclude_docs)"
     for page in pages:
         text = page.read_text(encoding="utf-8")
         assert "fonts.googleapis.com" not in text and "fonts.gstatic.com" not in text, page
