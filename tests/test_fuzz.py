@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from prober.config import ConfigError, load_config, parse_config
+from prober.config import load_config, parse_config
+from prober.errors import ConfigError
 from prober.forensics import ForensicReport, parse, read_batches
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
@@ -104,3 +105,85 @@ def test_any_mapping_is_a_config_or_a_config_error(data: dict[str, Any]) -> None
         parse_config(data)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+# -- decoders: text escapes undone before detection (prober/detect/unescape.py) --------------------------
+
+from collections.abc import Callable  # noqa: E402
+
+from prober.canaries import tokens as canary_tokens  # noqa: E402
+from prober.detect import Scanner  # noqa: E402
+from prober.detect.unescape import unescape  # noqa: E402
+from prober.types import Canary, CanaryKind, Record  # noqa: E402
+
+_ESCAPY = st.text(alphabet=st.sampled_from("&#%\\xXuU{};0123456789abcdefABCDEF:nt/\"'가 LPK-"), max_size=80)
+_PLAIN = st.text(alphabet=st.characters(blacklist_characters="&%\\", codec="utf-8"), max_size=60)
+
+
+def _html_dec(text: str) -> str:
+    return "".join(f"&#{ord(ch)};" for ch in text)
+
+
+def _html_hex(text: str) -> str:
+    return "".join(f"&#x{ord(ch):X}" for ch in text)  # the semicolon is optional to a browser, and to us
+
+
+def _percent(text: str) -> str:
+    return "".join(f"%{byte:02x}" for byte in text.encode("utf-8"))
+
+
+def _json_u(text: str) -> str:
+    """Every UTF-16 code unit as \\uXXXX, as JSON writes what it escapes (a pair for a character past U+FFFF)."""
+    units = text.encode("utf-16-be")
+    return "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+
+
+ENCODERS: list[Callable[[str], str]] = [_html_dec, _html_hex, _percent, _json_u,
+                                        lambda t: _html_dec(_percent(t)), lambda t: _percent(_html_hex(t))]
+
+
+@given(_ESCAPY | st.text(max_size=200))
+@example("\\ud800\\u0041 %e2%82 &#0; &#x110000; &#55296; &bogus; &amp &lt;")
+@example("%" * 3 + "\\" * 3 + "&" * 3)
+def test_unescape_takes_any_text_and_maps_every_span_inside_the_original(text: str) -> None:
+    decoded = unescape(text)
+    if decoded is None:
+        return
+    assert isinstance(decoded.text, str) and len(decoded.text) <= len(text)
+    last = (0, 0)
+    for start in range(len(decoded.text) + 1):
+        span = decoded.original_span(start, min(len(decoded.text), start + 3))
+        assert 0 <= span[0] <= span[1] <= len(text)
+        assert span >= last  # later spans never map before earlier ones
+        last = span
+
+
+@given(_PLAIN, st.sampled_from(range(len(ENCODERS))))
+@example("LPK-탁윤슬😀", 3)
+def test_every_encoding_decodes_back_and_each_character_maps_to_its_own_escape(text: str, which: int) -> None:
+    encoded = ENCODERS[which](text)
+    decoded = unescape(encoded)
+    assert (decoded.text if decoded else encoded) == text
+    if decoded is None:
+        return
+    for i, char in enumerate(text):
+        start, end = decoded.original_span(i, i + 1)
+        written = unescape(encoded[start:end])
+        assert (written.text if written else encoded[start:end]) == char
+
+
+_KEY = b"f" * 32
+_TOKEN = canary_tokens.display(canary_tokens.mint_body(_KEY, "tenant-a", "p1"))
+_SCANNER = Scanner([Canary(id="c1", tenant="tenant-a", kind=CanaryKind.TOKEN, text=_TOKEN, expires_at=2**40)],
+                   key=_KEY, foreign=False)
+
+
+@given(_PLAIN, _PLAIN, st.sampled_from(range(len(ENCODERS))))
+def test_a_canary_written_in_any_escape_is_found_where_it_was_written(before: str, after: str, which: int) -> None:
+    encoded = ENCODERS[which](_TOKEN)
+    text = f"{before} {encoded} {after}"
+    findings = _SCANNER.scan(Record("r", "tenant-b", text)).findings
+    assert [f.canary_id for f in findings] == ["c1"]
+    start, end = findings[0].start, findings[0].end
+    assert len(before) < start and end <= len(before) + 1 + len(encoded)
+    assert findings[0].details["escaped"]

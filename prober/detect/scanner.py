@@ -19,6 +19,7 @@ from prober.detect.exact import ExactDetector
 from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
 from prober.detect.fuzzy import FuzzyDetector
 from prober.detect.semantic import SemanticDetector
+from prober.detect.unescape import Unescaped, unescape
 from prober.embeddings import Embedder
 from prober.types import Canary, Finding, FindingKind, Record
 
@@ -75,15 +76,20 @@ class Scanner:
         return _rebuild, self._made_with
 
     def scan(self, record: Record) -> ScanResult:
-        """Every detector over the answer, in overlapping windows, so that memory and time stay bounded per
-        window whatever size a target sends (a canary is shorter than the overlap, so none is cut)."""
+        """Every detector over the answer, its text escapes decoded, in overlapping windows, so that memory
+        and time stay bounded per window whatever size a target sends (a canary is shorter than the overlap,
+        so none is cut).  Spans are reported in the answer as it came."""
+        decoded = unescape(record.text)
+        text = decoded.text if decoded else record.text
         hits: list[Hit] = []
-        for offset, window in windows(record.text):
+        for offset, window in windows(text):
             part = Record(record.id, record.tenant, window, record.prompt)
             compacted = compact(window)
             for detector in self.detectors:
                 hits += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
                          for h in detector.detect(part, compacted)]
+        if decoded is not None:
+            hits = [_in_original(h, decoded, record.text) for h in hits]
         result = ScanResult()
         best: dict[str, Hit] = {}
         for hit in hits:
@@ -142,6 +148,16 @@ class Scanner:
 def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...], embedder: Embedder | None,
              foreign: bool, redact: bool) -> Scanner:
     return Scanner(canaries, key=key, tenants=tenants, embedder=embedder, foreign=foreign, redact=redact)
+
+
+def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:
+    """A hit on the decoded text, moved to the characters of the original that encode it; one that was
+    written escaped says which escapes it was written in."""
+    start, end = decoded.original_span(hit.start, hit.end)
+    written = unescape(original[start:end])
+    if written is None:
+        return replace(hit, start=start, end=end)
+    return replace(hit, start=start, end=end, details={**hit.details, "escaped": list(written.kinds)})
 
 
 def _owner(hit: Hit) -> str:

@@ -1,0 +1,177 @@
+"""Text escapes undone before detection, with a map back to the original offsets.
+
+Web front-ends and log pipelines store an answer escaped: HTML character references (`&#76;&#80;&#75;`,
+`&#x4C;`, `&amp;`), URL percent-encoding (`%4C%50%4B`, UTF-8 bytes for Korean), JSON and C-style escapes
+(`\\u004C`, surrogate pairs, `\\x4C`, `\\n`).  A canary written that way compacts to nothing a detector
+knows, so `scan` would read such a log as clean.  Escapes are decoded here -- repeatedly, since a log may
+escape what was already escaped (`&amp;#76;`, `%2526`) -- and every span a detector reports on the decoded
+text is mapped back to the characters of the original that encode it, so excerpts and offsets stay true.
+
+Only well-formed escapes are decoded; anything else (`50%`, `AT&T`, a lone backslash, a surrogate half,
+bytes that are not UTF-8) is kept as written.  Text without `&`, `%` or a backslash costs one scan for them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import html.entities
+import re
+from dataclasses import dataclass
+
+MAX_ROUNDS = 3  # escaped, escaped again, and once more (a log of a proxy's log); deeper is not seen in practice
+_MARKERS = re.compile(r"[&%\\]")
+_ENTITY = re.compile(r"&(?:#[xX]([0-9a-fA-F]{1,6})|#([0-9]{1,7})|([A-Za-z][A-Za-z0-9]{1,31}));?")
+# Runs of byte escapes (UTF-8 spread over several), \u escapes (surrogate pairs spread over two), and the
+# one-character escapes of JSON and C.
+_BYTES = re.compile(r"(?:%[0-9A-Fa-f]{2})+|(?:\\x[0-9A-Fa-f]{2})+")
+_UNICODE = re.compile(r"\\u\{([0-9A-Fa-f]{1,6})\}|\\U([0-9A-Fa-f]{8})|\\u([0-9A-Fa-f]{4})")
+_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "/": "/", '"': '"', "'": "'", "\\": "\\"}
+_SIMPLE_RE = re.compile(r"\\([ntr/\"'\\])")
+_NAMED = {name.removesuffix(";"): text for name, text in html.entities.html5.items()}
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One decoded piece: decoded[at : at + length] came from original[source : source + width]."""
+
+    at: int
+    length: int
+    source: int
+    width: int
+
+
+class _Map:
+    """Decoded offsets of one round -> offsets of the text that round decoded."""
+
+    def __init__(self, pieces: list[_Piece]) -> None:
+        self._pieces = pieces
+        self._starts = [p.at for p in pieces]
+
+    def position(self, at: int, end: bool) -> int:
+        """Where decoded position `at` lies in the source: a start maps to the start of the escape holding
+        it, an (exclusive) end to the end of the escape holding the character before it."""
+        probe = at - 1 if end else at
+        index = bisect.bisect_right(self._starts, probe) - 1
+        if index < 0:
+            return at
+        piece = self._pieces[index]
+        if probe < piece.at + piece.length:
+            return piece.source + piece.width if end else piece.source
+        return at - (piece.at + piece.length) + piece.source + piece.width
+
+
+@dataclass(frozen=True)
+class Unescaped:
+    """The decoded text, which kinds of escape it held, and the way back to the original's offsets."""
+
+    text: str
+    kinds: tuple[str, ...]
+    _maps: tuple[_Map, ...]
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        for step in reversed(self._maps):
+            start, end = step.position(start, False), step.position(end, True)
+        return start, end
+
+
+def _utf8(escaped: str) -> list[tuple[str, int, int]]:
+    """(character, first escape, escapes used) for a run of byte escapes (each three or four characters);
+    a byte that does not start a valid UTF-8 sequence gets "" (its escape is kept as written)."""
+    width = 3 if escaped.startswith("%") else 4
+    data = bytes(int(escaped[i + width - 2 : i + width], 16) for i in range(0, len(escaped), width))
+    out: list[tuple[str, int, int]] = []
+    at = 0
+    while at < len(data):
+        lead = data[at]
+        size = 1 if lead < 0x80 else 2 if lead >> 5 == 6 else 3 if lead >> 4 == 14 else 4 if lead >> 3 == 30 else 0
+        if size:
+            try:
+                out.append((data[at : at + size].decode("utf-8"), at, size))
+                at += size
+                continue
+            except UnicodeDecodeError:
+                pass
+        out.append(("", at, 1))  # not UTF-8: kept as written
+        at += 1
+    return out
+
+
+def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
+    """Decode every escape of one level; None when there was none."""
+    found: list[tuple[int, int, str, str]] = []  # (start, end, decoded, kind) in the text
+
+    def add(start: int, end: int, decoded: str, kind: str) -> None:
+        found.append((start, end, decoded, kind))
+
+    for match in _ENTITY.finditer(text):
+        hex_digits, digits, name = match.groups()
+        if name is not None:
+            if not match.group(0).endswith(";") or name not in _NAMED:
+                continue
+            add(match.start(), match.end(), _NAMED[name], "html")
+            continue
+        code = int(hex_digits, 16) if hex_digits is not None else int(digits)
+        if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+            add(match.start(), match.end(), chr(code), "html")
+    for match in _BYTES.finditer(text):
+        width = 3 if match.group(0).startswith("%") else 4
+        kind = "percent" if width == 3 else "backslash"
+        for char, first, used in _utf8(match.group(0)):
+            if char:
+                start = match.start() + first * width
+                add(start, start + used * width, char, kind)
+    matches = list(_UNICODE.finditer(text))
+    for i, match in enumerate(matches):
+        braced, long, short = match.groups()
+        code = int(braced or long or short, 16)
+        if 0xD800 <= code <= 0xDBFF and short is not None:  # a high surrogate: needs its low half right after
+            after = matches[i + 1] if i + 1 < len(matches) else None
+            if after is not None and after.start() == match.end() and after.group(3) is not None:
+                low = int(after.group(3), 16)
+                if 0xDC00 <= low <= 0xDFFF:
+                    add(match.start(), after.end(), chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)),
+                        "backslash")
+            continue
+        if 0xDC00 <= code <= 0xDFFF and short is not None:
+            continue  # a low half: taken with its high half above, or kept
+        if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+            add(match.start(), match.end(), chr(code), "backslash")
+    for match in _SIMPLE_RE.finditer(text):
+        add(match.start(), match.end(), _SIMPLE[match.group(1)], "backslash")
+    if not found:
+        return None
+    found.sort()
+    parts: list[str] = []
+    pieces: list[_Piece] = []
+    kinds: set[str] = set()
+    at = copied = length = 0
+    for start, end, decoded, kind in found:
+        if start < at:
+            continue  # overlaps an escape already taken (`\\u0041` also looks like `\\` + `u0041`)
+        parts.append(text[copied:start])
+        length += start - copied
+        pieces.append(_Piece(length, len(decoded), start, end - start))
+        parts.append(decoded)
+        length += len(decoded)
+        kinds.add(kind)
+        at = copied = end
+    parts.append(text[copied:])
+    return "".join(parts), _Map(pieces), kinds
+
+
+def unescape(text: str) -> Unescaped | None:
+    """The text with its escapes decoded (up to MAX_ROUNDS levels deep); None when it holds none."""
+    if _MARKERS.search(text) is None:
+        return None
+    maps: list[_Map] = []
+    kinds: set[str] = set()
+    for _ in range(MAX_ROUNDS):
+        decoded = _one_round(text)
+        if decoded is None:
+            break
+        text, step, found = decoded
+        maps.append(step)
+        kinds |= found
+        if _MARKERS.search(text) is None:
+            break
+    return Unescaped(text, tuple(sorted(kinds)), tuple(maps)) if maps else None
