@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,9 +20,12 @@ from typing import Any, get_args, get_origin
 import pytest
 import yaml
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
+from prober.cli import app
 from prober.config import ProberConfig
 from prober.testbed.config import EngineConfig
+from tests.conftest import SMALL, StartTestbed
 from tests.tools import need_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,3 +166,26 @@ def test_readme_is_the_short_front_page_and_its_links_resolve(site: Path) -> Non
             name = source.name.removesuffix(".md")
             page = built_page(site, "" if name == "index" else name + "/")
             assert anchor in parse(page).ids, f"README links {target}#{anchor}, which the built page lacks"
+
+
+def test_readme_quickstart_runs_as_written(testbed: StartTestbed, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front page's five-minute commands, against the reference engine's incident (scaled down) in place of
+    a real endpoint: preflight flags the capacity inversion, the dry run sends nothing, the audit catches it."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Five minutes.*?```sh\n(.*?)```", readme, re.S)
+    assert block, "README: the quickstart's sh block"
+    commands = [shlex.split(line, comments=True)[1:] for line in block.group(1).splitlines()
+                if line.startswith("leakprobe ")]
+    assert [c[0] for c in commands] == ["preflight", "audit", "audit"]
+    server = testbed("incident", **SMALL)
+    monkeypatch.chdir(tmp_path)  # the audit's ledger and report land where it runs
+    keys = {"KEY_A": "testbed-key-a", "KEY_B": "testbed-key-b"}
+    results = [CliRunner().invoke(app, [server.url + "/v1" if a == "$URL" else a for a in c], env=keys)
+               for c in commands]
+    preflight, dry_run, audit = results
+    assert preflight.exit_code == 1 and "capacity_inversion" in preflight.output, preflight.output
+    assert dry_run.exit_code == 0 and "DRY RUN" in dry_run.output, dry_run.output
+    assert audit.exit_code == 1, audit.output
+    report = (tmp_path / "audit.html").read_text()
+    assert "cross_tenant_echo" in report
