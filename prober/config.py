@@ -13,22 +13,29 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import httpx
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from prober.capacity.limits import Capacity, Known
+from prober.errors import ConfigError, LedgerError, YAMLFileError
+from prober.ledger.location import LedgerLocation
 from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy
 from prober.types import Severity
-from prober.yamlfile import YAMLFileError, read_yaml
+from prober.yamlfile import read_yaml
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
 JOBS = ("preflight", "sentinel", "campaign")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -55,6 +62,14 @@ def _severity(value: Any) -> Severity:
 def _no_nul(value: Any) -> Any:
     if "\x00" in str(value):
         raise ValueError("contains a NUL byte")
+    return value
+
+
+def _ledger(value: str) -> str:
+    try:
+        LedgerLocation.parse(value)
+    except LedgerError as exc:
+        raise ValueError(str(exc).removeprefix("ledger: ").removeprefix("ledger ")) from None
     return value
 
 
@@ -310,8 +325,9 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 class ProberConfig(_Strict):
-    ledger: Annotated[str, BeforeValidator(_no_nul)] = "leakprobe.sqlite"
-    """Where canaries, findings and incidents are kept: a path, `sqlite:///path` or `postgresql://user@host:port/db`."""
+    ledger: Annotated[str, AfterValidator(_ledger)] = "leakprobe.sqlite"
+    """Where canaries, findings and incidents are kept: a file path, `sqlite:///absolute/path` or
+    `postgresql://user@host:port/db`."""
     targets: list[TargetConfig] = Field(min_length=1)
     """The endpoints to probe (one at least)."""
     tenants: list[TenantConfig] = Field(default_factory=list)

@@ -7,10 +7,10 @@ import os
 
 from prober.canaries.keys import KEY_ENV
 from prober.config import ProberConfig
-from prober.ledger.base import LedgerError
+from prober.errors import CredentialError, LedgerError
 from prober.ledger.credentials import ledger_password
 from prober.scrub import Scrubber
-from prober.targets.credentials import CredentialError, Secret
+from prober.targets.credentials import Secret
 
 
 def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:

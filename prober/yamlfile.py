@@ -7,12 +7,10 @@ from typing import Any
 
 import yaml
 
+from prober.errors import YAMLFileError
+
 MAX_DEPTH = 32  # configs are a few levels deep; far deeper is an accident or an attack
 MAX_VALUES = 100_000
-
-
-class YAMLFileError(ValueError):
-    """The file cannot be read as a YAML document (the message is one line and names the file)."""
 
 
 def read_yaml(path: Path) -> Any:

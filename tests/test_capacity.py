@@ -14,7 +14,8 @@ from prober.canaries.mint import Minter
 from prober.capacity import Capacity, Known, assess, introspect
 from prober.capacity.bisect import bisect_accept_limit
 from prober.cli import app
-from prober.config import CapacityHints, ConfigError, assemble_config
+from prober.config import CapacityHints, assemble_config
+from prober.errors import ConfigError
 from prober.ledger import open_ledger
 from prober.prompts import EndpointCounter, PromptBuilder, UsageCounter, detect_counter
 from prober.targets import OpenAICompatible, Prompt, Secret, Transport

@@ -19,7 +19,8 @@ import pytest
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
-from prober.ledger import LedgerError, open_ledger
+from prober.errors import LedgerError
+from prober.ledger import open_ledger
 from tests.conftest import SMALL, StartTestbed
 from tests.hostile import endless_stream, hostile_engine, huge_first_answer, trickling_body
 

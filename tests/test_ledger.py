@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from prober.ledger import LedgerError, open_ledger
+from prober.errors import LedgerError
+from prober.ledger import open_ledger
 from prober.ledger.sqlite import SCHEMA_VERSION
 
 KEY = b"k" * 32
@@ -65,7 +66,8 @@ def test_ledger_is_wal_and_versioned(tmp_path: Path) -> None:
 
 
 def test_key_is_created_once_and_env_key_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from prober.canaries.keys import KEY_ENV, CanaryKeyError, resolve_key
+    from prober.canaries.keys import KEY_ENV, resolve_key
+    from prober.errors import CanaryKeyError
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     ledger = open_ledger(tmp_path / "l.sqlite")

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from prober.canaries.mint import Minter
+from prober.errors import LedgerError
 from prober.incidents import IncidentKey
-from prober.ledger import Ledger, LedgerError, is_shared, open_ledger
+from prober.ledger import Ledger, is_shared, open_ledger
 from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 from tests.postgres import PostgresServer
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from prober.campaign.plan import PlanError, make_plan, pairs
+from prober.campaign.plan import make_plan, pairs
 from prober.capacity import Capacity, Known
+from prober.errors import PlanError
 
 
 def k(value: int) -> Known:

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from prober.errors import CredentialError
 from prober.targets import (
     Completion,
-    CredentialError,
     CredentialSource,
     ErrorKind,
     OpenAICompatible,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from prober.capacity.limits import Capacity
+from prober.errors import PlanError
 
 Streaming = Literal["plain", "stream", "both"]
 Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the model
@@ -15,10 +16,6 @@ Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the mod
 # another language) and the semantic detector has something to find.
 ASKS: tuple[Ask, ...] = ("quote", "summarize", "quote", "translate")
 CACHE_CHECK_TOKENS = 1_024
-
-
-class PlanError(ValueError):
-    pass
 
 
 SENTINEL = "sentinel"

@@ -23,7 +23,7 @@ from secrets import token_hex
 
 from prober.campaign.checks import check_answer
 from prober.campaign.events import FindingRecorded, Listener, PlanReady, StepDone, SurveyDone, TargetFailed, ignore
-from prober.campaign.plan import Exchange, Plan, PlanError, Step, Streaming, make_plan, pairs
+from prober.campaign.plan import Exchange, Plan, Step, Streaming, make_plan, pairs
 from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.scanning import RunScanner
 from prober.campaign.survey import PreflightResult, survey
@@ -33,8 +33,9 @@ from prober.canaries.packs import load_pack
 from prober.capacity import origin_of, reachability
 from prober.config import ProberConfig, TargetConfig
 from prober.embeddings import Embedder
+from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger.base import Ledger
-from prober.prompts import BuildError, BuiltPrompt, CountError, PromptBuilder
+from prober.prompts import BuiltPrompt, PromptBuilder
 from prober.prompts.builder import Facts
 from prober.scrub import Scrubber
 from prober.targets.base import Prompt
@@ -53,10 +54,6 @@ LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
 DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
 FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
 CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
-
-
-class TargetUnusable(RuntimeError):
-    """The target cannot be probed with these credentials (unreachable, credential refused, no counter)."""
 
 
 class TargetRunner:

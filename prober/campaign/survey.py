@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config import TargetConfig
-from prober.prompts import CountError, PromptBuilder, TokenCounter
+from prober.errors import CountError
+from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
 from prober.scrub import Scrubber
 from prober.targets.credentials import Secret

@@ -13,7 +13,7 @@ from functools import cache
 
 import yaml
 
-from prober.canaries.packs import PackError
+from prober.errors import PackError
 from prober.resources import canaries_dir
 
 

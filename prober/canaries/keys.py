@@ -11,13 +11,10 @@ import hashlib
 import os
 import secrets
 
+from prober.errors import CanaryKeyError
 from prober.ledger import Ledger
 
 KEY_ENV = "LEAKPROBE_CANARY_KEY"
-
-
-class CanaryKeyError(ValueError):
-    """An unusable deployment key."""
 
 
 def resolve_key(ledger: Ledger | None) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from prober.canaries import hangul
+from prober.errors import PackError
 from prober.resources import canaries_dir
 
 _SLOT = re.compile(r"\{([a-z_]+)\}")
@@ -29,10 +30,6 @@ class Fact:
     slots: dict[str, str]
     distinctive: tuple[str, ...]  # the values that attribute it
     aliases: tuple[tuple[int, str], ...] = ()  # (index into distinctive, another spelling): romanized Korean
-
-
-class PackError(ValueError):
-    """A pack file that cannot be used."""
 
 
 class FactPack:

@@ -14,14 +14,13 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prober.campaign import PlanError, TargetReport, TargetRunner, TargetUnusable, sentinel_plan
+from prober.campaign import TargetReport, TargetRunner, sentinel_plan
 from prober.campaign.events import Listener
 from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
 from prober.config import AuditSettings, DaemonSettings, TargetConfig
 from prober.daemon.budget import TokenBudget
-from prober.ledger import LedgerError
-from prober.prompts import BuildError, CountError
+from prober.errors import BuildError, CountError, LedgerError, PlanError, TargetUnusable
 from prober.targets.transport import Transport
 
 

@@ -35,18 +35,19 @@ from prober.campaign.events import Event, FindingRecorded
 from prober.campaign.plan import pairs
 from prober.campaign.scanning import RunScanner
 from prober.campaign.wiring import Wiring
-from prober.canaries.keys import CanaryKeyError, resolve_key
+from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.config import ConfigError, ProberConfig, assemble_config, listen_address
+from prober.config import ProberConfig, assemble_config, listen_address
 from prober.daemon.budget import TokenBudget
 from prober.daemon.jobs import Job, JobOutcome, TargetSession
 from prober.daemon.metrics import Metrics
-from prober.embeddings import EmbedderError, make_embedder
-from prober.ledger import JobLock, Ledger, LedgerError, open_ledger
+from prober.embeddings import make_embedder
+from prober.errors import CanaryKeyError, ConfigError, CredentialError, EmbedderError, LedgerError, StartupError
+from prober.ledger import JobLock, Ledger, open_ledger
 from prober.malloc import cap_arenas
 from prober.scrub import Scrubber, ScrubbingFilter
 from prober.secrets import load_secrets, scrubber_for
-from prober.targets.credentials import CredentialError, Secret
+from prober.targets.credentials import Secret
 
 log = logging.getLogger("leakprobe.daemon")
 
@@ -55,10 +56,6 @@ CANARY_REFRESH_S = 2.0  # other replicas' new canaries: a fact they planted is k
 FULL_REFRESH_S = 3600.0  # rebuild the canary index from the ledger (drops expired canaries)
 CANARY_SKEW_S = 300.0  # replicas' clocks may disagree: look this far back for their new canaries
 TURN_TAKEN = ("locked", "claimed")  # skip reasons that mean another replica has the job
-
-
-class StartupError(RuntimeError):
-    """The daemon cannot start (bad config, missing credential, unusable ledger): exit 2 with the reason."""
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The default is USE multilingual v3 (English, Korean and 14 more languages in one space; CPU); any
 sentence-transformers model can be named instead (path or name), and runs on a GPU when one is present."""
 
-from prober.embeddings.base import Embedder, EmbedderError, Vectors, pick_device
+from prober.embeddings.base import Embedder, Vectors, pick_device
 from prober.embeddings.sentence_transformers import MINILM, SentenceTransformerEmbedder
 from prober.embeddings.use import USE_MODEL, UniversalSentenceEncoder
 
@@ -20,5 +20,5 @@ def make_embedder(model: str = DEFAULT_MODEL, device: str = "auto", threshold: f
     return embedder
 
 
-__all__ = ["DEFAULT_MODEL", "MINILM", "USE_MODEL", "Embedder", "EmbedderError", "SentenceTransformerEmbedder",
+__all__ = ["DEFAULT_MODEL", "MINILM", "USE_MODEL", "Embedder", "SentenceTransformerEmbedder",
            "UniversalSentenceEncoder", "Vectors", "make_embedder", "pick_device"]

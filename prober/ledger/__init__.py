@@ -6,20 +6,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prober.ledger.base import JobLock, Ledger, LedgerError
+from prober.ledger.base import JobLock, Ledger
 from prober.ledger.credentials import is_shared, ledger_password, masked
+from prober.ledger.location import LedgerLocation
 from prober.ledger.sqlite import SQLiteLedger
 
-__all__ = ["JobLock", "Ledger", "LedgerError", "SQLiteLedger", "is_shared", "ledger_password", "masked", "open_ledger"]
+__all__ = ["JobLock", "Ledger", "LedgerLocation", "SQLiteLedger", "is_shared", "ledger_password", "masked",
+           "open_ledger"]
 
 
-def open_ledger(url: str | Path) -> Ledger:
-    """The ledger at `url`: `postgresql://user@host:port/db` (password in the URL, PGPASSWORD or the file
-    LEAKPROBE_LEDGER_PASSWORD_FILE names), a file path, or `sqlite:///relative/path` /
-    `sqlite:////absolute/path` (SQLAlchemy's spelling); a file is created if absent."""
-    text = str(url)
-    if is_shared(text):
+def open_ledger(where: str | Path | LedgerLocation) -> Ledger:
+    """The ledger at `where` (see `LedgerLocation`); a file is created if absent.  A PostgreSQL password comes
+    from the URL, PGPASSWORD or the file LEAKPROBE_LEDGER_PASSWORD_FILE names."""
+    location = LedgerLocation.parse(where)
+    if location.url is not None:
         from prober.ledger.postgres import PostgresLedger  # psycopg is imported only when it is used
 
-        return PostgresLedger(text)
-    return SQLiteLedger(Path(text.removeprefix("sqlite:///")))
+        return PostgresLedger(location.url)
+    assert location.path is not None
+    return SQLiteLedger(location.path)

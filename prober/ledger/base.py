@@ -13,10 +13,6 @@ from prober.incidents import Incident
 from prober.types import Canary, Finding
 
 
-class LedgerError(Exception):
-    """The ledger cannot be used (corrupt, foreign, too new, unwritable, unreachable)."""
-
-
 class JobLock:
     """Held while one replica runs one job; released when the job ends or the replica dies."""
 

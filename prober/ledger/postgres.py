@@ -20,7 +20,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from prober.ledger.base import JobLock, LedgerError
+from prober.errors import LedgerError
+from prober.ledger.base import JobLock
 from prober.ledger.credentials import masked, password_from_file
 from prober.ledger.sql import SQLLedger, statements
 

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from prober.ledger.base import JobLock, LedgerError
+from prober.errors import LedgerError
+from prober.ledger.base import JobLock
 from prober.ledger.sql import SQLLedger, statements
 
 APPLICATION_ID = 0x4C50524B  # "LPRK"

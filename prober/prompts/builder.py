@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from prober.canaries import tokens
 from prober.canaries.filler import load_filler
+from prober.errors import BuildError
 from prober.prompts.counter import TokenCounter
 from prober.types import Canary
 
@@ -27,10 +28,6 @@ CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
 
 MintCanaries = Callable[[int], Awaitable[Sequence[Canary]]]  # persisted before it returns
-
-
-class BuildError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)

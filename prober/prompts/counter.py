@@ -13,14 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from prober.errors import CountError
 from prober.targets.api import Api
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
-
-
-class CountError(RuntimeError):
-    pass
 
 
 class TokenCounter(ABC):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prober.prompts.counter import CountError, TokenCounter, UsageCounter, detect_counter
+from prober.errors import CountError
+from prober.prompts.counter import TokenCounter, UsageCounter, detect_counter
 from prober.targets.api import Api
 from prober.targets.base import Target
 from prober.targets.credentials import Secret

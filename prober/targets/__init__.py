@@ -2,11 +2,11 @@
 
 from prober.targets.api import Api
 from prober.targets.base import HTTPTarget, Prompt, Target
-from prober.targets.credentials import CredentialError, CredentialSource, Secret
+from prober.targets.credentials import CredentialSource, Secret
 from prober.targets.openai import OpenAICompatible
 from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.targets.transport import Transport, TransportPolicy
 from prober.targets.workers_ai import WorkersAI
 
-__all__ = ["Api", "Completion", "CredentialError", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
+__all__ = ["Api", "Completion", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
            "Prompt", "Secret", "Target", "TargetError", "Transport", "TransportPolicy", "Usage", "WorkersAI"]

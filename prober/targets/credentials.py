@@ -7,11 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from prober.errors import CredentialError
 from prober.scrub import MIN_SECRET
-
-
-class CredentialError(ValueError):
-    pass
 
 
 class Secret:

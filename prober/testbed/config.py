@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from prober.yamlfile import YAMLFileError, read_yaml
+from prober.errors import EngineConfigError, YAMLFileError
+from prober.yamlfile import read_yaml
 
 INCIDENT_CONTEXT = 1_048_576
 INCIDENT_POOL = 681_280
@@ -110,10 +111,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A pool of twice the advertised context and no faults.
     "healthy": {"mode": "disaggregated", "pool_tokens": 2 * INCIDENT_CONTEXT},
 }
-
-
-class EngineConfigError(ValueError):
-    """A configuration that cannot be used; the message names the key."""
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,146 @@
+"""`leakprobe audit`, `preflight` and `demo`: one-shot runs that end with a report and an exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from prober.cli.app import EXIT_ERROR, app, fail, print_table
+from prober.cli.options import ApiOption, FailOn, Format, Ledger, OutputFormat, Tenants
+from prober.report import ReportFormat
+from prober.types import Severity
+
+
+@app.command()
+def preflight(
+    target: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://host:8000/v1.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML config with `targets:` (and tenants).")] = None,
+    api: ApiOption = None,
+    tenant: Tenants = None,
+    output_format: Format = OutputFormat.table,
+    fail_on: FailOn = Severity.WARNING,
+    bisect_budget: Annotated[int, typer.Option(
+        min=0, help="Tokens that bisection may send when the engine exposes no context length (0 = never).")] = 0,
+) -> None:
+    """Advertised context vs KV pool per target.  Exit 0 clean, 1 at or above --fail-on, 2 on error.
+
+    The first tenant's key reads the introspection endpoints."""
+    from prober.campaign.survey import preflight as run_preflight
+    from prober.config import assemble_config
+    from prober.secrets import scrubber_for
+
+    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
+    secret = cfg.tenants[0].credential.load() if cfg.tenants else None
+    scrubber = scrubber_for({"first tenant": secret})
+
+    async def run_all() -> list[Any]:
+        return [await run_preflight(t, secret, bisect_budget=bisect_budget, scrubber=scrubber) for t in cfg.targets]
+
+    results = asyncio.run(run_all())
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps({"targets": [r.to_json() for r in results]}, indent=2))
+    else:
+        rows = [[r.target, r.capacity.engine or "?", _known(r.capacity.advertised), _known(r.capacity.pool_tokens),
+                 _known(r.capacity.page_size), v.severity.label, v.code] for r in results for v in r.verdicts]
+        if rows:
+            print_table(["target", "engine", "advertised", "KV pool", "page", "severity", "verdict"], rows)
+        for r in results:
+            for v in r.verdicts:
+                typer.echo(f"{r.target}: {v.code}: {v.message}")
+            sources = [f"{name} from {known.source}" for name in ("context_length", "pool_tokens",
+                                                                    "max_req_input_len", "page_size", "slots",
+                                                                    "accept_limit")
+                       if (known := getattr(r.capacity, name))]
+            typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
+    errors = [r for r in results if r.error]
+    for r in errors:
+        typer.echo(f"error: {r.target}: {r.error}", err=True)
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
+    threshold = fail_on or Severity.WARNING
+    raise typer.Exit(1 if any(r.severity >= threshold for r in results) else 0)
+
+
+def _known(known: Any) -> str:
+    return f"{known.value:,}" if known else "-"
+
+
+@app.command()
+def audit(
+    config: Annotated[Path | None, typer.Option(help="YAML config: targets, tenants, audit settings.")] = None,
+    target: Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")] = None,
+    api: ApiOption = None,
+    tenant: Tenants = None,
+    ledger: Ledger = None,
+    output_format: Annotated[ReportFormat, typer.Option(
+        "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+    fail_on: FailOn = None,
+    token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
+    streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
+    concurrent: Annotated[bool | None, typer.Option(help="Also prime and probe at the same time.")] = None,
+    rounds: Annotated[int | None, typer.Option(min=1, help="Repeat the whole plan.")] = None,
+    bisect_budget: Annotated[int | None, typer.Option(
+        min=0, help="Tokens bisection may send when no context length is exposed.")] = None,
+    semantic: Annotated[bool | None, typer.Option(
+        help="Plant fact canaries and look for reworded ones (default on; loads an embedding model).")] = None,
+    model: Annotated[str | None, typer.Option(help="Embedding model: use-multilingual-v3 (default), or a "
+                                                   "sentence-transformers name or path.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
+) -> None:
+    """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
+
+    Exit 0 clean, 1 findings at or above --fail-on, 2 error or an audit that could not finish."""
+    from prober.audit import exit_code, run_audit
+    from prober.config import assemble_config
+    from prober.embeddings import make_embedder
+    from prober.ledger import masked
+    from prober.progress import AuditProgress
+    from prober.report import Terminal, render
+    from prober.secrets import load_secrets, scrubber_for
+
+    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
+                          ledger=ledger.given if ledger else None, fail_on=fail_on, token_budget=token_budget,
+                          streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
+                          semantic=semantic, model=model)
+    secrets = load_secrets(cfg)
+    detection = cfg.detection
+    embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
+    try:
+        with AuditProgress() as progress:
+            result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress))
+    except OSError as exc:
+        raise fail(str(exc)) from None
+    threshold = cfg.audit.fail_on
+    terminal = Terminal.of(sys.stdout) if output is None else Terminal()
+    scrubber = scrubber_for(secrets, ledger=cfg.ledger)
+    report = scrubber.text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
+                                  fail_on=threshold, terminal=terminal))
+    if output is not None:
+        try:
+            output.write_text(report, encoding="utf-8")
+        except OSError as exc:
+            raise fail(f"cannot write {output}: {exc.strerror}") from None
+        typer.echo(f"report written to {output}; findings are also in the ledger {masked(cfg.ledger)}", err=True)
+    else:
+        typer.echo(report, nl=False)
+    code = exit_code(result, threshold)
+    if code == 2:
+        typer.echo("error: the audit did not finish; see the errors above", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Directory for the reports and the ledger.")] = Path("leakprobe-demo"),
+) -> None:
+    """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
+    from prober.demo import run_demo
+
+    raise typer.Exit(asyncio.run(run_demo(out)))

@@ -1,0 +1,44 @@
+"""Options several commands share, each parsed once into the type the library takes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from prober.errors import LedgerError
+from prober.ledger.location import FORMS, LedgerLocation
+from prober.targets.api import Api
+from prober.types import Severity
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _ledger(text: str) -> LedgerLocation:
+    try:
+        return LedgerLocation.parse(text)
+    except LedgerError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _severity(text: str) -> Severity:
+    try:
+        return Severity.parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+LEDGER_HELP = f"Ledger: {FORMS}."
+Ledger = Annotated[LedgerLocation | None, typer.Option(
+    parser=_ledger, metavar="PATH|URL", help=LEDGER_HELP + " Default: the config's, else leakprobe.sqlite.")]
+RequiredLedger = Annotated[LedgerLocation, typer.Option(parser=_ledger, metavar="PATH|URL", help=LEDGER_HELP)]
+FailOn = Annotated[Severity | None, typer.Option(parser=_severity, metavar="SEVERITY",
+                                                 help="Exit 1 at or above: info | warning | high | critical.")]
+ApiOption = Annotated[Api | None, typer.Option(help="The API the target speaks (with --target).")]
+Tenants = Annotated[list[str] | None, typer.Option(
+    "--tenant", help="NAME=ENVVAR, repeatable: a tenant and the variable holding its API key.")]
+Format = Annotated[OutputFormat, typer.Option("--format", help="json | table")]
