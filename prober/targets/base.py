@@ -66,11 +66,11 @@ class HTTPTarget(Target):
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
         if not prompt.stream:
             exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret)
-            return self._scrubbed(self._plain(exchange))
-        stream = _StreamReader(self)
+            return _plausible(self._scrubbed(self._plain(exchange)), prompt)
+        stream = _StreamReader(self, max_tokens=prompt.max_tokens, idle_s=self.transport.policy.timeout_s)
         exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
                                                  on_chunk=stream.feed)
-        return self._scrubbed(stream.finish(exchange))
+        return _plausible(self._scrubbed(stream.finish(exchange)), prompt)
 
     def _scrubbed(self, answer: Completion) -> Completion:
         """Streamed text arrives in pieces that may split a secret: scrub the assembled answer too."""
@@ -100,11 +100,21 @@ class HTTPTarget(Target):
                           ttft_s=exchange.total_s, error=error)
 
 
-class _StreamReader:
-    """Decode SSE as bytes arrive, so TTFT is the moment the first text arrived, not the first byte."""
+OVERLONG = 2  # a stream of more text pieces than this many times max_tokens (+16) was not asked for
 
-    def __init__(self, target: HTTPTarget) -> None:
+
+class _StreamReader:
+    """Decode SSE as bytes arrive, so TTFT is the moment the first text arrived, not the first byte.
+
+    It also ends a stream that cannot be observed, early: one that says nothing but keep-alive comments (or
+    empty events) for `idle_s` — those bytes reset the transport's idle timeout, they are not an answer — and
+    one that sends far more pieces of text than `max_tokens` allows."""
+
+    def __init__(self, target: HTTPTarget, *, max_tokens: int | None = None, idle_s: float | None = None) -> None:
         self.target = target
+        self.max_pieces = None if max_tokens is None else OVERLONG * max_tokens + 16
+        self.idle_s = idle_s
+        self.last_progress = 0.0  # seconds since the request began, when an event last carried something
         self.decoder = SSEDecoder()
         self.parts: list[str] = []
         self.ttft: float | None = None
@@ -113,9 +123,15 @@ class _StreamReader:
         self.error: TargetError | None = None
         self.done = False
 
-    def feed(self, chunk: bytes, at: float) -> None:
+    def feed(self, chunk: bytes, at: float) -> TargetError | None:
         for event in self.decoder.feed(chunk):
             self._event(event, at)
+        if self.max_pieces is not None and len(self.parts) > self.max_pieces:
+            return TargetError(ErrorKind.MALFORMED, f"stream sent {len(self.parts):,} pieces of text for "
+                               f"max_tokens {(self.max_pieces - 16) // OVERLONG:,}: far more than was asked for", 200)
+        if self.idle_s is not None and at - self.last_progress > self.idle_s:
+            return TargetError(ErrorKind.TIMEOUT, f"nothing but keep-alives for {self.idle_s:g} s", 200)
+        return None
 
     def _event(self, data: str, at: float) -> None:
         if data.strip() == "[DONE]":
@@ -130,6 +146,8 @@ class _StreamReader:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
             return
+        if piece.text or piece.finish_reason or piece.usage or piece.error:
+            self.last_progress = at
         if piece.text:
             if self.ttft is None:
                 self.ttft = at
@@ -155,6 +173,16 @@ class _StreamReader:
         # Partial text stays: a truncated answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
                           ttft_s=self.ttft, streamed=True, error=error)
+
+
+def _plausible(answer: Completion, prompt: Prompt) -> Completion:
+    """Usage figures no engine could report for this prompt are set aside (and said why), so no budget,
+    calibration or check downstream counts 10^30 tokens."""
+    if answer.usage is None:
+        return answer
+    problem = answer.usage.implausible(prompt_bytes=len(prompt.text.encode("utf-8", "surrogatepass")),
+                                       max_tokens=prompt.max_tokens)
+    return replace(answer, usage=None, implausible_usage=problem) if problem else answer
 
 
 def _common(exchange: HTTPExchange) -> dict[str, Any]:

@@ -23,11 +23,39 @@ class ErrorKind(StrEnum):
     REDIRECT = "redirect"  # redirect to another origin (credentials withheld)
 
 
+TEMPLATE_TOKENS = 4_096  # what an engine may add to a prompt: chat template, system prompt, special tokens
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+
+    def implausible(self, *, prompt_bytes: int | None = None, sent_tokens: int | None = None,
+                    max_tokens: int | None = None) -> str | None:
+        """Why these figures cannot be true, or None.  A token covers at least one byte of text, so a prompt
+        count beyond the prompt's bytes (or, where the tokens sent are known, beyond twice them) plus a
+        template's worth is made up; so are negative counts, more cached tokens than prompt tokens, and a
+        completion far longer than was asked for.  Budgets and the placeholder check must not trust them."""
+        counts = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                  "cached_tokens": self.cached_tokens}
+        for name, value in counts.items():
+            if value is not None and value < 0:
+                return f"usage.{name} is negative ({value:,})"
+        prompt = self.prompt_tokens
+        bounds = [(prompt_bytes, f"a prompt of {prompt_bytes:,} bytes")] if prompt_bytes is not None else []
+        if sent_tokens is not None:
+            bounds.append((2 * sent_tokens, f"{sent_tokens:,} tokens sent"))
+        for bound, sent in bounds:
+            if prompt is not None and bound is not None and prompt > bound + TEMPLATE_TOKENS:
+                return f"usage.prompt_tokens is {prompt:,} for {sent}"
+        if prompt is not None and self.cached_tokens is not None and self.cached_tokens > prompt:
+            return f"usage says {self.cached_tokens:,} cached of {prompt:,} prompt tokens"
+        if max_tokens is not None and self.completion_tokens is not None and (
+                self.completion_tokens > 2 * max_tokens + 16):
+            return f"usage.completion_tokens is {self.completion_tokens:,} for max_tokens {max_tokens:,}"
+        return None
 
     @classmethod
     def parse(cls, raw: Any) -> Usage | None:
@@ -70,6 +98,7 @@ class Completion:
     error: TargetError | None = None
     attempts: int = 1
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    implausible_usage: str | None = None  # why the engine's usage figures were set aside (`usage` is None then)
 
     @property
     def ok(self) -> bool:

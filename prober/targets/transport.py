@@ -20,6 +20,7 @@ import httpx
 
 from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
+from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
 from prober.targets.result import ErrorKind, TargetError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -74,22 +75,29 @@ class HTTPExchange:
         return self.body[:ERROR_BODY_CAP].decode("utf-8", "replace")
 
 
-OnChunk = Callable[[bytes, float], None]
+# Called with each decoded piece of a 200 body and the seconds since the request began; an error it returns
+# ends the request (a stream that says nothing but keep-alives, or far more than was asked for).
+OnChunk = Callable[[bytes, float], TargetError | None]
 
 
 class Transport:
     """One async httpx client and the policy around it.  Use as an async context manager."""
 
-    def __init__(self, policy: TransportPolicy | None = None, scrubber: Scrubber | None = None) -> None:
+    def __init__(self, policy: TransportPolicy | None = None, scrubber: Scrubber | None = None, *,
+                 http: httpx.AsyncBaseTransport | None = None) -> None:
+        """`http` replaces the network: an in-process ASGI app (`httpx.ASGITransport`) in tests, a proxy."""
         self.policy = policy or TransportPolicy()
         self.scrubber = scrubber or Scrubber()
+        # When every exchange must have ended (time.monotonic()): an audit's deadline for its target.
+        self.ends_at: float | None = None
         p = self.policy
         self.client = httpx.AsyncClient(
+            transport=http,
             timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
             follow_redirects=False,
             verify=p.verify_tls,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            headers={"User-Agent": "leakprobe"},
+            headers={"User-Agent": "leakprobe", "Accept-Encoding": ACCEPTED},
         )
 
     async def __aenter__(self) -> Transport:
@@ -107,13 +115,19 @@ class Transport:
         deadline (what a stream delivered until then has reached `on_chunk`)."""
         started = time.monotonic()
         latest = [HTTPExchange(None)]  # the attempt under way, kept when the deadline cuts it off
+        limit, why = self.policy.deadline_s, f"deadline of {self.policy.deadline_s:g} s passed (connect to last byte)"
+        if self.ends_at is not None and self.ends_at - started < limit:
+            limit, why = max(0.0, self.ends_at - started), "the audit's deadline for this target passed"
         try:
-            async with asyncio.timeout(self.policy.deadline_s):
+            async with asyncio.timeout(limit):
                 return await self._exchange(method, url, json, secret, headers or {}, on_chunk, started, latest)
         except TimeoutError:
             latest[0].attempts = max(1, latest[0].attempts)
-            return _failed(latest[0], ErrorKind.TIMEOUT, f"deadline of {self.policy.deadline_s:g} s passed "
-                           "(connect to last byte)", started)
+            return _failed(latest[0], ErrorKind.TIMEOUT, why, started)
+
+    def expired(self) -> bool:
+        """Whether the deadline for every exchange (`ends_at`) has passed."""
+        return self.ends_at is not None and time.monotonic() >= self.ends_at
 
     async def _exchange(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
                         on_chunk: OnChunk | None, started: float, latest: list[HTTPExchange]) -> HTTPExchange:
@@ -172,37 +186,31 @@ class Transport:
         try:
             async with self.client.stream(method, url, json=json, headers=send_headers) as response:
                 result.status = response.status_code
-                result.headers = {k.lower(): scrub.text(v) for k, v in response.headers.items()}
+                result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
                 declared = response.headers.get("content-length")
-                encoded = response.headers.get("content-encoding", "identity") != "identity"
-                if declared and declared.isdigit() and int(declared) > cap and not encoded:
+                if declared and declared.isdigit() and int(declared) > cap:
                     return _failed(result, ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes "
                                    f"is over the {cap:,}-byte cap", started)
-                # One buffer, sized up front when the length is declared: a huge answer is never held twice.
-                body = bytearray()
-                if declared and declared.isdigit() and not encoded:
-                    body = bytearray(int(declared))
-                filled = 0
-                size = 0  # decoded bytes: a compressed bomb is capped too
-                async for chunk in response.aiter_bytes():
-                    now = time.monotonic() - started
-                    if result.first_byte_s is None and chunk:
-                        result.first_byte_s = now
-                    size += len(chunk)
-                    if size > cap:
+                try:
+                    decoder = BoundedDecoder(response.headers.get("content-encoding"))
+                except DecodingError as exc:
+                    return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
+                body = _Body(result, cap, started, on_chunk if response.status_code == 200 else None)
+                received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
+                async for raw in response.aiter_raw():
+                    received += len(raw)
+                    if received > cap:
                         return _failed(result, ErrorKind.TOO_LARGE, f"body over the {cap:,}-byte cap", started)
-                    if filled + len(chunk) <= len(body):
-                        body[filled : filled + len(chunk)] = chunk
-                    else:
-                        body[filled:] = chunk
-                    filled += len(chunk)
-                    if on_chunk is not None and response.status_code == 200:
-                        on_chunk(chunk, now)
-                del body[filled:]
-                result.body = scrub.bytes(body)
+                    for chunk in decoder.feed(raw):
+                        if stop := body.take(chunk):
+                            return _failed(result, stop.kind, stop.message, started)
+                for chunk in decoder.flush():
+                    if stop := body.take(chunk):
+                        return _failed(result, stop.kind, stop.message, started)
+                result.body = scrub.bytes(body.data)
                 result.total_s = time.monotonic() - started
                 return result
-        except httpx.DecodingError as exc:
+        except DecodingError as exc:
             kind, message = ErrorKind.MALFORMED, f"undecodable content encoding: {exc}"
         except httpx.TimeoutException as exc:
             kind, message = ErrorKind.TIMEOUT, f"{type(exc).__name__} after {time.monotonic() - started:.1f} s"
@@ -216,6 +224,33 @@ class Transport:
         result.total_s = time.monotonic() - started
         result.error = TargetError(kind, scrub.text(message), result.status)
         return result
+
+
+class _Body:
+    """A body as its decoded pieces arrive: grown as bytes come, never sized from a declared length (a length is
+    a claim, not a body), counted decoded against the cap.  A 200 stream goes to its reader as it comes, and
+    only its start is kept here, for an error report: a huge stream is never held twice."""
+
+    def __init__(self, result: HTTPExchange, cap: int, started: float, on_chunk: OnChunk | None) -> None:
+        self.result, self.cap, self.started, self.on_chunk = result, cap, started, on_chunk
+        self.data = bytearray()
+        self.decoded = 0
+
+    def take(self, chunk: bytes) -> TargetError | None:
+        """An error when this piece takes the body over the cap, or when the stream's reader ends it."""
+        self.decoded += len(chunk)
+        if self.decoded > self.cap:
+            return TargetError(ErrorKind.TOO_LARGE, f"body over the {self.cap:,}-byte cap (counted decoded)",
+                               self.result.status)
+        now = time.monotonic() - self.started
+        if self.result.first_byte_s is None and chunk:
+            self.result.first_byte_s = now
+        if self.on_chunk is None:
+            self.data += chunk
+            return None
+        if len(self.data) < ERROR_BODY_CAP:
+            self.data += chunk[: ERROR_BODY_CAP - len(self.data)]
+        return self.on_chunk(chunk, now)
 
 
 def _failed(result: HTTPExchange, kind: ErrorKind, message: str, started: float | None = None) -> HTTPExchange:
