@@ -41,7 +41,10 @@ class FindingKind(StrEnum):
     ODD_FINISH_REASON = "odd_finish_reason"  # served, but finished for a reason no client expects
     UNEXPECTED_REFUSAL = "unexpected_refusal"  # refused a prompt the capacity says fits
     ENGINE_ERROR = "engine_error"  # HTTP 5xx: the engine failed instead of answering or refusing
+    IMPLAUSIBLE_USAGE = "implausible_usage"  # usage figures no engine could report for this prompt
     CROSS_TENANT_CACHE_HIT = "cross_tenant_cache_hit"  # another tenant's prompt prefix was served from cache
+    CROSS_TENANT_CACHE_TIMING = "cross_tenant_cache_timing"  # another tenant's prompts came back sooner (TTFT)
+    CROSS_REQUEST_ECHO = "cross_request_echo"  # another concurrent request's canary (same tenant) in this answer
 
 
 @dataclass(frozen=True, slots=True)  # slots: a daemon or a log scan may hold 100,000+ of them

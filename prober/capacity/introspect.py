@@ -95,12 +95,18 @@ async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Se
         return None
     labels = dict(_LABEL.findall(match.group("labels")))
     blocks, block = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    tokens = labels.get("kv_cache_size_tokens", "")
     if not (blocks.isdigit() and block.isdigit()):
         return Capacity(engine="vllm", notes=("vllm:cache_config_info has no num_gpu_blocks yet",))
-    return Capacity(engine="vllm",
+    page = Known(int(block), "vllm /metrics cache_config_info block_size")
+    if tokens.isdigit():
+        # The engine's own token count: with sliding-window layers (Gemma 3) blocks are shared between KV
+        # groups, and num_gpu_blocks x block_size overstates it (measured: 2,730 x 128 = 349,440 vs 55,356).
+        return Capacity(engine="vllm", page_size=page,
+                        pool_tokens=Known(int(tokens), "vllm /metrics cache_config_info kv_cache_size_tokens"))
+    return Capacity(engine="vllm", page_size=page,
                     pool_tokens=Known(int(blocks) * int(block), "vllm /metrics cache_config_info "
-                                                                 "num_gpu_blocks x block_size"),
-                    page_size=Known(int(block), "vllm /metrics cache_config_info block_size"))
+                                                                 "num_gpu_blocks x block_size"))
 
 
 async def read_llamacpp(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:

@@ -25,6 +25,7 @@ class Prompt:
     stream: bool = False
     temperature: float = 0.0  # probes are greedy, so a rerun asks the same question the same way
     seed: int | None = None
+    cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
 
 
 @dataclass

@@ -28,6 +28,8 @@ class OpenAICompatible(HTTPTarget):
                                 "stream": prompt.stream}
         if prompt.seed is not None:
             body["seed"] = prompt.seed
+        if prompt.cache_salt is not None:
+            body["cache_salt"] = prompt.cache_salt
         if self.model:
             body["model"] = self.model
         if self.api is Api.CHAT:

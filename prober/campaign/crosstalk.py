@@ -1,0 +1,111 @@
+"""Cross-talk under batching: a burst of concurrent short requests from every tenant, each asking for its
+own canary back, and every answer checked for anyone else's.
+
+Engines have handed one request's answer to another when requests run together (vLLM #13408 and #9910;
+llama.cpp #25992 with `-np 4 --kv-unified`: 3 of 36 replies were other requests').  That class needs no
+boundary and no long prompt, only requests that share a batch, so this check is cheap enough for every
+daemon cycle: each request carries one fresh canary of its tenant (persisted before it is sent), asks for
+it back, and the scanner reads every answer.  Another tenant's canary is a `cross_tenant_echo` like any
+other; another request's canary of the *same* tenant is a `cross_request_echo` (two users of one tenant are
+often two customers).  How many answers carried their own canary says whether the check could see at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from prober.campaign.timing import Send
+from prober.config import CrosstalkSettings
+from prober.detect.scanner import ScanResult
+from prober.targets.base import Prompt
+from prober.targets.result import Completion
+from prober.targets.telemetry import EngineTelemetry, changes
+from prober.types import Canary, Finding, FindingKind, Record, Severity
+
+ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
+
+Mint = Callable[[str, str], Awaitable[Canary]]  # (tenant, request id) -> a canary, persisted and indexed
+Scan = Callable[[Record], Awaitable[ScanResult]]
+
+
+@dataclass(frozen=True)
+class BurstRequest:
+    id: str
+    tenant: str
+    canary: Canary
+    stream: bool
+
+
+@dataclass
+class CrosstalkResult:
+    requests: int = 0
+    answered: int = 0  # served answers
+    own_echoed: int = 0  # answers that carried their own canary: the check can see what comes back
+    foreign: int = 0  # answers that carried another request's canary (any tenant)
+    tokens: int = 0  # prompt tokens sent
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def blind(self) -> bool:
+        """No answer repeated its own canary: a swapped answer would not have shown either."""
+        return self.answered > 0 and self.own_echoed == 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"requests": self.requests, "answered": self.answered, "own_echoed": self.own_echoed,
+                "foreign": self.foreign, "tokens": self.tokens, "blind": self.blind, "errors": self.errors}
+
+
+async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], settings: CrosstalkSettings, *,
+                    run_id: str = "", telemetry: EngineTelemetry | None = None) -> CrosstalkResult:
+    """All requests at once, tenants interleaved (so batches mix them), half of them streamed."""
+    requests: list[BurstRequest] = []
+    for _ in range(settings.per_tenant):
+        for tenant in tenants:
+            rid = f"{run_id}ct{len(requests) + 1:03d}"
+            requests.append(BurstRequest(rid, tenant, await mint(tenant, rid), stream=len(requests) % 2 == 1))
+    before = await telemetry.snapshot() if telemetry else None
+    answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
+                                                           max_tokens=settings.max_tokens, stream=r.stream))
+                                     for r in requests))
+    after = await telemetry.snapshot() if telemetry else None
+    engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
+    result = CrosstalkResult(requests=len(requests))
+    for request, answer in zip(requests, answers, strict=True):
+        found = await _judge(request, answer, scan, result)
+        result.findings += [replace(f, details={**f.details, "engine_telemetry": engine}) if engine else f
+                            for f in found]
+    return result
+
+
+async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: CrosstalkResult) -> list[Finding]:
+    result.tokens += (answer.usage.prompt_tokens or 0) if answer.usage else 0
+    if not answer.served:
+        result.errors.append(f"{request.id} ({request.tenant}): {answer.error or f'HTTP {answer.status}'}")
+        if not answer.text:
+            return []
+    else:
+        result.answered += 1
+    scanned = await scan(Record(request.id, request.tenant, answer.text, ASK.format(code=request.canary.text)))
+    context = {"check": "crosstalk", "status": answer.status, "streamed": answer.streamed,
+               "own_canary": request.canary.id}
+    findings = [replace(f, probe_id=f.probe_id or request.id, details={**f.details, **context})
+                for f in scanned.findings]
+    own = [hit for hit in scanned.own_echoes if hit.canary is not None]
+    if any(hit.canary.id == request.canary.id for hit in own if hit.canary):
+        result.own_echoed += 1
+    strays = [hit for hit in own if hit.canary and hit.canary.id != request.canary.id]
+    for hit in strays:
+        assert hit.canary is not None
+        findings.append(Finding(
+            record_id=request.id, kind=FindingKind.CROSS_REQUEST_ECHO, detector=hit.detector, severity=Severity.HIGH,
+            score=hit.score, observer_tenant=request.tenant, victim_tenant=request.tenant, canary_id=hit.canary.id,
+            probe_id=hit.canary.probe_id or request.id, start=hit.start, end=hit.end,
+            excerpt=f"the answer to {request.id} carries the canary of {hit.canary.probe_id}, another request of "
+                    f"{request.tenant} in the same burst: answers were mixed between concurrent requests",
+            details={**context, "other_request": hit.canary.probe_id}))
+    if strays or scanned.findings:
+        result.foreign += 1
+    return findings

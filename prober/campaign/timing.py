@@ -1,0 +1,260 @@
+"""Prefix-cache isolation measured by time to first token alone (`cross_tenant_cache_timing`).
+
+Hosted APIs do not return `cached_tokens`, but a prompt served from a prefix cache starts answering sooner:
+Gu et al. (ICML 2025) found cross-user prompt caches at seven API providers by timing alone.  For each
+ordered tenant pair the victim sends prompts of fresh random words; the observer then sends those same
+prompts (would-be hits) and as many fresh ones (misses), in one random order, streaming, and a two-sample
+test on the observer's TTFTs decides whether the would-be hits came back faster.
+
+The test is a one-sided Mann-Whitney U (are hits stochastically faster?), exact where the samples have no
+ties.  Why that test: which prompts are would-be hits is drawn at random and the observer sends all of them
+in a random order, so when the cache is isolated the hit/miss labels are exchangeable and the exact U
+distribution is the true null distribution, whatever the engine's timing looks like (skewed, heavy tailed,
+drifting over the run).  One-sided, because a cache can only make a hit faster; a slower "hit" (load,
+queueing) is no evidence of sharing.  U is a rank test, so one stalled request cannot decide it; it also
+has more power against a shift than the Kolmogorov-Smirnov test Gu et al. used.  The p-values of a run's
+pairs are adjusted with Holm's step-down method, so the chance that a run with a fully isolated cache
+reports any pair is at most `false_alarm` (family-wise).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import string
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from scipy.stats import mannwhitneyu
+
+from prober.campaign.plan import pairs
+from prober.campaign.salts import salt_asserted
+from prober.config import TimingSettings
+from prober.errors import PlanError
+from prober.prompts.counter import TokenCounter
+from prober.targets.base import Prompt
+from prober.targets.result import Completion
+from prober.targets.telemetry import EngineTelemetry, changes
+from prober.types import Finding, FindingKind, Severity
+
+TEST = "one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), Holm across pairs"
+WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific merges to rely on
+CALIBRATION_WORDS = 64
+
+Send = Callable[[str, Prompt], Awaitable[Completion]]  # as this tenant (with its credential and cache salt)
+
+
+@dataclass(frozen=True)
+class PairSamples:
+    """What one ordered pair measured: the observer's TTFTs (seconds) of hits and of misses."""
+
+    victim: str
+    observer: str
+    hits: tuple[float, ...]
+    misses: tuple[float, ...]
+    warm: tuple[float, ...]  # the victim's own TTFTs of the prompts it warmed (cold, unless its cache is)
+    prompt_tokens: float | None  # mean usage.prompt_tokens of the observer's answers
+    lost: int  # requests that gave no usable TTFT (error, no text, a retry)
+    requests: int
+    tokens: int  # prompt tokens sent (victim and observer)
+    engine: dict[str, dict[str, float]] | None = None
+
+
+@dataclass(frozen=True)
+class PairDecision:
+    samples: PairSamples
+    u: float  # Mann-Whitney U of the hits
+    p_value: float
+    adjusted_p: float  # Holm over the run's pairs
+    alpha: float  # the run's family-wise false-alarm rate
+    method: str  # exact | asymptotic
+
+    @property
+    def found(self) -> bool:
+        return self.adjusted_p <= self.alpha
+
+    @property
+    def hit_faster(self) -> float:
+        """Probability that a would-be hit starts sooner than a miss (0.5: no difference): the effect size."""
+        n = len(self.samples.hits) * len(self.samples.misses)
+        return 1 - self.u / n if n else 0.5
+
+    def evidence(self) -> dict[str, object]:
+        s = self.samples
+        median_hit, median_miss = _median(s.hits), _median(s.misses)
+        return {"test": TEST, "method": self.method, "p_value": self.p_value, "adjusted_p": self.adjusted_p,
+                "false_alarm": self.alpha, "u": self.u, "hit_faster_probability": round(self.hit_faster, 4),
+                "median_ttft_hit_s": median_hit, "median_ttft_miss_s": median_miss,
+                "median_ratio": round(median_hit / median_miss, 4) if median_hit and median_miss else None,
+                "median_ttft_victim_warm_s": _median(s.warm), "hits": len(s.hits), "misses": len(s.misses),
+                "lost": s.lost, "requests": s.requests, "tokens": s.tokens,
+                "prompt_tokens": round(s.prompt_tokens, 1) if s.prompt_tokens else None,
+                **({"engine_telemetry": s.engine} if s.engine else {})}
+
+
+@dataclass
+class TimingResult:
+    decisions: list[PairDecision] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return sum(d.samples.requests for d in self.decisions)
+
+    @property
+    def tokens(self) -> int:
+        return sum(d.samples.tokens for d in self.decisions)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 6) if values else None
+
+
+def random_text(words: int, rng: random.Random) -> str:
+    return " ".join("".join(rng.choices(string.ascii_lowercase, k=WORD_LETTERS)) for _ in range(words))
+
+
+def planned_tokens(settings: TimingSettings, tenants: Sequence[str]) -> int:
+    """Prompt tokens one run sends: per pair, the victim's warm-ups and the observer's hits and misses."""
+    return len(pairs(list(tenants))) * 3 * settings.samples * settings.prompt_tokens
+
+
+def smallest_p(samples: int) -> float:
+    """The smallest one-sided exact p-value with `samples` hits and as many misses: 1 / C(2n, n)."""
+    return 1 / math.comb(2 * samples, samples)
+
+
+def check_decidable(settings: TimingSettings, tenants: Sequence[str]) -> None:
+    """Refuse a run that could never reach the false-alarm rate, whatever it measured."""
+    k = len(pairs(list(tenants)))
+    if smallest_p(settings.samples) > settings.false_alarm / k:
+        raise PlanError(f"timing: {settings.samples} samples per pair can never reach a false-alarm rate of "
+                        f"{settings.false_alarm} over {k} pairs; raise timing.samples")
+
+
+async def words_for(counter: TokenCounter, tokens: int, rng: random.Random) -> int:
+    """How many random words make a prompt of about `tokens` tokens (template included) for this tokenizer."""
+    counted = await counter.count(random_text(CALIBRATION_WORDS, rng))
+    per_word = counted / CALIBRATION_WORDS
+    return max(1, round(tokens / per_word))
+
+
+async def measure_pair(send: Send, victim: str, observer: str, *, words: int, settings: TimingSettings,
+                       rng: random.Random, telemetry: EngineTelemetry | None = None) -> PairSamples:
+    """The victim warms `samples` fresh prompts; the observer sends them and as many fresh ones, shuffled.
+    One request at a time, so no request queues behind another."""
+    n = settings.samples
+    texts = [random_text(words, rng) for _ in range(2 * n)]
+    hit_texts = set(rng.sample(range(2 * n), n))  # which fresh prompts become would-be hits: drawn at random
+    before = await telemetry.snapshot() if telemetry else None
+    warm: list[float] = []
+    lost, tokens = 0, 0
+    for i in sorted(hit_texts):
+        answer = await send(victim, _prompt(texts[i]))
+        tokens += _tokens(answer)
+        if (ttft := _ttft(answer)) is not None:
+            warm.append(ttft)
+    order = list(range(2 * n))
+    rng.shuffle(order)
+    hits: list[float] = []
+    misses: list[float] = []
+    served: list[int] = []
+    for i in order:
+        answer = await send(observer, _prompt(texts[i]))
+        tokens += _tokens(answer)
+        if answer.usage and answer.usage.prompt_tokens:
+            served.append(answer.usage.prompt_tokens)
+        ttft = _ttft(answer)
+        if ttft is None:
+            lost += 1
+        else:
+            (hits if i in hit_texts else misses).append(ttft)
+    after = await telemetry.snapshot() if telemetry else None
+    changed = changes(before, after) if before and after else None
+    return PairSamples(victim, observer, tuple(hits), tuple(misses), tuple(warm),
+                       statistics.fmean(served) if served else None, lost + n - len(warm), 3 * n, tokens,
+                       {name: c.to_json() for name, c in changed.items()} if changed else None)
+
+
+def _prompt(text: str) -> Prompt:
+    # One token is enough: TTFT is the moment the first text arrived, and decoding more only costs time.
+    return Prompt(text, max_tokens=1, stream=True)
+
+
+def _ttft(answer: Completion) -> float | None:
+    """A retried request's clock includes the failed attempt: not a sample."""
+    return answer.ttft_s if answer.served and answer.attempts == 1 else None
+
+
+def _tokens(answer: Completion) -> int:
+    return (answer.usage.prompt_tokens or 0) if answer.usage else 0
+
+
+def decide(measured: Sequence[PairSamples], alpha: float) -> list[PairDecision]:
+    """One-sided U per pair, then Holm's step-down adjustment over the pairs."""
+    raw: list[tuple[float, float, str]] = []
+    for s in measured:
+        if not s.hits or not s.misses:
+            raw.append((len(s.hits) * len(s.misses) / 2, 1.0, "none"))
+            continue
+        method = "exact" if len(set(s.hits + s.misses)) == len(s.hits) + len(s.misses) else "asymptotic"
+        result = mannwhitneyu(s.hits, s.misses, alternative="less", method=method)
+        raw.append((float(result.statistic), float(result.pvalue), method))
+    adjusted = holm([p for _, p, _ in raw])
+    return [PairDecision(s, u, p, adj, alpha, method)
+            for s, (u, p, method), adj in zip(measured, raw, adjusted, strict=True)]
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: reject those <= alpha and the family-wise error rate is at most alpha."""
+    k = len(p_values)
+    order = sorted(range(k), key=lambda i: p_values[i])
+    adjusted = [1.0] * k
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def findings_of(decisions: Sequence[PairDecision], *, run_id: str, salted: frozenset[str] = frozenset()
+                ) -> list[Finding]:
+    """A finding per pair whose would-be hits were faster at the run's false-alarm rate."""
+    found = []
+    for index, decision in enumerate(decisions):
+        if not decision.found:
+            continue
+        s = decision.samples
+        evidence = decision.evidence()
+        message = (f"{s.observer}'s requests for prompts {s.victim} had just sent started answering sooner "
+                   f"(median TTFT {evidence['median_ttft_hit_s']} s vs {evidence['median_ttft_miss_s']} s for fresh "
+                   f"prompts; p = {decision.adjusted_p:.2g} after Holm over {len(decisions)} pairs, false-alarm rate "
+                   f"{decision.alpha}): the prefix cache is shared between these tenants")
+        record = f"{run_id}timing{index + 1:02d}"
+        found.append(salt_asserted(Finding(
+            record_id=record, kind=FindingKind.CROSS_TENANT_CACHE_TIMING, detector="timing",
+            severity=Severity.WARNING, score=decision.hit_faster, observer_tenant=s.observer,
+            victim_tenant=s.victim, probe_id=record, excerpt=message, details=evidence), salted))
+    return found
+
+
+async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str], settings: TimingSettings, *,
+                       run_id: str = "", salted: frozenset[str] = frozenset(), telemetry: EngineTelemetry | None = None,
+                       rng: random.Random | None = None) -> TimingResult:
+    """Every ordered pair (both ways for two tenants, a ring for more), decided together."""
+    check_decidable(settings, tenants)
+    rng = rng or random.SystemRandom()  # fresh prompts nobody can predict, and an order nobody can either
+    words = await words_for(counter, settings.prompt_tokens, rng)
+    measured = [await measure_pair(send, victim, observer, words=words, settings=settings, rng=rng,
+                                   telemetry=telemetry)
+                for victim, observer in pairs(list(tenants))]
+    result = TimingResult(decide(measured, settings.false_alarm))
+    for decision in result.decisions:
+        s = decision.samples
+        if len(s.hits) < settings.samples // 2 or len(s.misses) < settings.samples // 2:
+            result.errors.append(f"timing {s.victim}->{s.observer}: only {len(s.hits)} hits and {len(s.misses)} "
+                                 f"misses of {settings.samples} each gave a TTFT ({s.lost} lost)")
+    result.findings = findings_of(result.decisions, run_id=run_id, salted=salted)
+    return result

@@ -1,0 +1,98 @@
+"""The timing test's statistics and evidence, on measured-shaped samples (no engine needed): its false-alarm
+rate holds when hits and misses are exchangeable, whatever the timings look like, and it finds a shift."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
+from prober.campaign.timing import PairSamples, check_decidable, decide, findings_of, holm, random_text, smallest_p
+from prober.config import TargetConfig, TenantConfig, TimingSettings
+from prober.errors import PlanError
+from prober.types import FindingKind, Severity
+
+
+def samples(hits: list[float], misses: list[float], victim: str = "a", observer: str = "b") -> PairSamples:
+    return PairSamples(victim, observer, tuple(hits), tuple(misses), warm=(), prompt_tokens=None, lost=0,
+                       requests=3 * len(hits), tokens=0)
+
+
+def null_pair(rng: random.Random, n: int) -> PairSamples:
+    """What an isolated cache gives: one skewed, drifting TTFT series whose hit/miss labels are drawn at
+    random, exactly as the check assigns them (heavy tail: one request in ten stalls)."""
+    times = [(0.4 + 0.002 * i) * rng.lognormvariate(0, 0.3) * (rng.choice([1] * 9 + [6])) for i in range(2 * n)]
+    hit = set(rng.sample(range(2 * n), n))
+    return samples([t for i, t in enumerate(times) if i in hit], [t for i, t in enumerate(times) if i not in hit])
+
+
+def test_false_alarm_rate_holds_on_exchangeable_samples() -> None:
+    rng = random.Random(5)
+    alpha, runs = 0.1, 500  # at the default 0.001 the rate would need ~10^5 runs to see
+    alarms = sum(any(d.found for d in decide([null_pair(rng, 12), null_pair(rng, 12)], alpha)) for _ in range(runs))
+    # Family-wise over both pairs: at most alpha; three standard errors of slack for the simulation.
+    assert alarms / runs <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs), alarms
+
+
+def test_a_cache_shaped_shift_is_found_with_its_evidence() -> None:
+    rng = random.Random(9)
+    # Measured on vLLM (engines.md): a cached 1,008-token prompt 0.12 s, a fresh one about 1.2 s.
+    hits = [0.12 * rng.lognormvariate(0, 0.2) for _ in range(10)]
+    misses = [1.2 * rng.lognormvariate(0, 0.2) for _ in range(10)]
+    shared, isolated = decide([samples(hits, misses), null_pair(rng, 10)], 0.001)
+    assert shared.found and not isolated.found
+    assert shared.method == "exact" and shared.p_value == pytest.approx(smallest_p(10))
+    assert shared.adjusted_p == pytest.approx(2 * smallest_p(10))  # Holm: the smallest of two p-values, times 2
+    assert shared.hit_faster == 1.0
+    [finding] = findings_of([shared, isolated], run_id="r1-")
+    assert finding.kind is FindingKind.CROSS_TENANT_CACHE_TIMING and finding.severity is Severity.WARNING
+    assert (finding.victim_tenant, finding.observer_tenant) == ("a", "b")
+    details = finding.details
+    assert details["hits"] == details["misses"] == 10 and details["false_alarm"] == 0.001
+    assert details["median_ttft_hit_s"] < 0.2 < 1.0 < details["median_ttft_miss_s"]
+    assert "Mann-Whitney" in str(details["test"])
+
+
+def test_slower_hits_are_no_evidence_of_sharing() -> None:
+    """One-sided: load or queueing that slows the would-be hits is not a cache."""
+    [decision] = decide([samples([1.0 + i / 100 for i in range(12)], [0.5 + i / 100 for i in range(12)])], 0.05)
+    assert not decision.found and decision.p_value > 0.99
+
+
+def test_holm_step_down() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+    assert holm([0.6, 0.6]) == [1.0, 1.0]
+
+
+def test_too_few_samples_for_the_false_alarm_rate_are_refused() -> None:
+    with pytest.raises(PlanError, match=r"raise timing\.samples"):
+        check_decidable(TimingSettings(samples=4, false_alarm=0.001), ["a", "b"])
+    check_decidable(TimingSettings(samples=8, false_alarm=0.001), ["a", "b"])  # 1/12,870 < 0.0005
+
+
+def test_random_prompts_are_fresh() -> None:
+    rng = random.SystemRandom()
+    texts = {random_text(40, rng) for _ in range(50)}
+    assert len(texts) == 50 and all(len(t.split()) == 40 for t in texts)
+    assert len({t[:12] for t in texts}) == 50  # unique from the first block on
+
+
+def test_salted_tenants_and_the_broken_promise() -> None:
+    claimed = claimed_salted([TenantConfig(name="a", cache_salted=True), TenantConfig(name="b")])
+    plain = TargetConfig(name="t", url="http://127.0.0.1:1/v1")
+    salting = TargetConfig(name="t", url="http://127.0.0.1:1/v1", cache_salt="per-tenant")
+    assert salted_tenants(plain, ["a", "b"], claimed) == {"a"}
+    assert salted_tenants(salting, ["a", "b"], claimed) == {"a", "b"}
+    salts = tenant_salts(salting, ["a", "b"])
+    assert len(set(salts.values())) == 2 and all(len(s) == 43 for s in salts.values())
+    assert tenant_salts(plain, ["a", "b"]) == {}
+    rng = random.Random(1)
+    [decision] = decide([samples([0.1 + rng.random() / 100 for _ in range(10)],
+                                 [1.0 + rng.random() / 100 for _ in range(10)], victim="b", observer="a")], 0.001)
+    [finding] = findings_of([decision], run_id="", salted=frozenset({"a"}))
+    assert finding.severity is Severity.HIGH and finding.details["salt_asserted"] == ["a"]
+    assert "salt does not isolate" in finding.excerpt
+    assert salt_asserted(finding, frozenset({"c"})) is finding
