@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,9 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-KEYS = {"LP_A": "testbed-key-a", "LP_B": "testbed-key-b"}
+from tests.support.keys import KEYS
+from tests.support.waiting import wait_for
+
 FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "campaign": "4s"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
 
@@ -95,12 +96,12 @@ class DaemonProcess:
                     total += s.value
         return total
 
-    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.log()[-3000:]}")
-            time.sleep(0.2)
+    def wait_for(self, condition: Callable[[], bool], idle_s: float, what: str) -> None:
+        """Wait while the daemon makes progress (writes log lines: every job run, skip and finding does);
+        fail after `idle_s` without a new line, so a slow daemon on a busy machine still gets its time."""
+        # The cap only stops a daemon that keeps logging but never gets there (ten idle periods, 10 min at least).
+        wait_for(condition, what, progress=lambda: len(self.lines), idle_s=idle_s, cap_s=max(600.0, 10 * idle_s),
+                 context=lambda: self.log()[-3000:])
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None

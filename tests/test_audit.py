@@ -10,7 +10,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,29 @@ from xml.etree import ElementTree as ET
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
 from prober.audit import exit_code, run_audit
 from prober.canaries.keys import resolve_key
-from prober.canaries.tokens import verify
-from prober.cli import app
 from prober.config import assemble_config
+from prober.errors import LedgerError
 from prober.ledger import open_ledger
 from prober.report import ReportFormat
 from prober.targets import Secret
-from prober.testbed import tokenizer
 from prober.types import FindingKind, Severity
 from tests.conftest import SMALL, StartTestbed
+from tests.support.cli import command, invoke
+from tests.support.keys import KEYS
+from tests.support.keys import TENANT_ARGS as TENANTS
+from tests.support.pool import in_flight, ledger_key, sent_canaries
+from tests.support.waiting import wait_for
 
-KEYS = {"LP_A": "testbed-key-a", "LP_B": "testbed-key-b"}
-TENANTS = ["--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B"]
 HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
 LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION,
          FindingKind.FOREIGN_CONTENT}
-runner = CliRunner()
 
 
 def cli(*args: str) -> Any:
-    return runner.invoke(app, ["audit", *args], env=KEYS)
+    return invoke("audit", *args)
 
 
 def library_audit(url: str, ledger: Path, **settings: Any) -> Any:
@@ -159,8 +157,7 @@ def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> N
     url = server.url + "/v1"
     poor = cli("--target", url, *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "--token-budget", "1000")
     assert poor.exit_code == 2 and "budget" in poor.output
-    missing = runner.invoke(app, ["audit", "--target", url, "--tenant", "a=LP_NOPE", "--tenant", "b=LP_B"],
-                            env=KEYS)
+    missing = invoke("audit", "--target", url, "--tenant", "a=LP_NOPE", "--tenant", "b=LP_B")
     assert missing.exit_code == 2 and "LP_NOPE is not set" in missing.output
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"targets:\n  - name: t\n    url: {url}\naudit:\n  streaming: sometimes\n")
@@ -174,12 +171,26 @@ def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> N
     assert with_unreachable.exit_code == 2
 
 
-def _pool_tokens(server: Any, key: bytes) -> set[str]:
-    """Every MAC-valid canary body left in the engine's KV pool: what was really sent."""
-    pool = server.engine.prefill_pool
-    text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
-    bodies = {m.replace("-", "")[3:] for m in re.findall(r"LPK(?:-[0-9A-Z]{8}){4}", text)}
-    return {b for b in bodies if verify(key, b)}
+def _kill_once_sending(args: list[str], env: dict[str, str], server: Any, ledger: Path, log: Path, before: set[str],
+                       delay: float) -> None:
+    """Start the audit and SIGKILL it `delay` s after the engine has its first new canaries (at once if a
+    request is in flight then): a kill before it sent anything would prove nothing."""
+    def sent_more() -> bool:
+        try:
+            return bool(sent_canaries(server, ledger_key(ledger)) - before)
+        except LedgerError:  # not created yet, or being created
+            return False
+
+    with log.open("w") as sink:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink, env=env)
+        # On a busy machine starting takes long: wait while its log grows, not for a fixed time.
+        wait_for(sent_more, "the audit to send canaries", progress=lambda: (log.stat().st_size, proc.poll()),
+                 idle_s=120)
+        moment = time.monotonic() + delay
+        while time.monotonic() < moment and not in_flight(server):
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
 def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
@@ -187,19 +198,16 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
     ledger = tmp_path / "l.sqlite"
     rng = random.Random(20261129)
     env = {**os.environ, **KEYS, "COLUMNS": "200"}
-    args = [sys.executable, "-m", "prober", "audit", "--target", server.url + "/v1", *TENANTS, "--ledger",
-            str(ledger), "-f", "json"]
+    args = command("audit", "--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", "json")
     for trial in range(4):
         log = tmp_path / f"stderr-{trial}.log"
-        with log.open("w") as sink:
-            proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink, env=env)
-            time.sleep(rng.uniform(1.5, 6.0))
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        before = sent_canaries(server, ledger_key(ledger)) if ledger.exists() else set()
+        _kill_once_sending(args, env, server, ledger, log, before, rng.uniform(0.0, 2.0))
         store = open_ledger(ledger)
         key = resolve_key(store)
         minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
-        sent = _pool_tokens(server, key)
+        sent = sent_canaries(server, key)
+        assert sent - before, f"trial {trial}: the killed audit had sent nothing"
         assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but not in the ledger"
         stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
         for line in log.read_text().splitlines():
@@ -213,7 +221,7 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
     store.close()
     answers = tmp_path / "late.jsonl"
     answers.write_text(json.dumps({"id": "late", "tenant": "tenant-b", "text": f"It said {old.text} here."}) + "\n")
-    late = runner.invoke(app, ["scan", str(answers), "--ledger", str(ledger), "--format", "json", "--no-semantic"])
+    late = invoke("scan", str(answers), "--ledger", str(ledger), "--format", "json", "--no-semantic")
     assert late.exit_code == 1 and json.loads(late.stdout)["findings"][0]["victim_tenant"] == "tenant-a"
     rerun = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert rerun.returncode == 1, rerun.stderr[-2000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -18,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from prober.canaries.keys import resolve_key
-from prober.canaries.tokens import verify
 from prober.daemon.budget import utc_day
 from prober.ledger import open_ledger
-from prober.testbed import tokenizer
 from tests.conftest import SMALL, StartTestbed
-from tests.daemonproc import KEYS, DaemonProcess, daemon_config
+from tests.daemonproc import DaemonProcess, daemon_config
+from tests.support.keys import KEYS
+from tests.support.pool import in_flight, ledger_key, sends_more, sent_canaries
 from tests.tools import need
 
 LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}
@@ -162,28 +160,26 @@ def _finding_key(line: str) -> tuple[str, str, str | None]:
     return line.split(": finding ", 1)[1].split()[1], fields["probe"], fields.get("canary")
 
 
-def _pool_tokens(server: Any, key: bytes) -> set[str]:
-    """Every MAC-valid canary body left in the engine's KV pools: what was really sent."""
-    bodies: set[str] = set()
-    for pool in (server.engine.prefill_pool, server.engine.decode_pool):
-        text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
-        bodies |= {m.replace("-", "")[3:] for m in re.findall(r"LPK(?:-[0-9A-Z]{8}){4}", text)}
-    return {b for b in bodies if verify(key, b)}
-
-
 def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
     ledger = tmp_path / "l.sqlite"
     rng = random.Random(20261130)
     for trial in range(3):
         daemon = DaemonProcess(daemon_config(server.url, ledger), tmp_path, name=f"trial{trial}").start()
-        time.sleep(rng.uniform(0.5, 4.0))
+        key = ledger_key(ledger)
+        before = sent_canaries(server, key)
+        # A kill before this process sent anything would prove nothing: wait until it has sent canaries of
+        # its own, then kill at a random moment of what follows, at once if a request is in flight then.
+        daemon.wait_for(sends_more(server, key, before), 60, "the daemon to send canaries")
+        moment = time.monotonic() + rng.uniform(0.0, 3.0)
+        while time.monotonic() < moment and not in_flight(server):
+            time.sleep(0.001)
         daemon.signal(signal.SIGKILL)
         daemon.wait(10)
-        time.sleep(0.3)  # the log reader has read what the process wrote
         store = open_ledger(ledger)
         minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
-        sent = _pool_tokens(server, resolve_key(store))
+        sent = sent_canaries(server, key)
+        assert sent - before, f"trial {trial}: the killed daemon had sent nothing"
         assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but are not in the ledger"
         stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
         for line in daemon.lines:

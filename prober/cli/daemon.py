@@ -27,7 +27,7 @@ def daemon(
     """Probe continuously: preflight, sentinel and campaign jobs per target, Prometheus metrics, incidents.
 
     Exit 0 after SIGTERM, 2 when it cannot start (bad config, missing credential, unusable ledger or port)."""
-    from prober.daemon import Daemon, load_settings
+    from prober.daemon import load_settings, open_daemon
     from prober.ledger import masked
 
     flags: dict[str, Any] = {"listen": listen, "ledger": ledger.given if ledger else None}
@@ -41,5 +41,5 @@ def daemon(
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # its skipped runs are counted as job skips
-    service = Daemon(config, flags)
+    service = open_daemon(config, flags)
     raise typer.Exit(asyncio.run(service.run()))

@@ -1,5 +1,5 @@
-"""The daemon's three jobs for one target, on one runner (one open transport, one survey, one prompt-length
-cache) that the jobs share until a reload retires it.
+"""The daemon's jobs for one target, on one runner (one open transport, one survey, one prompt-length cache)
+that the jobs share until a reload retires it.
 
 - `preflight`: capacity survey and verdicts; sends no generation request.
 - `sentinel`: everyday-sized canary prompts from each tenant in turn, every answer scanned.
@@ -20,7 +20,7 @@ from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
 from prober.config import AuditSettings, DaemonSettings, TargetConfig
 from prober.daemon.budget import TokenBudget
-from prober.errors import BuildError, CountError, LedgerError, PlanError, TargetUnusable
+from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
 from prober.targets.transport import Transport
 
 
@@ -30,13 +30,42 @@ class Job(StrEnum):
     CAMPAIGN = "campaign"
 
 
+class Failure(StrEnum):
+    """Why a job that started did not complete (`leakprobe_job_failures_total{reason}`)."""
+
+    UNUSABLE = "unusable"  # the target cannot be probed: unreachable, a credential refused
+    PLAN = "plan"  # no plan fits what the survey learned
+    PROMPT = "prompt"  # prompts could not be built to length
+    LEDGER = "ledger"  # a canary or finding could not be recorded
+    INCOMPLETE = "incomplete"  # some answers could not be observed
+
+
+class Skip(StrEnum):
+    """Why a scheduled job did not start (`leakprobe_job_skips_total{reason}`); nothing was sent."""
+
+    BUDGET = "budget"  # the plan does not fit today's token budget
+    BUSY = "busy"  # its previous run is still going
+    MISSED = "missed"  # the scheduler woke too late for the slot
+    LEDGER = "ledger"  # the ledger does not take writes: nothing may be sent
+    LOCKED = "locked"  # another replica is running it
+    CLAIMED = "claimed"  # another replica ran it in this slot
+
+    @property
+    def turn_taken(self) -> bool:
+        """Another replica has the job: how replicas cooperate, not a problem."""
+        return self in (Skip.LOCKED, Skip.CLAIMED)
+
+
 @dataclass(frozen=True)
 class JobOutcome:
-    ok: bool
-    reason: str = ""  # why not: unusable | plan | prompt | ledger | incomplete | budget
+    failure: Failure | None = None
+    skip: Skip | None = None
     message: str = ""
-    skipped: bool = False  # never started (budget): nothing was sent
     tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.skip is None
 
 
 class TargetSession:
@@ -62,13 +91,13 @@ class TargetSession:
         try:
             return await self._run(job, on_event)
         except TargetUnusable as exc:
-            return JobOutcome(False, "unusable", str(exc))
+            return JobOutcome(Failure.UNUSABLE, message=str(exc))
         except PlanError as exc:
-            return JobOutcome(False, "plan", str(exc))
-        except (CountError, BuildError) as exc:
-            return JobOutcome(False, "prompt", str(exc))
+            return JobOutcome(Failure.PLAN, message=str(exc))
+        except PromptError as exc:
+            return JobOutcome(Failure.PROMPT, message=str(exc))
         except LedgerError as exc:
-            return JobOutcome(False, "ledger", str(exc))
+            return JobOutcome(Failure.LEDGER, message=str(exc))
         finally:
             self._users -= 1
             if self._retired and self._users == 0:
@@ -84,13 +113,12 @@ class TargetSession:
         if job is Job.PREFLIGHT or job is Job.CAMPAIGN or runner.surveyed is None:
             await runner.survey(on_event)  # a campaign plans from a fresh survey; a sentinel needs a counter
         if job is Job.PREFLIGHT:
-            return JobOutcome(True)
+            return JobOutcome()
         run_id = f"{self.daemon.replica}.{job.value[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
         if job is Job.SENTINEL:
             sentinel = self.daemon.sentinel
             plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
-                                 run_id=run_id, retention_s=sentinel.retention,
-                                 fact_share=runner.wiring.fact_share)
+                                 run_id=run_id, retention_s=sentinel.retention, fact_share=runner.wiring.fact_share)
         else:
             a = self.audit
             plan = runner.campaign(on_event, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
@@ -101,8 +129,8 @@ class TargetSession:
         day = await self.budget.reserve(self.name, plan.tokens)
         if day is None:
             left = await self.budget.left(self.name)
-            return JobOutcome(False, "budget", f"needs {plan.tokens:,} tokens, {left:,} left today of "
-                              f"{self.budget.per_day:,}", skipped=True)
+            return JobOutcome(skip=Skip.BUDGET, message=f"needs {plan.tokens:,} tokens, {left:,} left today of "
+                              f"{self.budget.per_day:,}")
         report = TargetReport(self.name, self.config.url, plan=plan)
         try:
             await self.runner.run(plan, report, on_event)
@@ -110,5 +138,5 @@ class TargetSession:
             await self.budget.release(self.name, day, plan.tokens - report.tokens_sent)
         if report.errors:
             more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
-            return JobOutcome(False, "incomplete", report.errors[0] + more, tokens=report.tokens_sent)
-        return JobOutcome(True, tokens=report.tokens_sent)
+            return JobOutcome(Failure.INCOMPLETE, message=report.errors[0] + more, tokens=report.tokens_sent)
+        return JobOutcome(tokens=report.tokens_sent)

@@ -148,6 +148,9 @@ class Metrics:
                               "replica's).", registry=registry)
         self.ledger_up = Gauge("leakprobe_ledger_up", "1 when the ledger took the last write, else 0.",
                                registry=registry)
+        self.ledger_recoveries = Counter("leakprobe_ledger_recoveries", "Ledger files written back (deleted while "
+                                         "open) or saved aside (replaced) from the copy the daemon held.",
+                                         registry=registry)
         self.reload_ok = Gauge("leakprobe_config_last_reload_successful", "1 when the last config (re)load "
                                "succeeded.", registry=registry)
         self.reload_time = Gauge("leakprobe_config_last_reload_success_timestamp_seconds", "When the config was last "

@@ -65,6 +65,13 @@ class Ledger(Protocol):
         """The lock of `name` if no one holds it (never waits)."""
 
     def check_writable(self) -> None:
-        """Raise LedgerError unless a write would succeed now."""
+        """Raise LedgerError unless a write would succeed now, to the ledger this process opened."""
+
+    def identity_problem(self) -> str | None:
+        """Why the ledger is no longer the one opened (its file deleted or replaced), cheaply; None when it is."""
+
+    def recover(self, keep_aside: bool = False) -> str | None:
+        """Make the ledger usable again after an identity problem without losing what this process recorded
+        (see SQLiteLedger.recover); what was done, or None."""
 
     def close(self) -> None: ...

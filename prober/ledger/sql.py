@@ -138,6 +138,13 @@ class SQLLedger(ABC):
     def check_writable(self) -> None:
         self.set_meta("last_write_check", repr(time.time()))
 
+    def identity_problem(self) -> str | None:
+        """A server is reached by address: it cannot be swapped under an open connection (a file can)."""
+        return None
+
+    def recover(self, keep_aside: bool = False) -> str | None:
+        return None
+
 
 def _insert(table: str, columns: str) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(columns.split(',')))})"

@@ -13,6 +13,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -129,14 +130,81 @@ class SQLiteLedger(SQLLedger):
                 self._check_identity()
             if not self._in_memory:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = self._connect()
             self._migrate()
+            self._identity = self._file_identity()
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"{path}: not a usable leakprobe ledger ({exc})") from None
         except (OSError, ValueError) as exc:
             raise LedgerError(f"{path}: cannot open ledger ({exc})") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        return db
+
+    # -- the file under it ----------------------------------------------------------------------
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._in_memory:
+            return None
+        st = os.stat(self.path)
+        return st.st_dev, st.st_ino
+
+    def identity_problem(self) -> str | None:
+        """The file at the path is no longer the one this ledger opened: writes would go to a deleted inode (lost
+        at exit) or beside a file someone else put there."""
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return f"{self.path}: the ledger file was deleted while open (this process still holds its contents)"
+        except OSError as exc:
+            return f"{self.path}: cannot check the ledger file ({exc.strerror})"
+        if (st.st_dev, st.st_ino) != self._identity:
+            return f"{self.path}: the ledger file was replaced by another file while open"
+        return None
+
+    def check_writable(self) -> None:
+        problem = self.identity_problem()
+        if problem is not None:
+            raise LedgerError(problem)
+        super().check_writable()
+
+    def recover(self, keep_aside: bool = False) -> str | None:
+        """After the file was deleted: write the copy this process holds open (every canary and finding it
+        recorded) back to the path and carry on there.  A file put in its place is never overwritten; with
+        `keep_aside` (at exit) the open copy is saved beside it instead.  None when there was nothing to do."""
+        with self._lock:
+            if self.identity_problem() is None:
+                return None
+            if self.path.exists():
+                if not keep_aside:
+                    return None
+                aside = self.path.with_name(f"{self.path.name}.orphaned-{int(time.time())}")
+                self._copy_to(aside)
+                return f"{self.path} was replaced by another file; what this process recorded is saved in {aside}"
+            restoring = self.path.with_name(f"{self.path.name}.restoring-{os.getpid()}")
+            try:
+                self._copy_to(restoring)
+                os.replace(restoring, self.path)
+                fresh = self._connect()
+            except (OSError, sqlite3.Error) as exc:
+                raise LedgerError(f"{self.path}: cannot restore the ledger file ({exc})") from None
+            self._db.close()
+            self._db, self._identity = fresh, self._file_identity()
+            return f"{self.path} was deleted while open; restored from the copy this process held"
+
+    def _copy_to(self, path: Path) -> None:
+        copy = sqlite3.connect(path)
+        try:
+            self._db.backup(copy)
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (WAL again once reopened)
+        finally:
+            copy.close()
+        with open(path, "rb") as written:
+            os.fsync(written.fileno())
 
     # -- schema ---------------------------------------------------------------------------------
     def _check_identity(self) -> None:

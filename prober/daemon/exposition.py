@@ -1,0 +1,31 @@
+"""`/metrics` from a cached exposition: rendering the registry costs milliseconds and grows with targets and
+tenants, so under a burst of scrapes (many Prometheus replicas, a dashboard refresh, a hostile client) one
+render serves them all, never more than `max_age_s` old.  The metrics only change as jobs complete, so a
+scrape a second behind misses nothing an alert could act on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+MAX_AGE_S = 1.0
+
+
+class CachedExposition:
+    def __init__(self, registry: CollectorRegistry, max_age_s: float = MAX_AGE_S) -> None:
+        self.registry = registry
+        self.max_age_s = max_age_s
+        self._body = b""
+        self._rendered_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def render(self) -> bytes:
+        if time.monotonic() - self._rendered_at < self.max_age_s:
+            return self._body
+        async with self._lock:  # scrapes arriving during a render wait for it rather than start their own
+            if time.monotonic() - self._rendered_at >= self.max_age_s:
+                self._body = await asyncio.to_thread(generate_latest, self.registry)
+                self._rendered_at = time.monotonic()
+        return self._body

@@ -1,0 +1,46 @@
+"""What the reference engine really received, read from its KV pools (the quoting model's pages hold token
+ids): the ground truth a crash-safety test compares the ledger against."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from prober.canaries.keys import resolve_key
+from prober.canaries.tokens import verify
+from prober.ledger import open_ledger
+from prober.testbed import TestbedServer, tokenizer
+
+_TOKEN = re.compile(r"LPK(?:-[0-9A-Z]{8}){4}")
+
+
+def sent_canaries(server: TestbedServer, key: bytes) -> set[str]:
+    """Every MAC-valid canary token body left in the engine's pools: canaries that were sent to it."""
+    engine = server.engine
+    bodies: set[str] = set()
+    for pool in (engine.prefill_pool, engine.decode_pool):
+        if pool is None:
+            continue
+        text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
+        bodies |= {m.replace("-", "")[3:] for m in _TOKEN.findall(text)}
+    return {b for b in bodies if verify(key, b)}
+
+
+def sends_more(server: TestbedServer, key: bytes, before: set[str]) -> Callable[[], bool]:
+    """A condition: the engine has received canaries beyond `before`."""
+    return lambda: bool(sent_canaries(server, key) - before)
+
+
+def ledger_key(ledger: Path) -> bytes:
+    """The canary key of the ledger at `ledger` (the one its tokens' MACs verify with)."""
+    store = open_ledger(ledger)
+    try:
+        return resolve_key(store)
+    finally:
+        store.close()
+
+
+def in_flight(server: TestbedServer) -> int:
+    """Requests the engine is serving right now."""
+    return server.engine.stats.running

@@ -1,0 +1,174 @@
+"""The daemon driven in this process, on its own registry, its HTTP app served over an in-process transport:
+what jobs export, what `/status` and `/-/ready` say, reload refusals, and a ledger file deleted or replaced
+under it (the subprocess tests in test_daemon.py cover signals, restarts and kills)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from prober.canaries.keys import resolve_key
+from prober.daemon import Daemon, housekeeping, load_settings
+from prober.daemon.http import make_app
+from prober.ledger import open_ledger
+from tests.conftest import SMALL, StartTestbed
+from tests.daemonproc import daemon_config
+from tests.support.keys import KEYS
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+
+
+def make_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
+    config = folder / "daemon.yaml"
+    config.write_text(yaml.safe_dump({**daemon_config(url, folder / "l.sqlite", **daemon),
+                                      "detection": {"semantic": False}}))
+    settings = load_settings(config, {})
+    ledger = open_ledger(settings.config.ledger)
+    return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
+
+
+def sample(daemon: Daemon, name: str, **labels: str) -> float:
+    """Sum over the series of `name` whose labels include `labels`."""
+    total = 0.0
+    for family in daemon.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s: float = 60) -> None:
+    """Wait while the daemon runs jobs (its run counter moves); fail after `idle_s` without a run."""
+    runs, moved = -1.0, time.monotonic()
+    while not condition():
+        now_runs = sample(daemon, "leakprobe_job_runs_total")
+        if now_runs != runs:
+            runs, moved = now_runs, time.monotonic()
+        assert time.monotonic() - moved < idle_s, f"no job ran for {idle_s:.0f} s waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
+    async def run() -> None:
+        await daemon.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(make_app(daemon)),
+                                         base_url="http://daemon") as client:
+                await body(client)
+        finally:
+            await daemon.shutdown()
+    asyncio.run(run())
+
+
+def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    daemon = make_daemon(server.url, tmp_path)
+
+    async def body(client: httpx.AsyncClient) -> None:
+        await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0
+                    and sample(daemon, "leakprobe_last_run_timestamp_seconds", job="campaign") > 0,
+                    "a campaign that found a cross-tenant echo")
+        await daemon.housekeep()
+        scrape = (await client.get("/metrics")).text
+        assert 'leakprobe_findings_total{kind="cross_tenant_echo"' in scrape
+        assert (await client.get("/-/ready")).status_code == 200
+        status = (await client.get("/status")).json()
+        assert status["ready"] and status["not_ready_because"] is None
+        jobs = status["targets"][0]["jobs"]
+        assert set(jobs) == {"preflight", "sentinel", "campaign"} and jobs["campaign"]["last_success"]
+        assert {i["kind"] for i in status["targets"][0]["open_incidents"]} >= {"cross_tenant_echo"}
+        assert "testbed-key" not in (await client.get("/status")).text
+
+        refused = await client.post("/-/reload", content=b"x" * 1000)
+        assert refused.status_code == 413 and sample(daemon, "leakprobe_config_reloads_total") == 0
+        (tmp_path / "daemon.yaml").write_text("targets: []\n")  # invalid: the old config keeps running
+        bad = await client.post("/-/reload")
+        assert bad.status_code == 400 and "targets" in bad.text
+        assert sample(daemon, "leakprobe_config_last_reload_successful") == 0
+        assert (await client.get("/status")).json()["last_reload_error"]
+
+    scenario(daemon, body)
+
+
+@pytest.fixture
+def housekeeping_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test runs housekeeping (which restores a deleted ledger) itself, at the moment it chooses."""
+    monkeypatch.setattr(housekeeping, "EVERY_S", 3600.0)
+
+
+@pytest.mark.usefixtures("housekeeping_by_hand")
+def test_a_deleted_ledger_pauses_probing_and_is_written_back(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    daemon = make_daemon(server.url, tmp_path)
+    ledger = tmp_path / "l.sqlite"
+    recorded: list[str] = []
+
+    async def body(client: httpx.AsyncClient) -> None:
+        await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0,
+                    "a cross-tenant echo")
+        recorded.extend(f.canary_id or "" for f in daemon.ledger.findings())
+        for path in tmp_path.glob("l.sqlite*"):
+            if path.is_file():
+                path.unlink()
+        ready = await client.get("/-/ready")
+        assert ready.status_code == 503 and "deleted while open" in ready.text
+        assert sample(daemon, "leakprobe_ledger_up") == 0
+        # The exchange in flight finishes (its canaries went to the copy the process holds); then nothing.
+        await until(daemon, lambda: not any(s.running for jobs in daemon.records.by_target.values()
+                                            for s in jobs.values()), "running jobs to stop")
+        sent = sample(daemon, "leakprobe_tokens_sent_total")
+        await asyncio.sleep(1.5)  # a sentinel interval: nothing is sent while the ledger is gone
+        assert sample(daemon, "leakprobe_tokens_sent_total") == sent
+        assert sample(daemon, "leakprobe_job_skips_total", reason="ledger") > 0
+        await daemon.housekeep()  # the round after it was noticed writes the open copy back
+        assert ledger.is_file() and (await client.get("/-/ready")).status_code == 200
+        assert sample(daemon, "leakprobe_ledger_recoveries_total") == 1
+
+    scenario(daemon, body)
+    restored = open_ledger(ledger)
+    assert set(recorded) <= {f.canary_id or "" for f in restored.findings()}  # nothing recorded was lost
+    restored.close()
+
+
+@pytest.mark.usefixtures("housekeeping_by_hand")
+def test_a_replaced_ledger_is_never_overwritten_and_the_open_copy_is_kept(testbed: StartTestbed,
+                                                                        tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    daemon = make_daemon(server.url, tmp_path)
+    ledger = tmp_path / "l.sqlite"
+    recorded: list[str] = []
+
+    async def body(client: httpx.AsyncClient) -> None:
+        await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0,
+                    "a cross-tenant echo")
+        recorded.extend(f.canary_id or "" for f in daemon.ledger.findings())
+        other = tmp_path / "other.sqlite"
+        sqlite3.connect(other).execute("CREATE TABLE someone_elses (x)").connection.commit()
+        for path in tmp_path.glob("l.sqlite*"):
+            if path.is_file():
+                path.unlink()
+        other.rename(ledger)
+        ready = await client.get("/-/ready")
+        assert ready.status_code == 503 and "replaced by another file" in ready.text
+        await daemon.housekeep()
+        assert (await client.get("/-/ready")).status_code == 503  # someone else's file is left alone
+
+    scenario(daemon, body)
+    assert sqlite3.connect(ledger).execute("SELECT name FROM sqlite_master").fetchall() == [("someone_elses",)]
+    (aside,) = tmp_path.glob("l.sqlite.orphaned-*")
+    kept = open_ledger(aside)
+    assert set(recorded) <= {f.canary_id or "" for f in kept.findings()}
+    kept.close()
