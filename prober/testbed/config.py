@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,15 @@ INCIDENT_POOL = 681_280
 
 # Tenants a bare `leakprobe testbed serve` accepts.  Synthetic keys, documented in the README.
 DEFAULT_TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
+
+QUOTER: Literal["quoter"] = "quoter"
+# Real models the engine can run (prober/testbed/lm), with the KV memory one token costs in their pages
+# (layers x K and V x kv heads x head dim x fp32), so that sizes are refused before anything is loaded.
+REAL_MODELS = {"gemma3-270m": 18 * 2 * 256 * 4}
+# A real model prefills ~110-240 tokens/s on a CPU core, so its presets are a thousand times smaller than
+# the quoting model's: the same shape (pool half the advertised context), a prompt over the pool in seconds.
+LM_CONTEXT = 2_048
+LM_POOL = 1_024
 
 
 class QuoteStyle(StrEnum):
@@ -45,13 +55,27 @@ class Faults(BaseModel):
     (reported in usage.prompt_tokens_details.cached_tokens, and answered faster)."""
 
 
+class PageReuse(StrEnum):
+    """Which freed pages a new page table gets, and where they land in it."""
+
+    IN_ORDER = "in_order"
+    """Most recently freed first, in the order their request held them: the next request of similar size
+    finds an earlier request's page i at its own position i (stale keys where their rotations expect them)."""
+    REVERSED = "reversed"
+    """Most recently freed first, tail page first (an allocator that frees a request's pages from its end, as
+    vLLM does): stale pages land at other positions than the ones they were written for."""
+
+
 class EngineConfig(BaseModel):
     """Everything the engine needs to run.  Unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
+    model: Literal["quoter", "gemma3-270m"] = QUOTER
+    """`quoter`: the deterministic quoting model (fast).  `gemma3-270m`: a real language model whose pages hold
+    real per-layer K/V tensors (needs the `lm` extra; smaller default sizes, see the real-LM presets)."""
     model_name: str = "testbed-quoter"
-    """The model id `/v1/models` lists."""
+    """The model id `/v1/models` lists (with a real model: its name, unless given)."""
     mode: Literal["monolithic", "disaggregated"] = "disaggregated"
     """One pool, or a prefill pool whose written pages are handed off to a decode pool."""
     context_length: int = Field(INCIDENT_CONTEXT, ge=16, description="advertised context (max_model_len)")
@@ -79,9 +103,31 @@ class EngineConfig(BaseModel):
     prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
     prefix_cache_entries: int = Field(65_536, ge=0)
     """Page-aligned prefixes the prefix cache remembers (0: no prefix cache)."""
+    page_reuse: PageReuse = PageReuse.IN_ORDER
+    """Where freed pages land in the next page table: `in_order` (at their own positions) or `reversed`
+    (at other positions; with a real model, stale keys then carry rotations for other positions)."""
+    temperature: float = Field(0.0, ge=0, le=2)
+    """Real model: sampling temperature when a request names none (0: greedy)."""
+    threads: int = Field(1, ge=1, le=256)
+    """Real model: CPU threads for its forward passes."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_the_model(cls, data: Any) -> Any:
+        """A real model advertises its own name unless one is given."""
+        if isinstance(data, dict) and data.get("model", QUOTER) != QUOTER and "model_name" not in data:
+            return {**data, "model_name": data["model"]}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
+        if self.model != QUOTER:
+            pools = self.pool_tokens + (self.decode_tokens if self.mode == "disaggregated" else 0)
+            need = pools * REAL_MODELS[self.model]
+            if need > _memory_bytes() // 2:
+                raise ValueError(f"{self.model} would need {need / 2**30:.1f} GiB of K/V pages for {pools:,} pool "
+                                 "tokens, more than half this machine's memory; give smaller context_length and "
+                                 f"pool_tokens (its presets use {LM_CONTEXT:,} and {LM_POOL:,})")
         if self.pool_tokens < self.page_size * 2:
             raise ValueError("pool_tokens must hold at least two pages")
         if len(set(self.tenants.values())) != len(self.tenants):
@@ -100,17 +146,31 @@ class EngineConfig(BaseModel):
         return min(self.context_length - 1, self.pool_tokens - 1) - 5
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # The incident: disaggregated, advertised 1,048,576, prefill pool 681,280, the two faults.
-    "incident": {
-        "mode": "disaggregated",
-        "faults": {"abort_flag_unsynced": True, "decode_skips_page_check": True},
-    },
-    # Same sizes, fixed: over-pool prompts get a 400, decode refuses short transfers.
-    "fixed": {"mode": "disaggregated"},
-    # A pool of twice the advertised context and no faults.
-    "healthy": {"mode": "disaggregated", "pool_tokens": 2 * INCIDENT_CONTEXT},
-}
+def _memory_bytes() -> int:
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _presets(context: int, pool: int) -> dict[str, dict[str, Any]]:
+    sizes = {"context_length": context, "pool_tokens": pool}
+    return {
+        # The incident: disaggregated, a prefill pool smaller than the advertised context, the two faults.
+        "incident": {
+            "mode": "disaggregated", **sizes,
+            "faults": {"abort_flag_unsynced": True, "decode_skips_page_check": True},
+        },
+        # Same sizes, fixed: over-pool prompts get a 400, decode refuses short transfers.
+        "fixed": {"mode": "disaggregated", **sizes},
+        # A pool of twice the advertised context and no faults.
+        "healthy": {"mode": "disaggregated", "context_length": context, "pool_tokens": 2 * context},
+    }
+
+
+# The incident's real sizes: advertised 1,048,576, prefill pool 681,280.
+PRESETS = _presets(INCIDENT_CONTEXT, INCIDENT_POOL)
+# With a real model (`model:` other than quoter) where the config names no sizes: pages of 16 tokens (vLLM's
+# block size) and shorter answers, since each decoded token costs a pass over the whole model.
+LM_PRESETS = {name: {**preset, "page_size": 16, "default_max_tokens": 128, "max_output_tokens": 512}
+              for name, preset in _presets(LM_CONTEXT, LM_POOL).items()}
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -127,8 +187,10 @@ def build_config(preset: str = "incident", overrides: dict[str, Any] | None = No
     """A preset with overrides applied on top (nested dicts merge)."""
     if preset not in PRESETS:
         raise EngineConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    overrides = overrides or {}
+    table = PRESETS if overrides.get("model", QUOTER) == QUOTER else LM_PRESETS
     try:
-        return EngineConfig(**_merge(PRESETS[preset], overrides or {}))
+        return EngineConfig(**_merge(table[preset], overrides))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"

@@ -11,6 +11,9 @@ Request path (disaggregated):
 Fixed behaviour: the hand-off sees the abort and answers 400; decode refuses a transfer whose page
 count does not match its reservation.  The faults (see config.Faults) remove those defences one by one.
 Nothing but the answer's text tells a client that decode read someone else's pages.
+
+What fills and reads the pages is the backend's model (backend.py): the quoting model over token ids, or a
+real language model over per-layer K/V tensors (lm/), behind the same gates, hand-off and faults.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prober.testbed.config import EngineConfig, QuoteStyle
+from prober.testbed.backend import GenerationRequest, ModelState, PagedModel, Vocabulary, make_backend
+from prober.testbed.config import EngineConfig
 from prober.testbed.kvpool import PagePool, PoolExhausted
-from prober.testbed.model import Instruction, QuotingModel
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 
 
@@ -38,16 +41,6 @@ class EngineError(Exception):
         self.message = message
         self.err_type = err_type
         self.in_scheduler = in_scheduler
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    request_id: str
-    tenant: str
-    prompt_ids: TokenIds
-    instruction: Instruction
-    style: QuoteStyle
-    max_tokens: int
 
 
 @dataclass(frozen=True)
@@ -116,10 +109,10 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.model = QuotingModel(config.regions)
-        self.prefill_pool = PagePool("prefill", config.pool_tokens, config.page_size)
+        self.backend = make_backend(config)  # a real model loads in the background
+        self.prefill_pool = PagePool("prefill", config.pool_tokens, config.page_size, config.page_reuse)
         self.decode_pool = (
-            PagePool("decode", config.decode_tokens, config.page_size)
+            PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
             if config.mode == "disaggregated"
             else None
         )
@@ -133,6 +126,27 @@ class Engine:
         with self._stats_lock:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
+
+    # -- the model ------------------------------------------------------------------------------
+    def _not_ready(self) -> EngineError:
+        if self.backend.state is ModelState.FAILED:
+            return EngineError(503, str(self.backend.error), "ServiceUnavailable")
+        return EngineError(503, f"model {self.backend.name} is loading, retry later", "ServiceUnavailable")
+
+    @property
+    def model(self) -> PagedModel:
+        model = self.backend.model
+        if model is None:
+            raise self._not_ready()
+        return model
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The tokenizer the gates count with (503 until a real model has loaded)."""
+        vocab = self.backend.vocab
+        if vocab is None:
+            raise self._not_ready()
+        return vocab
 
     # -- gates ----------------------------------------------------------------------------------
     def validate(self, n: int, max_tokens: int | None) -> None:
@@ -171,6 +185,7 @@ class Engine:
 
     def _generate(self, req: GenerationRequest) -> GenerationResult:
         cfg = self.config
+        model = self.model
         n = len(req.prompt_ids)
         aborted = n >= cfg.max_req_input_len
         self._count(prompt_tokens=n, aborted=int(aborted))
@@ -185,14 +200,16 @@ class Engine:
             cached = 0
         else:
             written = req.prompt_ids
+            # A real model prefills every token (the cache is counted, its pages are not reused).
             cached = self.prefix_cache.lookup_and_insert(req.tenant, written)
             self._count(cached_tokens=cached)
-            self._simulate_prefill(len(written) - cached)
+            if model.simulates_prefill:
+                self._simulate_prefill(len(written) - cached)
 
         if self.decode_pool is None:
-            result = self._serve_monolithic(req, written, n)
+            result = self._serve_monolithic(model, req, written, n)
         else:
-            result = self._serve_disaggregated(req, written, n)
+            result = self._serve_disaggregated(model, req, written, n)
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
         return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
@@ -209,26 +226,28 @@ class Engine:
             raise EngineError(503, f"KV cache is full, retry later ({exc})", "ServiceUnavailable",
                               in_scheduler=True) from None
 
-    def _serve_monolithic(self, req: GenerationRequest, written: TokenIds, n: int) -> GenerationResult:
+    def _serve_monolithic(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
+                          n: int) -> GenerationResult:
         pool = self.prefill_pool
         pages = self._allocate(pool, pool.pages_for(n + req.max_tokens), req.request_id)
         try:
-            pool.write(pages, written)
-            return self._decode(pool, pages, req, n)
+            first = model.prefill(pool, pages, written, req)
+            return self._decode(model, pool, pages, req, n, first)
         finally:
             pool.free(pages, req.request_id)
 
-    def _serve_disaggregated(self, req: GenerationRequest, written: TokenIds, n: int) -> GenerationResult:
+    def _serve_disaggregated(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
+                             n: int) -> GenerationResult:
         prefill, decode = self.prefill_pool, self.decode_pool
         assert decode is not None
         sent = prefill.pages_for(len(written))
         prefill_pages = self._allocate(prefill, sent, req.request_id)
         try:
-            prefill.write(prefill_pages, written)
+            first = model.prefill(prefill, prefill_pages, written, req)
             # Hand-off: decode reserves room for the length it was told about, plus the output.
             reserved = self._allocate(decode, decode.pages_for(n + req.max_tokens), req.request_id)
             try:
-                decode.write(reserved, prefill.read(prefill_pages, len(written)))
+                model.transfer(prefill, prefill_pages, decode, reserved, len(written))
             except BaseException:
                 decode.free(reserved, req.request_id)
                 raise
@@ -244,15 +263,13 @@ class Engine:
                     "InternalServerError",
                     in_scheduler=True,
                 )
-            return self._decode(decode, reserved, req, n)
+            return self._decode(model, decode, reserved, req, n, first)
         finally:
             decode.free(reserved, req.request_id)
 
-    def _decode(self, pool: PagePool, pages: list[int], req: GenerationRequest, n: int) -> GenerationResult:
-        attended = pool.read(pages, n)
-        answer = self.model.answer(attended, pool.page_size, req.instruction, req.style, req.max_tokens)
-        room = len(pages) * pool.page_size - n
-        pool.write(pages, answer.token_ids[:room], start=n)
+    def _decode(self, model: PagedModel, pool: PagePool, pages: list[int], req: GenerationRequest, n: int,
+                first: int | None) -> GenerationResult:
+        answer = model.decode(pool, pages, n, first, req)
         reason = "length" if answer.truncated else "stop"
         return GenerationResult(answer.text, n, len(answer.token_ids), 0, reason)
 

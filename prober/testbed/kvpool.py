@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prober.testbed.config import PageReuse
 from prober.testbed.tokenizer import TokenIds
 
 
@@ -43,11 +44,13 @@ class PagePool:
     requests that each need one pool cannot deadlock one another.
     """
 
-    def __init__(self, name: str, num_tokens: int, page_size: int) -> None:
+    def __init__(self, name: str, num_tokens: int, page_size: int,
+                 reuse: PageReuse = PageReuse.IN_ORDER) -> None:
         if page_size < 1 or num_tokens < page_size:
             raise ValueError(f"pool {name}: needs page_size >= 1 and at least one page")
         self.name = name
         self.page_size = page_size
+        self.reuse = reuse
         self.num_pages = num_tokens // page_size
         self._data = np.zeros(self.num_pages * page_size, dtype=np.int32)
         # The end of the list is its front: freed pages are appended in reverse so that the next
@@ -89,7 +92,7 @@ class PagePool:
                 if self._owner.get(page) != owner:
                     raise AssertionError(f"{self.name}: {owner} frees page {page} it does not own")
                 del self._owner[page]
-            self._free.extend(reversed(pages))
+            self._free.extend(reversed(pages) if self.reuse is PageReuse.IN_ORDER else pages)
             self._cond.notify_all()
 
     # -- contents -----------------------------------------------------------------------------

@@ -39,6 +39,10 @@ class _Generation(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     quote_style: QuoteStyle | None = None  # testbed extension: how the model renders quotes
+    # Honoured by a real model (the quoting model is deterministic): null temperature = the engine's default.
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -88,13 +92,6 @@ class TokenizeRequest(BaseModel):
     prompt: str | None = None
     messages: list[Message] | None = None
     add_generation_prompt: bool = True
-
-    def text(self) -> str:
-        if self.messages is not None:
-            return render_chat(self.messages, self.add_generation_prompt)
-        if self.prompt is None:
-            raise ValueError("give `prompt` or `messages`")
-        return self.prompt
 
 
 def render_chat(messages: list[Message], add_generation_prompt: bool = True) -> str:

@@ -7,6 +7,7 @@ tests and `leakprobe demo` get a real HTTP target without a second process.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -26,17 +27,12 @@ from starlette.routing import Route
 
 from prober import __version__
 from prober.malloc import cap_arenas
-from prober.testbed import tokenizer
+from prober.testbed.backend import GenerationRequest, ModelState, Sampling
 from prober.testbed.config import EngineConfig
-from prober.testbed.engine import Engine, EngineError, GenerationRequest, GenerationResult
+from prober.testbed.engine import Engine, EngineError, GenerationResult
 from prober.testbed.model import instruction_of
-from prober.testbed.protocol import (
-    ChatRequest,
-    CompletionRequest,
-    TokenizeRequest,
-    error_body,
-    render_chat,
-)
+from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
+from prober.testbed.tokenizer import TokenIds
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -168,7 +164,13 @@ class TestbedApp:
 
     # -- introspection --------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        """200 once the model can answer; 503 while a real model loads (or after it failed to)."""
+        backend = self.engine.backend
+        state = backend.state
+        if state is ModelState.READY:
+            return JSONResponse({"status": "ok"})
+        body = {"status": state.value, "model": backend.name, **({"error": backend.error} if backend.error else {})}
+        return JSONResponse(body, status_code=503)
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type="text/plain; version=0.0.4")
@@ -201,11 +203,14 @@ class TestbedApp:
         async def handle(request: Request) -> Response:
             self._tenant(request)
             body = self._parse(TokenizeRequest, await self._json(request))
-            try:
-                text = body.text()
-            except ValueError as exc:
-                raise HTTPProblem(400, f"invalid request: {exc}", "BadRequestError") from None
-            ids = await anyio.to_thread.run_sync(tokenizer.encode, text)
+            vocab = self.engine.vocab
+            if body.messages is not None:
+                messages, add_prompt = body.messages, body.add_generation_prompt
+                ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(messages, add_prompt))
+            elif body.prompt is not None:
+                ids = await anyio.to_thread.run_sync(vocab.encode, body.prompt)
+            else:
+                raise HTTPProblem(400, "invalid request: give `prompt` or `messages`", "BadRequestError")
             return JSONResponse({"tokens": ids.tolist(), "count": int(ids.size),
                                  "max_model_len": self.config.context_length})
         return await self._guarded("tokenize", request, handle)
@@ -216,22 +221,22 @@ class TestbedApp:
             tenant = self._tenant(request)
             body = self._parse(ChatRequest, await self._json(request))
             last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
-            return await self._generate("chat", tenant, body, render_chat(body.messages),
-                                        body.requested_max_tokens, last_user)
+            vocab = self.engine.vocab
+            ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
+            return await self._generate("chat", tenant, body, ids, body.requested_max_tokens, last_user)
         return await self._guarded("chat", request, handle)
 
     async def completions(self, request: Request) -> Response:
         async def handle(request: Request) -> Response:
             tenant = self._tenant(request)
             body = self._parse(CompletionRequest, await self._json(request))
-            return await self._generate("completions", tenant, body, body.text,
-                                        body.requested_max_tokens, body.text)
+            ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
+            return await self._generate("completions", tenant, body, ids, body.requested_max_tokens, body.text)
         return await self._guarded("completions", request, handle)
 
     async def _generate(self, kind: str, tenant: str, body: ChatRequest | CompletionRequest,
-                        prompt: str, max_tokens: int | None, instruction_text: str) -> Response:
+                        ids: TokenIds, max_tokens: int | None, instruction_text: str) -> Response:
         cfg = self.config
-        ids = await anyio.to_thread.run_sync(tokenizer.encode, prompt)
         if ids.size == 0:
             raise HTTPProblem(400, "invalid request: the prompt is empty", "BadRequestError")
         self.engine.validate(int(ids.size), max_tokens)
@@ -242,6 +247,9 @@ class TestbedApp:
             instruction=instruction_of(instruction_text),
             style=body.quote_style or cfg.quote_style,
             max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
+            sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
+                              top_p=body.top_p or 1.0,
+                              seed=secrets.randbits(63) if body.seed is None else body.seed),
         )
         meta = {"id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{req.request_id}",
                 "created": int(time.time()), "model": body.model or cfg.model_name}
@@ -279,7 +287,7 @@ class TestbedApp:
             return
         if kind == "chat":
             yield chunk(None, None, first=True)
-        pieces = tokenizer.pieces(result.text)
+        pieces = self.engine.vocab.pieces(result.text)
         for start in range(0, len(pieces), 4):
             yield chunk("".join(pieces[start : start + 4]), None)
         yield chunk(None, result.finish_reason)

@@ -1,0 +1,177 @@
+"""What the engine and its HTTP front ask of a model, so that the quoting model and a real language model
+serve behind the same gates, pools and faults.
+
+A model fills pages (prefill), copies them between pools (the disaggregated hand-off) and answers from
+whatever a page table holds (decode); its vocabulary turns text and chat messages into the token ids that
+the gates count and the pages hold.  A real model loads in the background: until it is ready the engine
+answers 503 and `/health` says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from prober.testbed import tokenizer
+from prober.testbed.config import QUOTER, EngineConfig, QuoteStyle
+from prober.testbed.kvpool import PagePool
+from prober.testbed.model import Answer, Instruction, QuotingModel
+from prober.testbed.protocol import Message, render_chat
+from prober.testbed.tokenizer import TokenIds
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float  # 0: greedy
+    top_p: float
+    seed: int  # always set (drawn by the front when the request names none), so a run can be replayed
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    tenant: str
+    prompt_ids: TokenIds
+    instruction: Instruction
+    style: QuoteStyle
+    max_tokens: int
+    sampling: Sampling = Sampling(0.0, 1.0, 0)
+
+
+class PagedModel(Protocol):
+    simulates_prefill: bool
+    """True when prefill costs no real time, so the engine sleeps `prefill_ms_per_1k_tokens` for it."""
+
+    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
+        """Write the entries of `ids` at positions 0.. of the page table; the first answer token, if the model
+        draws it at prefill (a real one does, from the last prompt position)."""
+
+    def transfer(self, source: PagePool, source_pages: list[int], target: PagePool, target_pages: list[int],
+                 num_tokens: int) -> None:
+        """Copy the first num_tokens positions from one page table to another."""
+
+    def decode(self, pool: PagePool, pages: list[int], length: int, first: int | None,
+               req: GenerationRequest) -> Answer:
+        """Answer attending over positions 0..length-1 of the page table, whatever they hold, and write the
+        answer's own entries after them."""
+
+
+class Vocabulary(Protocol):
+    def encode(self, text: str) -> TokenIds:
+        """A completion prompt (or tokenize's `prompt`) as the engine sees it."""
+
+    def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> TokenIds:
+        """Chat messages through the model's template."""
+
+    def pieces(self, text: str) -> list[str]:
+        """An answer cut into the pieces a stream sends (they join to the text)."""
+
+
+class QuotingVocabulary:
+    """The testbed's own tokenizer and a ChatML template."""
+
+    def encode(self, text: str) -> TokenIds:
+        return tokenizer.encode(text)
+
+    def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> TokenIds:
+        return tokenizer.encode(render_chat(list(messages), add_generation_prompt))
+
+    def pieces(self, text: str) -> list[str]:
+        return tokenizer.pieces(text)
+
+
+class QuotingPages:
+    """The quoting model over pages of token ids."""
+
+    simulates_prefill = True
+
+    def __init__(self, regions: int) -> None:
+        self.model = QuotingModel(regions)
+
+    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
+        pool.write(pages, ids)
+        return None
+
+    def transfer(self, source: PagePool, source_pages: list[int], target: PagePool, target_pages: list[int],
+                 num_tokens: int) -> None:
+        target.write(target_pages, source.read(source_pages, num_tokens))
+
+    def decode(self, pool: PagePool, pages: list[int], length: int, first: int | None,
+               req: GenerationRequest) -> Answer:
+        attended = pool.read(pages, length)
+        answer = self.model.answer(attended, pool.page_size, req.instruction, req.style, req.max_tokens)
+        room = len(pages) * pool.page_size - length
+        pool.write(pages, answer.token_ids[:room], start=length)
+        return answer
+
+
+class ModelState(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class Backend:
+    """A model and its vocabulary, ready now or once a background load finishes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._model: PagedModel | None = None
+        self._vocab: Vocabulary | None = None
+        self.error: str | None = None
+        self._done = threading.Event()
+
+    @classmethod
+    def ready(cls, name: str, model: PagedModel, vocab: Vocabulary) -> Backend:
+        backend = cls(name)
+        backend._model, backend._vocab = model, vocab
+        backend._done.set()
+        return backend
+
+    @classmethod
+    def loading(cls, name: str, load: Callable[[], tuple[PagedModel, Vocabulary]]) -> Backend:
+        backend = cls(name)
+
+        def run() -> None:
+            try:
+                backend._model, backend._vocab = load()
+            except Exception as exc:  # reported by /health and the CLI, never raised into a request
+                backend.error = f"{name} did not load: {exc or type(exc).__name__}"
+            finally:
+                backend._done.set()
+
+        threading.Thread(target=run, name=f"load-{name}", daemon=True).start()
+        return backend
+
+    @property
+    def state(self) -> ModelState:
+        if not self._done.is_set():
+            return ModelState.LOADING
+        return ModelState.READY if self._model is not None else ModelState.FAILED
+
+    def wait(self, timeout: float | None = None) -> ModelState:
+        self._done.wait(timeout)
+        return self.state
+
+    @property
+    def model(self) -> PagedModel | None:
+        return self._model
+
+    @property
+    def vocab(self) -> Vocabulary | None:
+        return self._vocab
+
+
+def make_backend(config: EngineConfig) -> Backend:
+    if config.model == QUOTER:
+        return Backend.ready(QUOTER, QuotingPages(config.regions), QuotingVocabulary())
+
+    def load() -> tuple[PagedModel, Vocabulary]:
+        from prober.testbed.lm.runtime import load_runtime  # torch and the weights only for a real model
+
+        return load_runtime(config)
+
+    return Backend.loading(config.model, load)
