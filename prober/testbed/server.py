@@ -352,6 +352,10 @@ class TestbedServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def wait(self) -> None:
         """Block until the server thread ends (it runs until stop())."""
         while self._thread.is_alive():
