@@ -16,7 +16,9 @@ class ErrorKind(StrEnum):
     RATE_LIMITED = "rate_limited"  # 429 after every retry
     SERVER_ERROR = "server_error"  # 5xx after every retry
     TIMEOUT = "timeout"
-    CONNECT = "connect"
+    CONNECT = "connect"  # refused, reset or unroutable
+    DNS = "dns"  # the host name does not resolve
+    TLS = "tls"  # the TLS handshake failed (certificate, protocol)
     MALFORMED = "malformed"  # body is not the JSON/SSE the API promises
     TRUNCATED = "truncated"  # stream ended without its terminator
     TOO_LARGE = "too_large"  # body over the size cap

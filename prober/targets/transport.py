@@ -11,6 +11,8 @@ import asyncio
 import email.utils
 import json as json_module
 import random
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -216,7 +218,7 @@ class Transport:
             kind, message = ErrorKind.TIMEOUT, f"{type(exc).__name__} after {time.monotonic() - started:.1f} s"
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             # A peer that closes mid-body is a truncation, not a refusal to connect.
-            kind = ErrorKind.CONNECT if isinstance(exc, httpx.ConnectError) else ErrorKind.TRUNCATED
+            kind = _connect_kind(exc) if isinstance(exc, httpx.ConnectError) else ErrorKind.TRUNCATED
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         except httpx.HTTPError as exc:
             kind, message = ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"
@@ -251,6 +253,18 @@ class _Body:
         if len(self.data) < ERROR_BODY_CAP:
             self.data += chunk[: ERROR_BODY_CAP - len(self.data)]
         return self.on_chunk(chunk, now)
+
+
+def _connect_kind(exc: BaseException) -> ErrorKind:
+    """A connection that failed: DNS and TLS apart from the rest (they need other fixes), by its cause."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return ErrorKind.DNS
+        if isinstance(cause, ssl.SSLError):
+            return ErrorKind.TLS
+        cause = cause.__cause__ or cause.__context__
+    return ErrorKind.CONNECT
 
 
 def _failed(result: HTTPExchange, kind: ErrorKind, message: str, started: float | None = None) -> HTTPExchange:
