@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck unit llama bench fuzz docs clean
+.PHONY: setup tools demo test lint typecheck unit llama image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -15,10 +15,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium.  Installed
-# when missing and apt-get is usable as root (CI); elsewhere those tests skip with one line saying how.
+# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium, and podman,
+# buildah, runc and mmdebstrap for the image.  Installed when missing and apt-get is usable as root (CI);
+# elsewhere those tests skip with one line saying how.
 SYSTEM_TOOLS := promtool=prometheus prometheus=prometheus prometheus-alertmanager=prometheus-alertmanager \
-                chromium=chromium
+                chromium=chromium podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap
 tools:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v "$${pair%%=*}" >/dev/null 2>&1 || \
 	  missing="$$missing $${pair##*=}"; done; \
@@ -42,7 +43,12 @@ typecheck: setup
 llama: setup
 	$(PY) -m tests.llamacpp
 
-unit: setup tools llama
+# The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
+# ~15 min cold on two busy cores, seconds when nothing that goes into it changed (tests/containers.py).
+image: setup tools
+	$(PY) -m tests.containers
+
+unit: setup tools llama image
 	$(VENV)/bin/pytest
 
 test: lint typecheck unit

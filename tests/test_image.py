@@ -1,0 +1,180 @@
+"""The daemon image, built from the repository's Dockerfile with podman and run as an operator runs it.
+
+The image is built once per change of what goes into it (tests/containers.py: minutes cold, a second
+warm).  The container runs as the chart runs it (helm/leakprobe): non-root, read-only root filesystem, all
+capabilities dropped, writable tmpfs only for /tmp and the ledger folder; the default bridge network, port
+10461 published on loopback, the image's own CMD.  It probes a reference engine on the host, reached as
+`host.containers.internal` (the bridge's gateway, where the engine listens), and must become ready, export
+metrics, and stop cleanly within the grace period.  Without podman the tests skip with one line (fail
+under CI).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from prober.testbed import TestbedServer, build_config
+from tests.containers import ROOT, ImageUnavailable, copied_sources, ensure_image, missing_tools, podman
+from tests.daemonproc import KEYS, daemon_config
+from tests.tools import _missing
+
+UID = 10001  # the image's user, and the chart's runAsUser
+PORT = 10461  # the image's EXPOSE and CMD --listen, the chart's service port
+GRACE_S = 10  # the daemon's shutdown_grace in the config below
+# podman stop's SIGKILL comes this long after SIGTERM: the daemon's grace plus time to close the ledger and
+# the HTTP server (about 1 s measured); an exit after it would be a SIGKILL (137), not the daemon's own 0.
+STOP_TIMEOUT_S = GRACE_S + 10
+# Starting loads two embedding models and indexes the ledger: about 10 s idle, and over a minute measured
+# on a 2-core machine with a build beside it.  The wait ends early if the container exits.
+READY_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    if missing := missing_tools():
+        _missing(f"{', '.join(missing)} not found: apt-get install podman buildah runc mmdebstrap "
+                 "(or `make tools` as root)")
+    try:
+        return ensure_image()
+    except ImageUnavailable as exc:
+        pytest.fail(f"the image could not be built: {exc}", pytrace=False)
+
+
+@dataclass
+class Container:
+    name: str
+    url: str
+    engine: TestbedServer
+
+    def inspect(self, template: str) -> str:
+        return podman("inspect", "--format", template, self.name).stdout.strip()
+
+    @property
+    def running(self) -> bool:
+        return self.inspect("{{.State.Running}}") == "true"
+
+    def logs(self) -> str:
+        result = podman("logs", self.name)
+        return (result.stdout + result.stderr)[-3000:]
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll `condition` until it holds; give up at once if the container exits, or after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if not self.running:
+                raise AssertionError(f"the container exited while waiting for {what}:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.logs()}")
+            time.sleep(0.5)
+
+    def get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(self.url + path, timeout=10)
+        except httpx.HTTPError:
+            return None
+
+    def samples(self) -> dict[tuple[str, str, str], float]:
+        """(sample name, target label, job label) -> value, from /metrics."""
+        scraped = self.get("/metrics")
+        text = scraped.text if scraped is not None and scraped.status_code == 200 else ""
+        return {(s.name, s.labels.get("target", ""), s.labels.get("job", "")): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _gateway(name: str) -> str:
+    """The bridge's gateway as the container sees it: host.containers.internal in its /etc/hosts."""
+    networks = json.loads(podman("inspect", "--format", "{{json .NetworkSettings.Networks}}", name).stdout)
+    (network,) = networks.values()
+    return str(network["Gateway"])
+
+
+@pytest.fixture(scope="module")
+def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
+    config_dir = tmp_path_factory.mktemp("config")
+    name = f"leakprobe-test-{config_dir.name}"
+    created = podman(
+        "create", "--name", name, "--user", f"{UID}:{UID}", "--read-only", "--cap-drop=all",
+        "--security-opt=no-new-privileges", "--tmpfs", "/tmp:rw,mode=1777",
+        "--tmpfs", "/var/lib/leakprobe:rw,mode=0700,U",  # U: owned by the container's user
+        "--volume", f"{config_dir}:/etc/leakprobe/config:ro", "--publish", f"127.0.0.1::{PORT}",
+        *(f"--env={name}={value}" for name, value in KEYS.items()), image)
+    assert created.returncode == 0, created.stderr
+    engine: TestbedServer | None = None
+    try:
+        # `init` sets up the container's network without starting it: the gateway exists from then on, so the
+        # engine can listen there (not on every interface of the host) before the daemon's config names it.
+        initialised = podman("init", name)
+        assert initialised.returncode == 0, initialised.stderr
+        engine = TestbedServer(build_config("fixed", {}), host=_gateway(name)).start()
+        config = daemon_config(f"http://host.containers.internal:{engine.port}",
+                               Path("/var/lib/leakprobe/ledger.sqlite"), shutdown_grace=f"{GRACE_S}s")
+        # The file's loopback listen address is overridden by the image's CMD (--listen 0.0.0.0:10461).
+        (config_dir / "leakprobe.yaml").write_text(yaml.safe_dump(config))
+        config_dir.chmod(0o755)
+        (config_dir / "leakprobe.yaml").chmod(0o644)  # readable by the container's user
+        started = podman("start", name)
+        assert started.returncode == 0, started.stderr
+        host_port = podman("port", name, f"{PORT}/tcp").stdout.split()[0].rpartition(":")[2]
+        yield Container(name, f"http://127.0.0.1:{host_port}", engine)
+    finally:
+        podman("rm", "--force", "--time", "0", name)
+        if engine is not None:
+            engine.stop()
+
+
+def test_daemon_in_the_image_is_ready_probes_the_host_engine_and_exports_metrics(container: Container) -> None:
+    began = time.monotonic()
+    container.wait_for(lambda: (r := container.get("/-/ready")) is not None and r.status_code == 200,
+                       READY_TIMEOUT_S, "/-/ready to answer 200")
+    print(f"start to ready: {time.monotonic() - began:.1f} s")  # shown with -s; the docs quote it
+    # Ready says the daemon runs; the host engine's answers say its network reaches the target.
+    container.wait_for(lambda: container.samples().get(("leakprobe_target_up", "testbed", "")) == 1.0,
+                       60, "leakprobe_target_up{target=testbed} to be 1")
+    container.wait_for(
+        lambda: container.samples().get(("leakprobe_last_success_timestamp_seconds", "testbed", "preflight"), 0) > 0,
+        60, "a completed preflight against the host engine")
+    families = {name for name, _, _ in container.samples() if name.startswith("leakprobe_")}
+    assert {"leakprobe_build_info", "leakprobe_job_runs_total", "leakprobe_ledger_up"} <= families, families
+    assert container.engine.engine.stats.prompt_tokens > 0  # the host engine served the container's prompts
+
+
+def test_runs_as_non_root_on_a_read_only_root(container: Container) -> None:
+    container.wait_for(lambda: container.running, 10, "the container to run")
+    assert container.inspect("{{.HostConfig.ReadonlyRootfs}}") == "true"
+    ids = podman("exec", container.name, "id", "-u")
+    assert ids.returncode == 0 and ids.stdout.strip() == str(UID), ids
+    written = podman("exec", container.name, "touch", "/opt/leakprobe/x")
+    assert written.returncode != 0 and "Read-only file system" in written.stderr, written
+    # The ledger went where the chart mounts its data volume (here a tmpfs the user owns).
+    ledger = podman("exec", container.name, "ls", "/var/lib/leakprobe")
+    assert "ledger.sqlite" in ledger.stdout, ledger
+
+
+def test_podman_stop_exits_zero_within_the_grace(container: Container) -> None:
+    container.wait_for(lambda: container.running, 10, "the container to run")
+    began = time.monotonic()
+    stopped = podman("stop", "--time", str(STOP_TIMEOUT_S), container.name, timeout=STOP_TIMEOUT_S + 30)
+    elapsed = time.monotonic() - began
+    assert stopped.returncode == 0, stopped.stderr
+    assert elapsed < STOP_TIMEOUT_S, f"podman stop took {elapsed:.1f} s"
+    assert container.inspect("{{.State.ExitCode}}") == "0", container.logs()  # 137 would be SIGKILL
+    assert "stopped" in container.logs()
+
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
+    """The image's input hash covers the files the Dockerfile copies; each must pass .dockerignore's allow-list,
+    or a build would fail (file missing) while the hash looked fine."""
+    allowed = {line.removeprefix("!") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    sources = {str(path.relative_to(ROOT)) for path in copied_sources()}
+    assert sources and sources <= allowed, (sources, allowed)
