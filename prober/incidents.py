@@ -1,14 +1,24 @@
-"""Incidents: findings grouped by (target, kind, victim, observer).
+"""Incidents: findings grouped by (target, kind, victim, observer), and when each is over.
 
 One faulty shard can produce hundreds of findings of one leak; an on-call engineer needs one incident per
 target and tenant pair, with when it was first and last seen and how often.  Alerts, `/status` and the
 reports all speak of incidents; the findings stay underneath as evidence.
+
+An incident ends on evidence, not on a timer.  Each finding came from a *probe*: a daemon job at a boundary
+(`campaign` at `pool+1`, `sentinel` at `sentinel`).  The incident stays open until every probe that found it
+has run again between the same tenants and come back clean (a *re-check*), and at least `hold` after its
+last finding (the hold is a floor, so a flapping leak does not page on and off); or until an operator
+acknowledges it.  A finding after an acknowledgement opens it again.  A finding no daemon probe made (an
+audit's, a scan's, or one recorded just before a crash) cannot be re-checked: such an incident closes once
+the hold has passed, as incidents did before re-checks existed.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from prober.types import Finding, FindingKind, Severity
 
@@ -24,6 +34,64 @@ class IncidentKey:
     def of(cls, finding: Finding) -> IncidentKey:
         return cls(finding.target, finding.kind, finding.victim_tenant or "", finding.observer_tenant)
 
+    def describe(self) -> str:
+        pair = f"{self.victim} -> {self.observer}" if self.victim else f"seen by {self.observer}"
+        return f"{self.kind.value} on {self.target} ({pair})"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A kind of probe that found an incident (a job at a boundary), and when it last found and last
+    re-checked it clean."""
+
+    job: str
+    boundary: str
+    last_found: float
+    prompt_tokens: int | None = None
+    last_clean: float | None = None
+
+    @property
+    def cleared(self) -> bool:
+        """Re-checked clean after it last found the incident."""
+        return self.last_clean is not None and self.last_clean > self.last_found
+
+    def describe(self) -> str:
+        where = f"boundary {self.boundary}" if self.boundary else "its check"
+        return f"{where} ({self.job} job)"
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    by: str
+    at: float
+    note: str = ""
+
+
+class Closure(StrEnum):
+    RECHECKED = "rechecked"  # every probe that found it came back clean (and the hold passed)
+    ACKNOWLEDGED = "acknowledged"  # an operator closed it
+    HELD = "held"  # no daemon probe can re-check it: the hold passed since its last finding
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How and when an incident closes (`at` may lie ahead: the hold is still running)."""
+
+    how: Closure
+    at: float
+    probe: Probe | None = None  # the re-check that cleared it last
+    ack: Acknowledgement | None = None
+
+    def describe(self) -> str:
+        """What a resolved notification says: why it closed, at which boundary, by whom."""
+        when = _utc(self.at)
+        if self.ack is not None:  # its note stays in the ledger and /status: free text, not for every page
+            return f"acknowledged by {self.ack.by} at {_utc(self.ack.at)}"
+        if self.probe is not None and self.probe.last_clean is not None:
+            held = "" if self.probe.last_clean >= self.at else f", closed at {when} when the hold ended"
+            return f"clean re-check at {self.probe.describe()} at {_utc(self.probe.last_clean)}{held}"
+        return f"the hold ended at {when} with no newer finding (no daemon probe re-checks it)"
+
 
 @dataclass
 class Incident:
@@ -33,6 +101,8 @@ class Incident:
     last_seen: float
     count: int
     findings: list[Finding] = field(default_factory=list)  # when grouped from findings at hand
+    probes: list[Probe] = field(default_factory=list)  # as the ledger keeps them
+    ack: Acknowledgement | None = None  # the latest acknowledgement
 
     def add(self, finding: Finding) -> None:
         self.severity = max(self.severity, finding.severity)
@@ -41,13 +111,94 @@ class Incident:
         self.count += 1
         self.findings.append(finding)
 
-    def is_open(self, now: float, hold: float) -> bool:
-        return now - self.last_seen < hold
+    @property
+    def latest_probe(self) -> Probe | None:
+        """The probe of its last finding (boundary, prompt length): what an alert names."""
+        return max(self.probes, key=lambda p: p.last_found, default=None)
 
-    def to_json(self) -> dict[str, object]:
-        return {"target": self.key.target, "kind": self.key.kind.value, "victim": self.key.victim or None,
-                "observer": self.key.observer, "severity": self.severity.label, "first_seen": self.first_seen,
-                "last_seen": self.last_seen, "count": self.count}
+    def resolution(self, hold: float) -> Resolution | None:
+        """How it closes with what is known now; None while it stays open whatever the clock says."""
+        if self.ack is not None and self.ack.at >= self.last_seen:
+            return Resolution(Closure.ACKNOWLEDGED, self.ack.at, ack=self.ack)
+        floor = self.last_seen + hold
+        covered = bool(self.probes) and max(p.last_found for p in self.probes) >= self.last_seen
+        if not covered:
+            return Resolution(Closure.HELD, floor)
+        if not all(p.cleared for p in self.probes):
+            return None
+        last = max(self.probes, key=lambda p: p.last_clean or 0.0)
+        return Resolution(Closure.RECHECKED, max(floor, last.last_clean or 0.0), probe=last)
+
+    def is_open(self, now: float, hold: float) -> bool:
+        closed = self.resolution(hold)
+        return closed is None or now < closed.at
+
+    def pending(self) -> list[Probe]:
+        """The probes whose re-check it still waits for."""
+        return [p for p in self.probes if not p.cleared]
+
+    def to_json(self, now: float | None = None, hold: float | None = None) -> dict[str, object]:
+        base: dict[str, object] = {
+            "target": self.key.target, "kind": self.key.kind.value, "victim": self.key.victim or None,
+            "observer": self.key.observer, "severity": self.severity.label, "first_seen": self.first_seen,
+            "last_seen": self.last_seen, "count": self.count}
+        if hold is None:
+            return base
+        now = time.time() if now is None else now
+        closed = self.resolution(hold)
+        is_open = closed is None or now < closed.at
+        base.update({
+            "state": "open" if is_open else "closed",
+            "probes": [{"job": p.job, "boundary": p.boundary, "prompt_tokens": p.prompt_tokens,
+                        "last_found": p.last_found, "last_clean": p.last_clean} for p in self.probes],
+            "waiting_for": ([p.describe() for p in self.pending()] or
+                            ([f"the hold, until {_utc(closed.at)}"] if closed and is_open else [])),
+            "acknowledged": None if self.ack is None else {"by": self.ack.by, "at": self.ack.at,
+                                                           "note": self.ack.note},
+            "closed": None if is_open or closed is None else {"how": closed.how.value, "at": closed.at,
+                                                               "why": closed.describe()}})
+        return base
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A finding of an incident by a probe, as a job run records it."""
+
+    key: IncidentKey
+    boundary: str
+    found_at: float
+    prompt_tokens: int | None
+
+    @classmethod
+    def of(cls, finding: Finding) -> Sighting:
+        details = finding.details
+        boundary, tokens = details.get("boundary"), details.get("prompt_tokens")
+        return cls(IncidentKey.of(finding), boundary if isinstance(boundary, str) else "", finding.found_at,
+                   tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A request of a job run whose answer was fully checked: the `observer` tenant's request at `boundary`,
+    in an exchange with `other` (the tenant whose canaries it could have carried)."""
+
+    boundary: str
+    observer: str
+    other: str
+
+
+@dataclass
+class RunChecks:
+    """What one job run found and what it re-checked, written to the ledger when the run ends (one
+    transaction).  An observation re-checks clean, at its boundary, the incidents of its tenant pair (and
+    those that name no victim) that were last found before the run started: whatever this run found there
+    is newer than that, so it stays open."""
+
+    target: str
+    job: str
+    started: float
+    sightings: list[Sighting] = field(default_factory=list)
+    observations: set[Observation] = field(default_factory=set)
 
 
 def group(findings: Iterable[Finding]) -> list[Incident]:
@@ -59,3 +210,7 @@ def group(findings: Iterable[Finding]) -> list[Incident]:
             incidents[key] = Incident(key, finding.severity, finding.found_at, finding.found_at, 0)
         incidents[key].add(finding)
     return sorted(incidents.values(), key=lambda i: (-i.severity, i.first_seen, i.key))
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(at))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from prober.incidents import Incident
+from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
 from prober.types import Canary, Finding
 
 
@@ -37,7 +37,14 @@ class Ledger(Protocol):
     def findings(self) -> list[Finding]: ...
 
     def incidents(self) -> list[Incident]:
-        """Every incident (without its findings), worst first."""
+        """Every incident (without its findings, with its probes and latest acknowledgement), worst first."""
+
+    def record_checks(self, checks: RunChecks, at: float) -> None:
+        """What a job run found (which probe, at what prompt length) and re-checked clean at `at`, in one
+        transaction (see prober.incidents.RunChecks)."""
+
+    def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
+        """An operator's acknowledgement, kept with who and when; False when no such incident exists."""
 
     def purge_expired(self, now: float | None = None) -> int:
         """Forget canaries past retention; returns how many."""

@@ -51,6 +51,18 @@ MIGRATIONS: list[str] = [
     CREATE TABLE {SCHEMA}.token_spend (
         target TEXT NOT NULL, day TEXT NOT NULL, tokens BIGINT NOT NULL, PRIMARY KEY (target, day))
     """,
+    # 2: the SQLite ledger's version 4 (incident probes and acknowledgements)
+    f"""
+    CREATE TABLE {SCHEMA}.incident_probes (
+        target TEXT NOT NULL, kind TEXT NOT NULL, victim TEXT NOT NULL, observer TEXT NOT NULL, job TEXT NOT NULL,
+        boundary TEXT NOT NULL, prompt_tokens BIGINT, last_found DOUBLE PRECISION NOT NULL,
+        last_clean DOUBLE PRECISION, PRIMARY KEY (target, kind, victim, observer, job, boundary));
+    CREATE INDEX incident_probes_by_check ON {SCHEMA}.incident_probes (target, job, boundary, observer);
+    CREATE TABLE {SCHEMA}.incident_acks (
+        id BIGSERIAL PRIMARY KEY, target TEXT NOT NULL, kind TEXT NOT NULL, victim TEXT NOT NULL,
+        observer TEXT NOT NULL, acked_at DOUBLE PRECISION NOT NULL, acked_by TEXT NOT NULL,
+        note TEXT NOT NULL DEFAULT '')
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MIGRATION_LOCK = 0x4C50524B  # "LPRK"

@@ -6,11 +6,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prober.incidents import Incident, IncidentKey
+from prober.incidents import Acknowledgement, Incident, IncidentKey, Probe
 from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 
 CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
                   "embedding_model, aliases")
+INCIDENT_KEY = "target, kind, victim, observer"
+PROBE_COLUMNS = f"{INCIDENT_KEY}, job, boundary, prompt_tokens, last_found, last_clean"
+ACK_COLUMNS = f"{INCIDENT_KEY}, acked_at, acked_by, note"
 FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, score, observer_tenant, victim_tenant, "
                    "canary_id, probe_id, start_offset, end_offset, excerpt, excerpt_sha256, redacted, details")
 
@@ -46,5 +49,22 @@ def incident_row(f: Finding, now: float) -> tuple[Any, ...]:
     return (key.target, key.kind.value, key.victim, key.observer, int(f.severity), at, at)
 
 
+def key_of(row: Sequence[Any]) -> IncidentKey:
+    return IncidentKey(row[0], FindingKind(row[1]), row[2], row[3])
+
+
+def key_row(key: IncidentKey) -> tuple[str, str, str, str]:
+    return key.target, key.kind.value, key.victim, key.observer
+
+
 def incident_of(row: Sequence[Any]) -> Incident:
-    return Incident(IncidentKey(row[0], FindingKind(row[1]), row[2], row[3]), Severity(row[4]), row[5], row[6], row[7])
+    return Incident(key_of(row), Severity(row[4]), row[5], row[6], row[7])
+
+
+def probe_of(row: Sequence[Any]) -> Probe:
+    return Probe(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
+                 last_found=row[7], last_clean=row[8])
+
+
+def ack_of(row: Sequence[Any]) -> Acknowledgement:
+    return Acknowledgement(by=row[5], at=row[4], note=row[6])

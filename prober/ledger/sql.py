@@ -14,16 +14,23 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing
 from typing import Any, ClassVar
 
-from prober.incidents import Incident
+from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
 from prober.ledger.rows import (
+    ACK_COLUMNS,
     CANARY_COLUMNS,
     FINDING_COLUMNS,
+    INCIDENT_KEY,
+    PROBE_COLUMNS,
+    ack_of,
     canary_of,
     canary_row,
     finding_of,
     finding_row,
     incident_of,
     incident_row,
+    key_of,
+    key_row,
+    probe_of,
 )
 from prober.types import Canary, Finding
 
@@ -92,9 +99,43 @@ class SQLLedger(ABC):
         return [finding_of(row) for row in self._select(f"SELECT {FINDING_COLUMNS} FROM findings ORDER BY id")]
 
     def incidents(self) -> list[Incident]:
-        rows = self._select("SELECT target, kind, victim, observer, severity, first_seen, last_seen, count "
+        rows = self._select(f"SELECT {INCIDENT_KEY}, severity, first_seen, last_seen, count "
                             "FROM incidents ORDER BY severity DESC, first_seen")
-        return [incident_of(row) for row in rows]
+        incidents = [incident_of(row) for row in rows]
+        by_key = {i.key: i for i in incidents}
+        for row in self._select(f"SELECT {PROBE_COLUMNS} FROM incident_probes ORDER BY last_found"):
+            if (incident := by_key.get(key_of(row))) is not None:
+                incident.probes.append(probe_of(row))
+        for row in self._select(f"SELECT {ACK_COLUMNS} FROM incident_acks ORDER BY acked_at, id"):
+            if (incident := by_key.get(key_of(row))) is not None:
+                incident.ack = ack_of(row)  # the latest one wins
+        return incidents
+
+    def record_checks(self, checks: RunChecks, at: float) -> None:
+        """In one transaction: the probes that found incidents in this run, then the re-checks it made."""
+        g = self.greatest
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(
+                f"INSERT INTO incident_probes ({PROBE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+                f"ON CONFLICT ({INCIDENT_KEY}, job, boundary) DO UPDATE SET "
+                "prompt_tokens = CASE WHEN excluded.last_found >= incident_probes.last_found "
+                "THEN excluded.prompt_tokens ELSE incident_probes.prompt_tokens END, "
+                f"last_found = {g}(incident_probes.last_found, excluded.last_found)"),
+                [(*key_row(s.key), checks.job, s.boundary, s.prompt_tokens, s.found_at) for s in checks.sightings])
+            cursor.executemany(self._sql(
+                f"UPDATE incident_probes SET last_clean = {g}(coalesce(last_clean, 0), ?) "
+                "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
+                "AND last_found < ?"),
+                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started)
+                 for o in sorted(checks.observations, key=lambda o: (o.boundary, o.observer, o.other))])
+
+    def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
+        """Record an operator's acknowledgement; False (nothing written) when there is no such incident."""
+        added: int = self._execute(
+            f"INSERT INTO incident_acks ({ACK_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+            "incidents WHERE target = ? AND kind = ? AND victim = ? AND observer = ?)",
+            (*key_row(key), ack.at, ack.by, ack.note, *key_row(key)))
+        return added > 0
 
     # -- token spend ----------------------------------------------------------------------------
     def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:

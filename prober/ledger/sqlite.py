@@ -94,6 +94,32 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE canaries ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'
     """,
+    # 4: the probes that found each incident and when they re-checked it clean; operators' acknowledgements
+    """
+    CREATE TABLE incident_probes (
+        target TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        victim TEXT NOT NULL,
+        observer TEXT NOT NULL,
+        job TEXT NOT NULL,
+        boundary TEXT NOT NULL,
+        prompt_tokens INTEGER,
+        last_found REAL NOT NULL,
+        last_clean REAL,
+        PRIMARY KEY (target, kind, victim, observer, job, boundary)
+    );
+    CREATE INDEX incident_probes_by_check ON incident_probes (target, job, boundary, observer);
+    CREATE TABLE incident_acks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        target TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        victim TEXT NOT NULL,
+        observer TEXT NOT NULL,
+        acked_at REAL NOT NULL,
+        acked_by TEXT NOT NULL,
+        note TEXT NOT NULL DEFAULT ''
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
