@@ -102,20 +102,26 @@ class Finding:
                 f"prompt_tokens={self.details.get('prompt_tokens')} detector={self.detector}{canary}")
 
     def to_json(self) -> dict[str, object]:
+        """The one JSON form of a finding, in every report and in `scan -f json`: what, between whom, in which
+        answer (`record_id`: the request of an audit or daemon, the record of a scanned log), at which prompt
+        length and boundary where a run knows them, and the masked evidence."""
+        details = dict(self.details)
         return {
-            "record_id": self.record_id,
-            "target": self.target,
             "kind": self.kind.value,
-            "detector": self.detector,
             "severity": self.severity.label,
-            "score": round(self.score, 4),
+            "target": self.target or None,
             "victim_tenant": self.victim_tenant,
             "observer_tenant": self.observer_tenant,
+            "record_id": self.record_id,
             "canary_id": self.canary_id,
-            "probe_id": self.probe_id,
-            "offsets": [self.start, self.end],
-            "excerpt": self.excerpt,
-            "excerpt_sha256": self.excerpt_sha256,
-            "redacted": self.redacted,
-            **({"details": self.details} if self.details else {}),
+            "canary_probe": self.probe_id if self.probe_id != self.record_id else None,  # where it was planted
+            "detector": self.detector,
+            "score": round(self.score, 4),
+            "prompt_tokens": details.pop("prompt_tokens", None),
+            "boundary": details.pop("boundary", None),
+            "status": details.pop("status", None),
+            "found_at": self.found_at or None,
+            "evidence": {"excerpt": self.excerpt, "excerpt_sha256": self.excerpt_sha256,
+                         "offsets": [self.start, self.end], "redacted": self.redacted},
+            "details": details,
         }

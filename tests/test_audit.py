@@ -63,16 +63,29 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes} == {("tenant-a", "tenant-b"),
                                                                              ("tenant-b", "tenant-a")}
     for f in echoes:  # every finding names target, tenants, probe, prompt length, severity, evidence
-        assert f["target"] and f["probe"].endswith("-probe") and f["prompt_tokens"] > 4_089
-        assert f["severity"] == ("high" if f["detector"] == "semantic" else "critical")
-        assert f["evidence"]["excerpt_sha256"] and f["canary_id"]
+        assert f["target"] and f["record_id"].endswith("-probe") and f["prompt_tokens"] > 4_089
+        whole = f["detector"] in ("exact", "fuzzy") or f["details"].get("fragment") == "token_part"
+        assert f["severity"] == ("critical" if whole else "high")  # a paraphrase, a tag or a name alone: high
+        assert f["evidence"]["excerpt_sha256"] and (f["canary_id"] or f["details"].get("fragment") == "probe_tag")
     # Facts planted beside the tokens come back reworded in summaries: the semantic detector attributes them.
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["detector"] == "semantic"}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
-    assert {steps[f["probe"]]["stream"] for f in echoes} == {True, False}  # plain and streaming both leak
+    assert {steps[f["record_id"]]["stream"] for f in echoes} == {True, False}  # plain and streaming both leak
     accepted = [f for f in doc["findings"] if f["kind"] == "boundary_accepted"]
-    assert all(steps[f["probe"]]["prompt_tokens"] >= server.engine.config.max_req_input_len for f in accepted)
+    assert all(steps[f["record_id"]]["prompt_tokens"] >= server.engine.config.max_req_input_len for f in accepted)
     assert len(open_ledger(ledger).findings()) == len(doc["findings"])  # persisted as found
+    # `scan -f json` over the same ledger speaks the same finding schema as the audit's report.
+    store = open_ledger(ledger)
+    canary = next(c for c in store.active_canaries() if c.tenant == "tenant-a" and c.kind.value == "token")
+    store.close()
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"id": "log-1", "tenant": "tenant-b", "text": f"It said {canary.text}."}) + "\n")
+    scanned = invoke("scan", str(answers), "--ledger", str(ledger), "--format", "json", "--no-semantic")
+    [from_scan] = json.loads(scanned.stdout)["findings"]
+    from_audit = echoes[0]
+    assert from_scan.keys() == from_audit.keys() and from_scan["evidence"].keys() == from_audit["evidence"].keys()
+    assert (from_scan["record_id"], from_scan["canary_id"], from_scan["victim_tenant"]) == ("log-1", canary.id,
+                                                                                              "tenant-a")
 
 
 @pytest.mark.parametrize(("preset", "overrides"), [("fixed", SMALL), ("healthy", HEALTHY)])

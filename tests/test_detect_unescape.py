@@ -56,7 +56,7 @@ def test_scan_finds_canaries_written_in_any_common_escape(tmp_path: Path) -> Non
     for record_id, finding in found.items():
         assert (finding["kind"], finding["victim_tenant"]) == ("cross_tenant_echo", "tenant-a"), finding
         assert finding["details"]["escaped"], finding
-        start, end = finding["offsets"]
+        start, end = finding["evidence"]["offsets"]
         assert texts[record_id][start] in "&%\\" and texts[record_id][end - 1] in ";0123456789ABCDEFabcdef"
-    assert found["tok-html"]["offsets"][0] == len("<p>Code: ") + len(_html("LPK-"))
+    assert found["tok-html"]["evidence"]["offsets"][0] == len("<p>Code: ") + len(_html("LPK-"))
     assert found["fact-html"]["canary_id"] == fact["id"] and found["ko-url"]["canary_id"] == korean["id"]

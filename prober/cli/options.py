@@ -18,14 +18,16 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
-def _ledger(text: str) -> LedgerLocation:
+def _ledger(text: str | LedgerLocation) -> LedgerLocation:
     try:
         return LedgerLocation.parse(text)
     except LedgerError as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
-def _severity(text: str) -> Severity:
+def _severity(text: str | Severity) -> Severity:
+    if isinstance(text, Severity):  # the default, passed through the parser too
+        return text
     try:
         return Severity.parse(text)
     except ValueError as exc:

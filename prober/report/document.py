@@ -23,28 +23,6 @@ HEADLINES = {
 }
 
 
-def finding_json(finding: Finding) -> dict[str, Any]:
-    details = dict(finding.details)
-    return {
-        "kind": finding.kind.value,
-        "severity": finding.severity.label,
-        "victim_tenant": finding.victim_tenant,
-        "observer_tenant": finding.observer_tenant,
-        "target": finding.target or None,
-        "probe": finding.record_id,  # the request whose answer carried it
-        "canary_probe": finding.probe_id if finding.probe_id != finding.record_id else None,
-        "prompt_tokens": details.pop("prompt_tokens", None),
-        "boundary": details.pop("boundary", None),
-        "status": details.pop("status", None),
-        "detector": finding.detector,
-        "canary_id": finding.canary_id,
-        "score": round(finding.score, 4),
-        "evidence": {"excerpt": finding.excerpt, "excerpt_sha256": finding.excerpt_sha256,
-                     "offsets": [finding.start, finding.end], "redacted": finding.redacted},
-        **({"details": details} if details else {}),
-    }
-
-
 def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
     """An incident with the indices (into the document's `findings`) of the findings under it."""
     index = {id(f): i for i, f in enumerate(findings)}
@@ -113,6 +91,6 @@ def document(result: AuditResult) -> dict[str, Any]:
                     "by_severity": dict(Counter(f.severity.label for f in findings)),
                     "incidents": len(incidents), "tokens_sent": sum(t.tokens_sent for t in result.targets)},
         "incidents": [incident_json(i, findings) for i in incidents],
-        "findings": [finding_json(f) for f in findings],
+        "findings": [f.to_json() for f in findings],
         "targets": [target_json(t) for t in result.targets],
     }

@@ -173,7 +173,7 @@ def finding_rows(findings: list[dict[str, Any]]) -> str:
         telemetry = (f.get("details") or {}).get("engine_telemetry") or {}
         moved = ", ".join(f"{name} {change['delta']:+g}" for name, change in telemetry.items() if change["delta"])
         rows.append(
-            f"<tr><td>{_esc(f['probe'])}</td><td>{_esc(f['prompt_tokens'])}</td><td>{_esc(f['boundary'])}</td>"
+            f"<tr><td>{_esc(f['record_id'])}</td><td>{_esc(f['prompt_tokens'])}</td><td>{_esc(f['boundary'])}</td>"
             f"<td>{_esc(f['detector'])} {f['score']:.2f}</td><td>{_esc(f['canary_id'] or '-')}</td>"
             f"<td><code>{_esc(f['evidence']['excerpt'])}</code></td><td>{_esc(moved or '-')}</td></tr>")
     return ("<table><tr><th>probe</th><th>prompt tokens</th><th>boundary</th><th>detector</th><th>canary</th>"

@@ -13,7 +13,7 @@ def junit(doc: dict[str, Any], fail_on: Severity) -> str:
     suites = ET.Element("testsuites", name="leakprobe")
     by_probe: dict[str, list[dict[str, Any]]] = {}
     for f in doc["findings"]:
-        by_probe.setdefault(f"{f['target']}/{f['probe']}", []).append(f)
+        by_probe.setdefault(f"{f['target']}/{f['record_id']}", []).append(f)
     for target in doc["targets"]:
         suite = ET.SubElement(suites, "testsuite", name=target["name"])
         failures = errors = 0

@@ -31,7 +31,7 @@ def sarif(doc: dict[str, Any], config_uri: str) -> dict[str, Any]:
         rule = RULES[FindingKind(f["kind"])][0]
         who = f"{f['victim_tenant']}'s canary {f['canary_id'] or ''} reached {f['observer_tenant']}" \
             if f["victim_tenant"] else f"answer to {f['observer_tenant']}"
-        text = (f"{f['kind']} on {f['target']} ({who}; probe {f['probe']}, {f['prompt_tokens']} prompt tokens, "
+        text = (f"{f['kind']} on {f['target']} ({who}; request {f['record_id']}, {f['prompt_tokens']} prompt tokens, "
                 f"{f['boundary']}): {f['evidence']['excerpt']}")
         fingerprint = hashlib.sha256("|".join(str(x) for x in (
             rule, f["target"], f["canary_id"] or f["evidence"]["excerpt_sha256"], f["boundary"])).encode())

@@ -59,7 +59,7 @@ def _target(doc: dict[str, Any], t: dict[str, Any], term: Terminal) -> str:
                      f"{', '.join(incident['boundaries']) or '-'}: {incident['count']} findings, first "
                      f"{_clock(incident['first_seen'])}, last {_clock(incident['last_seen'])}\n")
         for f in (doc["findings"][i] for i in incident["findings"]):
-            fields = [f["probe"], f"{f['prompt_tokens'] or 0:,} tokens", f["detector"], f["canary_id"],
+            fields = [f["record_id"], f"{f['prompt_tokens'] or 0:,} tokens", f["detector"], f["canary_id"],
                       f["evidence"]["excerpt"]]
             parts.append("    " + " ".join(str(x) for x in fields if x) + "\n")
     parts += [f"  error: {e}\n" for e in t["errors"]]
