@@ -2,6 +2,10 @@
 
     python bench/llamacpp.py       # once: collects 400 Gemma 3 270M answers to canary prompts
     python bench/foreign.py        # warnings and recall, with and without the embedder
+    python bench/foreign.py --corpus ~/.cache/leakprobe/reallm-corpus   # the clean controls of bench/reallm.py
+
+With --corpus, the clean answers are the real-LM corpus's controls: Gemma decoding from never-written
+(zeroed) pages -- multilingual garbage -- and from the observer's own pages, where it invents sentences.
 
 Clean: the Gemma answers as they came (greedy and sampled at 0.8, five instructions).  Leaked: the same
 answers with one sentence of another customer's data spliced in at a sentence boundary -- a fact from the
@@ -12,12 +16,15 @@ first version of the detector: exact words only, no stems, no paraphrase or tran
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import re
 import sys
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from prober.canaries.packs import load_pack
 from prober.detect.foreign import ForeignContentDetector
@@ -63,10 +70,27 @@ def splice(text: str, sentence: str, rng: random.Random) -> tuple[str, int, int]
     return glued + sentence + " " + text[at:], start, start + len(sentence)
 
 
+def corpus_controls(corpus: Path) -> list[dict[str, Any]]:
+    """The clean answers of a real-LM corpus (its controls), as rows of the llama.cpp answer file."""
+    truths = {t["id"]: t for t in map(json.loads, (corpus / "truth.jsonl").read_text("utf-8").splitlines())}
+    rows = []
+    for row in map(json.loads, (corpus / "answers.jsonl").read_text("utf-8").splitlines()):
+        condition = truths[row["id"]]["condition"]
+        if condition["control"]:
+            rows.append({**row, "greedy": condition["temperature"] == 0, "kind": condition["control"]})
+    return rows
+
+
 def main() -> None:
-    if not ANSWERS.exists():
-        sys.exit(f"no answers at {ANSWERS}: run `python bench/llamacpp.py` first")
-    rows = [json.loads(line) for line in ANSWERS.read_text(encoding="utf-8").splitlines()]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--corpus", type=Path, help="a bench/reallm.py corpus: its controls are the clean answers")
+    args = parser.parse_args()
+    if args.corpus is not None:
+        rows = corpus_controls(args.corpus)
+    elif ANSWERS.exists():
+        rows = [json.loads(line) for line in ANSWERS.read_text(encoding="utf-8").splitlines()]
+    else:
+        sys.exit(f"no answers at {ANSWERS}: run `python bench/llamacpp.py` first (or give --corpus)")
     rng = random.Random(11)
     pack = load_pack("en")
     leaks = [*BUSINESS, *(pack.mint(rng).text for _ in range(40))]
@@ -79,7 +103,7 @@ def main() -> None:
         legacy_warned = legacy_caught = 0
         started = time.perf_counter()
         for row in rows:
-            kind = "greedy" if row["greedy"] else "sampled"
+            kind = ("greedy" if row["greedy"] else "sampled") + (f" {row['kind']}" if "kind" in row else "")
             total[kind] += 1
             if detector.detect(Record(row["id"], row["tenant"], row["text"], row["prompt"]), ""):
                 warned[kind] += 1

@@ -69,6 +69,43 @@ KO_PARAPHRASES = {
     "{place}의 창고 {number}번 선반에 {person} 씨의 {object}이/가 있습니다.":
         "{person} 씨의 {object}은/는 {place} 창고의 {number}번 선반에 놓여 있습니다.",
 }
+# A Korean fact noted down as a memo: a label, the values, the name in brackets (no sentence, few particles).
+KO_MEMOS = {
+    "{person}의 금고 비밀번호는 {number}이며/며 금고는 {place}에 있습니다.":
+        "금고 비밀번호 {number} ({person} 씨) — 위치: {place}",
+    "{person} 씨는 {place}에 살고 있으며 {color} {animal} {pet}을/를 키웁니다.":
+        "반려동물: {color} {animal} {pet} ({person} 씨) — 거주지: {place}",
+    "{person} 씨의 소포 {number}번은 {place} 우체국에 보관되어 있습니다.":
+        "소포 번호 {number} ({person} 씨) — 보관 장소: {place} 우체국",
+    "{person} 씨는 {place} 시장에서 {object}을/를 {amount}원에 샀습니다.":
+        "구매: {object}, {amount}원 ({person} 씨) — 장소: {place} 시장",
+    "{person} 씨와의 회의는 {place} 기록관 {number}호실에서 열립니다.":
+        "회의 ({person} 씨) — 장소: {place} 기록관 {number}호실",
+    "{person} 씨는 {place} 천문대에서 일하며 계좌 번호 {number}을/를 씁니다.":
+        "계좌 번호 {number} ({person} 씨) — 근무지: {place} 천문대",
+    "{person}과/와 {pet}은/는 다음 달에 {place}으로/로 이사합니다.":
+        "이사 예정: {person}, {pet} — 새 주소: {place} (다음 달)",
+    "{place}의 창고 {number}번 선반에 {person} 씨의 {object}이/가 있습니다.":
+        "보관 물품: {object} ({person} 씨) — 위치: {place} 창고 {number}번 선반",
+}
+# How people write the pack's syllables in Latin letters besides the Revised Romanization (which comes first):
+# popular spellings (oo, ee, u for eo, yu for yeo), McCune-Reischauer without its marks (k, t, p, ch), an h.
+SPELLINGS = {
+    "윤": ("yun", "yoon"), "슬": ("seul", "sul"), "담": ("dam", "tam"), "휘": ("hwi", "hwee"),
+    "로": ("ro", "roh", "lo"),
+    "결": ("gyeol", "kyul", "gyul", "kyol"), "채": ("chae", "chai"), "온": ("on", "ohn"), "솔": ("sol",),
+    "빈": ("bin", "been", "pin"), "하": ("ha", "hah"), "률": ("ryul", "yul", "ryool"), "겸": ("gyeom", "kyum", "kyom"),
+    "설": ("seol", "sul", "sol"), "도": ("do", "doh", "to"), "새": ("sae", "sai"), "린": ("rin", "lin"),
+    "준": ("jun", "joon", "chun"), "별": ("byeol", "byul", "pyol"), "아": ("a", "ah"),
+    "탁": ("tak", "tahk"), "어": ("eo", "uh", "o"), "편": ("pyeon", "pyun", "pyon"), "두": ("du", "doo", "tu"),
+    "빙": ("bing", "ping"), "옹": ("ong", "ohng"), "국": ("guk", "kook", "kuk"), "선우": ("seonu", "sunwoo", "sonu"),
+    "제갈": ("jegal", "chegal"), "독고": ("dokgo", "dokko", "tokko"),
+    "무": ("mu", "moo"), "진": ("jin", "chin"), "개": ("gae", "kae"), "여": ("yeo", "yo", "yu"), "울": ("ul", "wool"),
+    "달": ("dal", "tal"), "갈": ("gal", "kal"), "미": ("mi", "mee"), "리": ("ri", "li", "lee"),
+    "벌": ("beol", "bul", "pol"), "모": ("mo",), "초": ("cho",), "가": ("ga", "ka"), "은": ("eun", "un"),
+    "골": ("gol", "kol"), "포구": ("pogu", "pogoo"), "마을": ("maeul", "maul"), "나루": ("naru", "naroo"),
+    "고개": ("gogae", "kogae"),
+}
 # A Korean fact as an English answer tells it: names romanized, words translated, numbers kept.
 KO_TO_EN = {
     "{person}의 금고 비밀번호는 {number}이며/며 금고는 {place}에 있습니다.":
@@ -133,6 +170,37 @@ def korean_in_english(canary: Canary, slots: dict[str, str], template: str, rng:
             family, given = alias.split(" ", 1)
             alias = f"{given} {family}"
         spelled[name] = alias
+    spelled = {n: KO_WORDS_IN_EN.get(v, v) for n, v in spelled.items()}
+    return KO_TO_EN[template].format(**spelled)
+
+
+def spelled_otherwise(value: str, rng: random.Random) -> str:
+    """A Korean name or place as someone writes it who does not follow the Revised Romanization: each syllable
+    (or two-syllable family name, place suffix) in another common spelling, the given name hyphenated or in
+    separate syllables now and then."""
+    pieces: list[str] = []
+    rest = value
+    while rest:
+        unit = next((rest[:n] for n in (2, 1) if rest[:n] in SPELLINGS), rest[:1])
+        options = SPELLINGS.get(unit, (hangul.romanize(unit),))
+        pieces.append(rng.choice(options[1:] or options))
+        rest = rest[len(unit):]
+    joiner = rng.choice(("", "", "-", " ")) if len(pieces) > 1 else ""
+    return joiner.join(pieces).capitalize() if joiner != " " else " ".join(p.capitalize() for p in pieces)
+
+
+def korean_spelled_otherwise(canary: Canary, slots: dict[str, str], template: str, rng: random.Random) -> str:
+    """A Korean fact retold in English with its names spelled another common way ("Tahk Yoon-sul", "Joon Doo")."""
+    spelled = dict(slots)
+    distinctive = [n for n, v in slots.items() if v in canary.slots]
+    for index, alias in canary.aliases:
+        name, value = distinctive[index], slots[distinctive[index]]
+        if " " in alias:  # a person: family name first in the value, apart in the alias
+            family_length = next(n for n in (2, 1) if hangul.romanize(value[:n]).capitalize() == alias.split()[0])
+            family, given = (spelled_otherwise(part, rng) for part in (value[:family_length], value[family_length:]))
+            spelled[name] = f"{given} {family}" if rng.random() < 0.5 else f"{family} {given}"
+        else:
+            spelled[name] = spelled_otherwise(value, rng)
     spelled = {n: KO_WORDS_IN_EN.get(v, v) for n, v in spelled.items()}
     return KO_TO_EN[template].format(**spelled)
 
@@ -266,6 +334,9 @@ def build(victim_canaries: list[Canary], observer_facts: list[Canary], slots_of:
             reworded = hangul.resolve_particles(KO_PARAPHRASES[template], slots).format(**slots)
             add(embed_ko(rng, reworded), "paraphrased_ko", canary)
             add(embed(rng, korean_in_english(canary, slots, template, rng)), "korean_in_english", canary)
+            memo = hangul.resolve_particles(KO_MEMOS[template], slots).format(**slots)
+            add(embed_ko(rng, memo), "memo_ko", canary)
+            add(embed(rng, korean_spelled_otherwise(canary, slots, template, rng)), "romanized_ko", canary)
     for i in range(clean):
         add(clean_text(rng) if i % 5 else clean_text_ko(rng), "clean", None)
     for _ in range(200):
@@ -276,7 +347,8 @@ def build(victim_canaries: list[Canary], observer_facts: list[Canary], slots_of:
     return cases
 
 
-POSITIVE = ("verbatim", "disguised", "paraphrased", "paraphrased_ko", "korean_in_english", "english_in_korean")
+POSITIVE = ("verbatim", "disguised", "paraphrased", "paraphrased_ko", "korean_in_english", "english_in_korean",
+            "memo_ko", "romanized_ko")
 NEGATIVE = ("clean", "lookalike", "same_template")
 
 

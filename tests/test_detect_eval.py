@@ -1,5 +1,6 @@
 """Detector quality on a labelled evaluation set (tests/evalset.py), measured and asserted, with the default
-(multilingual) embedder: verbatim, disguised, reworded in English and in Korean, and retold across the two."""
+(multilingual) embedder: verbatim, disguised, reworded in English and in Korean (also as a memo), and retold
+across the two (also with names spelled other common ways than the Revised Romanization)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> 
 
 @pytest.mark.parametrize(("label", "floor"), [
     ("verbatim", 1.0), ("disguised", 0.99), ("paraphrased", 0.90), ("paraphrased_ko", 0.90),
-    ("korean_in_english", 0.90), ("english_in_korean", 0.90)])
+    ("korean_in_english", 0.90), ("english_in_korean", 0.90), ("memo_ko", 0.95), ("romanized_ko", 0.95)])
 def test_recall(evaluation: evalset.Evaluation, label: str, floor: float) -> None:
     recall, n = evaluation.recall(label)
     print(f"recall {label}: {recall:.4f} (n={n})")
@@ -79,7 +80,10 @@ def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]]) -> Scanner:
 ])
 def test_shared_values_out_of_place_are_not_the_fact(embedder: Embedder, fact: tuple[str, tuple[str, ...]],
                                                        answer: str) -> None:
-    assert _victim(embedder, fact).scan(Record("r", "tenant-a", answer)).findings == []
+    findings = _victim(embedder, fact).scan(Record("r", "tenant-a", answer)).findings
+    # Not the fact: at most the victim's name in full where it stands alone, reported as that (a fragment).
+    assert [(f.detector, answer[f.start : f.end]) for f in findings] == (
+        [("fragment", fact[1][0])] if answer.startswith(fact[1][0]) else [])
 
 
 @pytest.mark.parametrize("reworded", [

@@ -112,6 +112,8 @@ def test_any_mapping_is_a_config_or_a_config_error(data: dict[str, Any]) -> None
 from collections.abc import Callable  # noqa: E402
 
 from prober.canaries import tokens as canary_tokens  # noqa: E402
+from prober.canaries.compact import compact  # noqa: E402
+from prober.canaries.hangul import romanization_key, romanization_key_positions  # noqa: E402
 from prober.detect import Scanner  # noqa: E402
 from prober.detect.unescape import unescape  # noqa: E402
 from prober.types import Canary, CanaryKind, Record  # noqa: E402
@@ -187,3 +189,12 @@ def test_a_canary_written_in_any_escape_is_found_where_it_was_written(before: st
     start, end = findings[0].start, findings[0].end
     assert len(before) < start and end <= len(before) + 1 + len(encoded)
     assert findings[0].details["escaped"]
+
+
+@given(st.text(alphabet=st.sampled_from("AEIOUYWHRLGKDTBPJCNMS0123456789-"), max_size=60))
+@example("CHAEE00HYRAI")
+def test_the_romanization_key_and_its_positions_agree(text: str) -> None:
+    compacted = compact(text)
+    key, positions = romanization_key_positions(compacted)
+    assert key == romanization_key(compacted) and len(positions) == len(key)
+    assert positions == sorted(positions) and all(0 <= p < len(compacted) for p in positions)

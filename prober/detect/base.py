@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from prober.canaries import tokens
 from prober.canaries.compact import compact
+from prober.canaries.hangul import NOUN_ENDINGS, is_hangul
 from prober.canaries.tokens import VerifiedToken
 from prober.types import Canary, CanaryKind, Record, Severity
 
@@ -22,6 +23,22 @@ def sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
     return first, (min(ends) + 1 if ends else len(text))
 
 
+def whole_word(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is not part of a longer word: nothing alphanumeric just before it, and
+    after it no letter of the same script (Latin) or digit (numbers) -- a Korean particle may follow a Korean
+    word, but no other syllable."""
+    if start > 0 and text[start - 1].isalnum():
+        return False
+    if end >= len(text) or not text[end].isalnum():
+        return True
+    last, after = text[end - 1], text[end]
+    if last.isdigit() or after.isdigit():
+        return not (last.isdigit() and after.isdigit())
+    if is_hangul(last) and is_hangul(after):
+        return after in NOUN_ENDINGS
+    return not (last.isascii() and after.isascii())
+
+
 @dataclass(frozen=True)
 class Hit:
     """Something in one answer that a detector recognised, with its span in the original text."""
@@ -32,8 +49,19 @@ class Hit:
     end: int
     canary: Canary | None = None  # a canary of this ledger
     verified: VerifiedToken | None = None  # a MAC-verified token this ledger never saw
+    tenant: str | None = None  # the owner, where neither says it (a probe's tag: details["probe_id"])
     foreign: bool = False  # answer material that the prompt cannot explain
+    severity: Severity | None = None  # where it differs from the detector's
     details: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """What the hit is of: one finding per key and answer, by the strongest detector."""
+        if self.canary is not None:
+            return self.canary.id
+        if self.verified is not None:
+            return f"mac:{self.verified.body}"
+        return f"probe:{self.tenant}:{self.details.get('probe_id', '')}"
 
 
 class CanarySet:

@@ -75,7 +75,7 @@ class ForeignContentDetector(Detector):
     """Sentences of the answer whose content the prompt cannot explain."""
 
     name = "foreign"
-    rank = 3
+    rank = 5
     severity = Severity.WARNING
 
     def __init__(self, embedder: Embedder | None = None) -> None:

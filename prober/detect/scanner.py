@@ -2,7 +2,8 @@
 
 A canary is a finding only when its owner (victim) differs from the tenant that received the answer
 (observer); one's own canary echoed back is a positive control, counted but not reported.  Each
-canary is reported once per answer, by the strongest detector that saw it (exact > fuzzy > semantic).
+canary is reported once per answer, by the strongest detector that saw it (exact > fuzzy > semantic >
+fragment); a probe's tag or a run of its prompt is not reported where one of that probe's canaries is.
 Foreign-content hits that overlap a canary hit are dropped: the canary explains them.
 """
 
@@ -17,10 +18,14 @@ from prober.canaries.compact import compact
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.exact import ExactDetector
 from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
+from prober.detect.fragment import FragmentDetector
 from prober.detect.fuzzy import FuzzyDetector
 from prober.detect.semantic import SemanticDetector
 from prober.detect.unescape import Unescaped, unescape
+from prober.detect.values import SlotValues
+from prober.detect.verbatim import VerbatimDetector
 from prober.embeddings import Embedder
+from prober.shingles import PromptShingles
 from prober.types import Canary, Finding, FindingKind, Record
 
 EXCERPT_CONTEXT = 40
@@ -59,13 +64,19 @@ class Scanner:
         embedder: Embedder | None = None,
         foreign: bool = True,
         redact: bool = True,
+        prompts: Sequence[PromptShingles] = (),
     ) -> None:
+        """`prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key)."""
         self.canary_set = CanarySet(canaries, key=key, tenants=tenants)
         self.redact = redact
-        self._made_with = (self.canary_set.canaries, key, tuple(tenants), embedder, foreign, redact)
-        self.detectors: list[Detector] = [ExactDetector(self.canary_set), FuzzyDetector(self.canary_set)]
+        self._made_with = (self.canary_set.canaries, key, tuple(tenants), embedder, foreign, redact, tuple(prompts))
+        values = SlotValues(self.canary_set)  # one index of fact values, shared
+        self.detectors: list[Detector] = [ExactDetector(self.canary_set), FuzzyDetector(self.canary_set),
+                                          FragmentDetector(self.canary_set, values)]
         if embedder is not None:
-            self.detectors.append(SemanticDetector(self.canary_set, embedder))
+            self.detectors.append(SemanticDetector(self.canary_set, embedder, values))
+        if prompts and key is not None:
+            self.detectors.append(VerbatimDetector(prompts, key))
         if foreign:
             self.detectors.append(ForeignContentDetector(embedder))
         self._by_name = {d.name: d for d in self.detectors}
@@ -95,9 +106,12 @@ class Scanner:
         for hit in hits:
             if hit.foreign:
                 continue
-            key = hit.canary.id if hit.canary else f"mac:{hit.verified.body if hit.verified else ''}"
-            if key not in best or self._by_name[hit.detector].rank < self._by_name[best[key].detector].rank:
-                best[key] = hit
+            if hit.key not in best or self._by_name[hit.detector].rank < self._by_name[best[hit.key].detector].rank:
+                best[hit.key] = hit
+        found = {(h.canary.tenant, h.canary.probe_id) for h in best.values() if h.canary is not None}
+        for key, hit in list(best.items()):
+            if hit.tenant is not None and (hit.tenant, hit.details.get("probe_id")) in found:
+                del best[key]  # a probe's tag, where one of its canaries is reported
         for hit in best.values():
             victim = _owner(hit)
             if victim == record.tenant:
@@ -126,9 +140,10 @@ class Scanner:
             details["probe_tag"] = hit.verified.probe_tag
         return Finding(
             record_id=record.id, kind=FindingKind.CROSS_TENANT_ECHO, detector=hit.detector,
-            severity=self._by_name[hit.detector].severity, score=hit.score, observer_tenant=record.tenant,
-            victim_tenant=victim, canary_id=canary.id if canary else None,
-            probe_id=(canary.probe_id or None) if canary else None, start=hit.start, end=hit.end,
+            severity=hit.severity or self._by_name[hit.detector].severity, score=hit.score,
+            observer_tenant=record.tenant, victim_tenant=victim, canary_id=canary.id if canary else None,
+            probe_id=(canary.probe_id if canary else str(hit.details.get("probe_id", ""))) or None,
+            start=hit.start, end=hit.end,
             excerpt=self._excerpt(record.text, hit.start, hit.end),
             excerpt_sha256=hashlib.sha256(record.text[hit.start : hit.end].encode()).hexdigest(),
             redacted=self.redact, details=details,
@@ -146,8 +161,9 @@ class Scanner:
 
 
 def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...], embedder: Embedder | None,
-             foreign: bool, redact: bool) -> Scanner:
-    return Scanner(canaries, key=key, tenants=tenants, embedder=embedder, foreign=foreign, redact=redact)
+             foreign: bool, redact: bool, prompts: tuple[PromptShingles, ...]) -> Scanner:
+    return Scanner(canaries, key=key, tenants=tenants, embedder=embedder, foreign=foreign, redact=redact,
+                   prompts=prompts)
 
 
 def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:
@@ -163,5 +179,7 @@ def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:
 def _owner(hit: Hit) -> str:
     if hit.canary is not None:
         return hit.canary.tenant
+    if hit.tenant is not None:
+        return hit.tenant
     assert hit.verified is not None
     return hit.verified.tenant or f"unknown-tenant-tag:{hit.verified.tenant_tag}"

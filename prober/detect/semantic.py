@@ -4,8 +4,8 @@ Cosine similarity alone cannot tell two tenants' facts from one template apart (
 with MiniLM), so attribution rests on the distinctive slot values, and the embedding confirms that
 the sentence around them still says the fact:
 
-1. an Aho-Corasick pass over the compact answer finds the facts whose slot values (or the parts of
-   multi-word values, or their other spellings: a Korean name romanized in an English answer) appear --
+1. an Aho-Corasick pass over the compact answer (values.py) finds the facts whose slot values (or the parts
+   of multi-word values, or their other spellings: a Korean name romanized in an English answer) appear --
    most answers stop here, with no embedding at all; a value counts only as a whole word of the answer
    ("Kaiken" is not in "Kaikenix"; a Korean particle may follow), only together with the fact's other
    values within about twice the fact's length, and one of them must be *strong*: a number, a name in
@@ -20,33 +20,17 @@ the sentence around them still says the fact:
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
-import ahocorasick
 import numpy as np
 
-from prober.canaries.compact import compact, original_span
-from prober.detect.base import CanarySet, Detector, Hit, sentence_around
+from prober.canaries.compact import original_span
+from prober.detect.base import CanarySet, Detector, Hit, sentence_around, whole_word
+from prober.detect.values import SlotValues, ValueHit
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
-MIN_PART = 5  # compact length of a slot-value part that may count on its own
 BLOCK_ROWS = 8192
 SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
-
-
-class ValueHit(NamedTuple):
-    """One of a fact's values found in an answer (offsets in the compact form, then in the original)."""
-
-    slot: int
-    start: int
-    end: int
-    strong: bool  # a number, a name in full, a Korean value: rare enough to attribute on
-
-
-def _strong(value: str) -> bool:
-    """Whether a value, found whole, is rare enough to attribute on."""
-    return sum(ch.isdigit() for ch in value) >= 3 or len(value.split()) >= 2 or not value.isascii()
 
 
 def blocked_cosine(chunks: Vectors, facts: Vectors, device: str) -> Vectors:
@@ -71,29 +55,14 @@ class SemanticDetector(Detector):
     rank = 2
     severity = Severity.HIGH
 
-    def __init__(self, canaries: CanarySet, embedder: Embedder) -> None:
+    def __init__(self, canaries: CanarySet, embedder: Embedder, values: SlotValues | None = None) -> None:
         self.canaries = canaries
         self.embedder = embedder
         self.threshold = embedder.threshold
         embedder.load()
         self._facts = canaries.facts()
-        self._slot_count: dict[int, int] = {}
-        self._automaton = ahocorasick.Automaton()
-        for index in self._facts:
-            canary = canaries.canaries[index]
-            self._slot_count[index] = len(canary.slots)
-            # A value and its other spellings (a Korean name romanized in an English answer) count alike.
-            # A two-word name also in the other order (a model may put the family name first or last).
-            for slot_no, value in [*enumerate(canary.slots), *canary.aliases]:
-                names = value.split()
-                wholes = {compact(value), compact(" ".join(reversed(names)))} if len(names) == 2 else {compact(value)}
-                parts = {compact(p) for p in names if len(compact(p)) >= MIN_PART} - wholes
-                for part, strong in [*((w, _strong(value)) for w in wholes), *((p, False) for p in parts)]:
-                    if part:
-                        length, entries = self._automaton.get(part, (len(part), ()))
-                        self._automaton.add_word(part, (length, (*entries, (index, slot_no, strong))))
-        if len(self._automaton):
-            self._automaton.make_automaton()
+        self._slot_count = {i: len(canaries.canaries[i].slots) for i in self._facts}
+        self.values = values or SlotValues(canaries)
         self._vectors = self._fact_vectors()
 
     def _fact_vectors(self) -> dict[int, Vectors]:
@@ -114,15 +83,9 @@ class SemanticDetector(Detector):
     def _enough(self, fact: int, hits: list[ValueHit]) -> bool:
         return 2 * len({h.slot for h in hits}) >= self._slot_count[fact] and any(h.strong for h in hits)
 
-    def slot_hits(self, compacted: str) -> dict[int, list[ValueHit]]:
-        """fact index -> its values found in the compact answer, for the facts that could still be there."""
-        found: dict[int, list[ValueHit]] = {}
-        if not len(self._automaton):
-            return found
-        for end, (length, entries) in self._automaton.iter(compacted):
-            for index, slot_no, strong in entries:
-                found.setdefault(index, []).append(ValueHit(slot_no, end + 1 - length, end + 1, strong))
-        return {i: hits for i, hits in found.items() if self._enough(i, hits)}
+    def slot_hits(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
+        """fact index -> its values found in the answer, for the facts that could still be there."""
+        return {i: hits for i, hits in self.values.hits(text, compacted).items() if self._enough(i, hits)}
 
     def placed(self, text: str, candidates: dict[int, list[ValueHit]]) -> dict[int, list[ValueHit]]:
         """The candidates' values mapped to `text`, kept where they are whole words lying together and
@@ -130,7 +93,7 @@ class SemanticDetector(Detector):
         kept: dict[int, list[ValueHit]] = {}
         for fact, hits in candidates.items():
             mapped = [h._replace(start=s, end=e) for h in hits for s, e in [original_span(text, h.start, h.end)]]
-            words = sorted((h for h in mapped if _whole_word(text, h.start, h.end)), key=lambda h: h.start)
+            words = sorted((h for h in mapped if whole_word(text, h.start, h.end)), key=lambda h: h.start)
             reach = SPREAD * len(self.canaries.canaries[fact].text)
             best: list[ValueHit] = []
             for first, hit in enumerate(words):  # a few values per fact: quadratic is fine
@@ -142,7 +105,7 @@ class SemanticDetector(Detector):
         return kept
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
-        found = self.slot_hits(compacted)
+        found = self.slot_hits(record.text, compacted)
         candidates = self.placed(record.text, found) if found else {}
         if not candidates:
             return []
@@ -170,19 +133,6 @@ class SemanticDetector(Detector):
                                 details={"slots_present": len({h.slot for h in slot_spans}),
                                          "slots_total": self._slot_count[index]}))
         return hits
-
-
-def _whole_word(text: str, start: int, end: int) -> bool:
-    """Whether text[start:end] is not part of a longer word: nothing alphanumeric just before it, and
-    after it no letter of the same script (Latin) or digit (numbers) -- Korean particles may follow."""
-    if start > 0 and text[start - 1].isalnum():
-        return False
-    if end >= len(text) or not text[end].isalnum():
-        return True
-    last, after = text[end - 1], text[end]
-    if last.isdigit() or after.isdigit():
-        return not (last.isdigit() and after.isdigit())
-    return not (last.isascii() and after.isascii())
 
 
 def _chunks_around(text: str, start: int, end: int, words: int) -> list[tuple[int, int]]:

@@ -1,0 +1,183 @@
+"""Fragments: the pieces of another tenant's canaries that a real language model copies out of stale pages.
+
+Gemma 3 270M attending over a victim's stale KV pages (../docs, "what real leaks look like") rarely writes a
+whole token.  It keeps the token's first group -- the tenant+probe tag, shared by every token of one prompt --
+and invents the rest, or copies three of the four groups and drops the MAC; it retells a fact with one of its
+values.  Exact and fuzzy matching of whole bodies missed those (a tag alone scores ~0.42, three groups ~0.78).
+
+A token body is four 8-character groups: tag, two random groups (80 bits), MAC.  Rules, on the compact answer:
+
+* **part of a body** (critical): two or more groups of one known body, in order and where they belong
+  relative to each other -- at least 40 of its random bits, which no other text reproduces by chance;
+* **a probe's tag** (high): the tag of a probe in this ledger, as the first group of something written as a
+  token (after the `LPK` prefix, or a whole word followed by a hyphen and another group).  The tag is
+  40 bits of HMAC under the deployment key: a look-alike or an invented token matches one of P probes with
+  probability P x 2**-40, and only at the few places an answer writes a token;
+* **a full name of a fact** (high): a person's name of another tenant's fact, as whole words, in either order
+  (or a Korean name, or its romanization) -- never one that the answer's own prompt holds, that one of the
+  observer's facts has, or that facts of two tenants share.  Places, numbers and amounts recur or are
+  mistyped; a name from a pack's made-up syllables is as rare as a number and survives retelling.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from prober.canaries import tokens
+from prober.canaries.compact import compact, original_span
+from prober.detect.base import CanarySet, Detector, Hit, whole_word
+from prober.detect.grams import KeyTable, gram_keys
+from prober.detect.values import SlotValues
+from prober.types import CanaryKind, Record, Severity
+
+GROUP = 8  # characters in a group of a token body
+GROUPS = tokens.BODY_LEN // GROUP
+SLACK = 2  # compact characters a model may add or drop between two groups it copied
+_TAG = 0
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)[\s-]+$")
+_WORD_AFTER = re.compile(r"[\s-]+([A-Za-z]+)")
+_TITLES = frozenset("mr mrs ms miss dr prof sir madam mister".split())
+_NEXT_GROUP = re.compile(r"[-\u2010-\u2013][0-9A-Za-z]{4}")
+
+
+class FragmentDetector(Detector):
+    """A surviving piece of a canary: a token's probe tag or part of its body, or one full name of a fact."""
+
+    name = "fragment"
+    rank = 3
+    severity = Severity.HIGH
+
+    def __init__(self, canaries: CanarySet, values: SlotValues | None = None) -> None:
+        self.canaries = canaries
+        bodies = [i for i, (p, c) in enumerate(zip(canaries.patterns, canaries.canaries, strict=True))
+                  if c.kind is CanaryKind.TOKEN and len(p) == tokens.BODY_LEN]
+        text = "".join(canaries.patterns[i] for i in bodies)
+        keys = gram_keys(text, GROUP)[::GROUP] if bodies else np.zeros(0, dtype=np.uint64)
+        order = np.argsort(keys, kind="stable")
+        self._groups = KeyTable(keys[order])
+        self._group_canary = np.repeat(np.asarray(bodies, dtype=np.int32), GROUPS)[order]
+        self._group_number = np.tile(np.arange(GROUPS, dtype=np.int8), len(bodies))[order]
+        self.values = values or SlotValues(canaries)
+        self._name_owners = _name_owners(canaries, self.values)
+        self._lock = threading.Lock()
+        self._prompt: tuple[str | None, str] = (None, "")
+
+    def detect(self, record: Record, compacted: str) -> list[Hit]:
+        return [*self._token_parts(record.text, compacted), *self._names_in(record, compacted)]
+
+    # -- tokens ---------------------------------------------------------------------------------
+    def _token_parts(self, text: str, compacted: str) -> list[Hit]:
+        if not len(self._groups):
+            return []
+        at, found = self._groups.find(gram_keys(compacted, GROUP))
+        seen: dict[int, list[tuple[int, int]]] = defaultdict(list)  # canary -> (group, position)
+        for position, entry in zip(at.tolist(), found.tolist(), strict=True):
+            index = int(self._group_canary[entry])
+            if compacted[position : position + GROUP] == self.canaries.patterns[index][
+                    GROUP * int(self._group_number[entry]) : GROUP * (int(self._group_number[entry]) + 1)]:
+                seen[index].append((int(self._group_number[entry]), position))
+        hits: list[Hit] = []
+        parts: set[tuple[str, str]] = set()  # (tenant, probe) of the bodies found in part
+        tags: dict[tuple[str, str], tuple[int, int]] = {}  # (tenant, probe) -> first anchored tag position
+        for index, groups in seen.items():
+            canary = self.canaries.canaries[index]
+            run = _longest_run(groups)
+            if len(run) >= 2:
+                start, end = original_span(text, run[0][1], run[-1][1] + GROUP)
+                hits.append(Hit(self.name, len(run) / GROUPS, start, end, canary=canary, severity=Severity.CRITICAL,
+                                details={"fragment": "token_part", "groups": [g for g, _ in run]}))
+                parts.add((canary.tenant, canary.probe_id))
+                continue
+            for group, position in groups:
+                if group == _TAG and _written_as_token(text, compacted, position):
+                    tags.setdefault((canary.tenant, canary.probe_id), (position, index))
+        for owner, (position, index) in tags.items():
+            if owner in parts:
+                continue  # that probe's token is reported in part, which says more
+            start, end = original_span(text, position, position + GROUP)
+            canary = self.canaries.canaries[index]
+            hits.append(Hit(self.name, GROUP / tokens.BODY_LEN, start, end, tenant=canary.tenant,
+                            details={"fragment": "probe_tag", "tag": compacted[position : position + GROUP],
+                                     "probe_id": canary.probe_id}))
+        return hits
+
+    # -- facts ----------------------------------------------------------------------------------
+    def _names_in(self, record: Record, compacted: str) -> list[Hit]:
+        if not self._name_owners:
+            return []
+        prompt = self._compact_prompt(record.prompt)
+        hits: dict[int, Hit] = {}
+        for index, values in self.values.hits(record.text, compacted).items():
+            for value in values:
+                if not value.name or index in hits:
+                    continue
+                canary = self.canaries.canaries[index]
+                owners = self._name_owners[_canonical(canary.slots[value.slot])]
+                if owners != {canary.tenant} or record.tenant in owners:
+                    continue  # facts of several tenants (or of the observer) have it: it attributes nothing
+                if compacted[value.start : value.end] in prompt or compact(canary.slots[value.slot]) in prompt:
+                    continue  # the answer's own prompt holds it: the model read it there
+                start, stop = original_span(record.text, value.start, value.end)
+                if whole_word(record.text, start, stop) and not _in_longer_name(record.text, start, stop):
+                    hits[index] = Hit(self.name, 0.5, start, stop, canary=canary, details={"fragment": "fact_name"})
+        return list(hits.values())
+
+    def _compact_prompt(self, prompt: str | None) -> str:
+        """The compact prompt, computed once per prompt (a long answer is scanned in windows against it)."""
+        if prompt is None:
+            return ""
+        with self._lock:
+            if self._prompt[0] is not prompt:
+                self._prompt = (prompt, compact(prompt))
+            return self._prompt[1]
+
+
+def _longest_run(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The most groups of one body that lie in order at their distances from each other (give or take SLACK)."""
+    best: list[tuple[int, int]] = []
+    ordered = sorted(set(groups), key=lambda g: g[1])
+    for first, (group, position) in enumerate(ordered):
+        run = [(group, position)]
+        for later, where in ordered[first + 1 :]:
+            last_group, last_position = run[-1]
+            if later > last_group and abs(where - last_position - GROUP * (later - last_group)) <= SLACK:
+                run.append((later, where))
+        if len(run) > len(best):
+            best = run
+    return best
+
+
+def _written_as_token(text: str, compacted: str, position: int) -> bool:
+    """Whether a group at `position` (compact) opens something written as a token: right after the prefix, or
+    as a whole word of the answer followed by a hyphen and another group ("GA432EPR-K1J90DE7")."""
+    if compacted[max(0, position - 3) : position] == "1PK":
+        return True
+    start, end = original_span(text, position, position + GROUP)
+    return (start == 0 or not text[start - 1].isalnum()) and _NEXT_GROUP.match(text, end) is not None
+
+
+def _in_longer_name(text: str, start: int, stop: int) -> bool:
+    """Whether a Latin name sits in a longer one: a capitalised word (not a title) right before or after it
+    ("Hah Kook" in "Ohn Hah Kook" is someone else)."""
+    before = _WORD_BEFORE.search(text, 0, start)
+    after = _WORD_AFTER.match(text, stop)
+    return any(m is not None and m.group(1)[0].isupper() and m.group(1).lower() not in _TITLES
+               for m in (before, after))
+
+
+def _canonical(name: str) -> str:
+    """One key for a name in either order."""
+    return " ".join(sorted(compact(w) for w in name.split()))
+
+
+def _name_owners(canaries: CanarySet, values: SlotValues) -> dict[str, set[str]]:
+    """Each person's name of a fact -> the tenants whose facts have it."""
+    owners: dict[str, set[str]] = defaultdict(set)
+    for index, slot in values.names:
+        canary = canaries.canaries[index]
+        owners[_canonical(canary.slots[slot])].add(canary.tenant)
+    return dict(owners)

@@ -1,0 +1,187 @@
+"""A fact's distinctive values found in an answer, in every spelling a model writes them: one Aho-Corasick pass
+over the compact answer, shared by the semantic detector (which facts could be there) and the fragment
+detector (a person's full name on its own).
+
+* A value counts whole; a two-word name also in the other order; a part of a multi-word value of at least
+  MIN_PART characters counts on its own, but is never strong.
+* A Korean name or place also counts in Latin letters: as its Revised Romanization, and spelled any other
+  common way ("Tahk Yoon-sul", "Sunwoo", "Chinmeelee"): a second automaton runs over the answer's
+  romanization key (`hangul.romanization_key`), and each key match is confirmed on the whole words of the
+  answer around it, whose key must be the value's (a person's given name, with the family name in the word
+  before or after it for the name in full).
+* A value is *strong* -- rare enough to attribute on -- when it is a number of three digits or more, a name in
+  full, or a Korean value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import ahocorasick
+
+from prober.canaries import hangul
+from prober.canaries.compact import compact, original_span
+from prober.detect.base import CanarySet
+
+MIN_PART = 5  # compact length of a slot-value part that may count on its own
+MIN_KEY = 3  # a romanization key shorter than this matches too much to look for
+AROUND = 2  # words before or after a given name where its family name may be
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+class ValueHit(NamedTuple):
+    """One of a fact's values found in an answer (offsets in the compact form, then in the original)."""
+
+    slot: int
+    start: int
+    end: int
+    strong: bool  # a number, a name in full, a Korean value: rare enough to attribute on
+    name: bool = False  # a person's name in full
+
+
+def strong(value: str) -> bool:
+    """Whether a value, found whole, is rare enough to attribute on."""
+    return sum(ch.isdigit() for ch in value) >= 3 or len(value.split()) >= 2 or not value.isascii()
+
+
+def is_name(value: str, alias: str = "") -> bool:
+    """A person's name: two words of letters, or a Korean value whose romanization is two words."""
+    if hangul.is_hangul(value):
+        return len(alias.split()) == 2
+    words = value.split()
+    return len(words) == 2 and all(w.isalpha() for w in words)
+
+
+def family_length(value: str, alias: str) -> int:
+    """Syllables of a Korean name's family name, read off its romanized alias ("Seonu Harin": two)."""
+    family = alias.split()[0].lower()
+    return next((n for n in (2, 1) if hangul.romanize(value[:n]) == family), 1)
+
+
+@dataclass(frozen=True)
+class _Latin:
+    """What a Korean value's romanization key stands for: its fact and slot, and the keys a match must have."""
+
+    fact: int
+    slot: int
+    whole: str  # the key of the value (a person: of the given name)
+    names: tuple[str, ...] = ()  # a person's name in full, family name first or last
+
+
+class SlotValues:
+    """Which facts' values an answer holds: fact index -> its value hits (compact offsets)."""
+
+    def __init__(self, canaries: CanarySet) -> None:
+        self.canaries = canaries
+        self._automaton = ahocorasick.Automaton()
+        self._latin = ahocorasick.Automaton()
+        self.names: set[tuple[int, int]] = set()  # (fact, slot) of every person's name
+        for index in canaries.facts():
+            canary = canaries.canaries[index]
+            spelled = dict(canary.aliases)
+            for slot, value in enumerate(canary.slots):
+                alias = spelled.get(slot, "")
+                if is_name(value, alias):
+                    self.names.add((index, slot))
+                self._add_value(index, slot, value)
+                if alias:
+                    self._add_value(index, slot, alias)
+                if alias and hangul.is_hangul(value):
+                    self._add_latin(index, slot, value, alias)
+        for automaton in (self._automaton, self._latin):
+            if len(automaton):
+                automaton.make_automaton()
+
+    def _add_value(self, index: int, slot: int, value: str) -> None:
+        words = value.split()
+        wholes = {compact(value), compact(" ".join(reversed(words)))} if len(words) == 2 else {compact(value)}
+        name = (index, slot) in self.names
+        entries = [(w, strong(value), name) for w in wholes]
+        entries += [(p, False, False) for p in {compact(w) for w in words if len(compact(w)) >= MIN_PART} - wholes]
+        for text, is_strong, is_name_hit in entries:
+            if text:
+                length, found = self._automaton.get(text, (len(text), ()))
+                self._automaton.add_word(text, (length, (*found, (index, slot, is_strong, is_name_hit))))
+
+    def _add_latin(self, index: int, slot: int, value: str, alias: str) -> None:
+        """A Korean value's romanization key (a person: the given name's, and the name's in full both ways)."""
+        if len(alias.split()) == 2:
+            cut = family_length(value, alias)
+            family, given = (_key(hangul.romanize(part)) for part in (value[:cut], value[cut:]))
+            names = (_key(family + given), _key(given + family))
+            targets = {given, *names} if len(given) >= MIN_KEY else set(names)
+            entry = _Latin(index, slot, given, names)
+        else:
+            targets, entry = {_key(hangul.romanize(value))}, _Latin(index, slot, _key(hangul.romanize(value)))
+        for target in targets:
+            if len(target) >= MIN_KEY:
+                length, found = self._latin.get(target, (len(target), ()))
+                self._latin.add_word(target, (length, (*found, entry)))
+
+    def hits(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
+        """The values in an answer (`compacted` = compact(text)), by fact."""
+        found: dict[int, list[ValueHit]] = {}
+        if len(self._automaton):
+            for end, (length, entries) in self._automaton.iter(compacted):
+                for index, slot, is_strong, name in entries:
+                    found.setdefault(index, []).append(ValueHit(slot, end + 1 - length, end + 1, is_strong, name))
+        if len(self._latin):
+            for hit in self._latin_hits(text, compacted):
+                if hit[1] not in found.get(hit[0], []):
+                    found.setdefault(hit[0], []).append(hit[1])
+        return found
+
+    def _latin_hits(self, text: str, compacted: str) -> list[tuple[int, ValueHit]]:
+        key = hangul.romanization_key(compacted)
+        matches = list(self._latin.iter(key))
+        if not matches:
+            return []
+        _, positions = hangul.romanization_key_positions(compacted)
+        out: list[tuple[int, ValueHit]] = []
+        for end, (length, entries) in matches:
+            at, last = positions[end + 1 - length], positions[end]
+            start, stop = original_span(text, at, last + 1)
+            words = _words_around(text, start, stop)
+            if words is None:
+                continue
+            for entry in entries:
+                hit = _confirm(text, words, entry)
+                if hit is not None:
+                    out.append((entry.fact, hit))
+        return out
+
+
+def _key(latin: str) -> str:
+    return hangul.romanization_key(compact(latin))
+
+
+def _words_around(text: str, start: int, stop: int) -> list[re.Match[str]] | None:
+    """The Latin words that the span touches, with AROUND words on each side; None outside Latin words."""
+    words = list(_WORD.finditer(text, max(0, start - 80), min(len(text), stop + 80)))
+    inside = [i for i, w in enumerate(words) if w.start() < stop and start < w.end()]
+    if not inside:
+        return None
+    first, last = max(0, inside[0] - AROUND), min(len(words), inside[-1] + AROUND + 1)
+    return words[first:last] if words[inside[0]].start() <= start and stop <= words[inside[-1]].end() else None
+
+
+def _confirm(text: str, words: list[re.Match[str]], entry: _Latin) -> ValueHit | None:
+    """The run of whole words whose key is the value's (or, for a person, the name's in full): a value hit in
+    compact offsets, strong when it is the name in full."""
+    best: ValueHit | None = None
+    for first in range(len(words)):
+        for last in range(first, len(words)):
+            span = text[words[first].start() : words[last].end()]
+            if re.search(r"[^A-Za-z\s'’-]", span):
+                break  # a run of a name does not cross punctuation or digits
+            key = _key(span)
+            full = key in entry.names
+            if not full and (key != entry.whole or (entry.names and len(compact(span)) < MIN_PART)):
+                continue  # not the value; or a given name too short to count without its family name
+            at = len(compact(text[: words[first].start()]))
+            hit = ValueHit(entry.slot, at, at + len(compact(span)), full, full)
+            if best is None or (hit.strong and not best.strong):
+                best = hit
+    return best
