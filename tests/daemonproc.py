@@ -43,13 +43,15 @@ class DaemonProcess:
         self.lines: list[str] = []
         self.url = ""
         self.proc: subprocess.Popen[str] | None = None
+        self.args: list[str] = []  # more command-line flags
 
     def write_config(self, config: dict[str, Any]) -> None:
         self.config_path.write_text(yaml.safe_dump(config))
 
     def start(self, timeout: float = 60) -> DaemonProcess:
         self.lines.clear()
-        self.proc = subprocess.Popen([sys.executable, "-m", "prober", "daemon", "--config", str(self.config_path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "prober", "daemon", "--config", str(self.config_path),
+                                      *self.args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env)
         self._reader = threading.Thread(target=self._drain, args=(self.proc,), daemon=True)
         self._reader.start()
