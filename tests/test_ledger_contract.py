@@ -21,6 +21,7 @@ from prober.canaries.mint import Minter
 from prober.errors import LedgerError
 from prober.incidents import IncidentKey
 from prober.ledger import Ledger, is_shared, open_ledger
+from prober.shingles import Shingler
 from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 from tests.postgres import PostgresServer
 
@@ -92,6 +93,20 @@ def test_retention_and_purge(connect: OpenLedger) -> None:
     assert {c.id for c in ledger.active_canaries(now=later)} == {c.id for c in new}
     assert ledger.purge_expired(now=later) == 3
     assert ledger.get_canary(old[0].id) is None
+
+
+def test_prompt_shingles_round_trip_expire_and_hold_no_text(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    shingler = Shingler(KEY)
+    prompt = "Quote the document. The farmer carries the wooden gate near the mill, and the baker reads. " * 3
+    old = shingler.record(prompt, "alice", "p1", created_at=100.0, expires_at=200.0)
+    new = shingler.record(prompt + " The river opens the blue door.", "bob", "p2", created_at=150.0, expires_at=2e9)
+    a.add_prompt_shingles([old, new])
+    assert b.prompt_shingles(now=120.0) == [old, new]  # as written, in order, from another handle
+    assert b.prompt_shingles(now=120.0, created_since=120.0) == [new] and b.prompt_shingles(now=300.0) == [new]
+    assert len(old.hashes) % 8 == 0 and b"farmer" not in old.hashes
+    b.purge_expired(now=300.0)
+    assert a.prompt_shingles(now=0.0) == [new]
 
 
 def test_token_budget_is_exact_under_concurrent_replicas(connect: OpenLedger) -> None:

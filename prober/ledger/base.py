@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.shingles import PromptShingles
 from prober.types import Canary, Finding
 
 
@@ -31,6 +32,12 @@ class Ledger(Protocol):
 
     def get_canary(self, canary_id: str) -> Canary | None: ...
 
+    def add_prompt_shingles(self, records: Sequence[PromptShingles]) -> None:
+        """Persist what each sent prompt leaves (keyed hashes of its word shingles, never its text)."""
+
+    def prompt_shingles(self, now: float | None = None, created_since: float | None = None) -> list[PromptShingles]:
+        """Prompt shingles not yet past their retention (only those created at or after `created_since`)."""
+
     def add_findings(self, findings: Sequence[Finding]) -> None:
         """Persist durably, with evidence, and fold each into its incident, in one transaction."""
 
@@ -47,7 +54,7 @@ class Ledger(Protocol):
         """An operator's acknowledgement, kept with who and when; False when no such incident exists."""
 
     def purge_expired(self, now: float | None = None) -> int:
-        """Forget canaries past retention; returns how many."""
+        """Forget canaries and prompt shingles past retention; returns how many canaries."""
 
     def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:
         """Add `tokens` to the day's spend of `target` if the total stays within `limit` (atomic; False and

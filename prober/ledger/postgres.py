@@ -63,6 +63,13 @@ MIGRATIONS: list[str] = [
         observer TEXT NOT NULL, acked_at DOUBLE PRECISION NOT NULL, acked_by TEXT NOT NULL,
         note TEXT NOT NULL DEFAULT '')
     """,
+    # 3: the SQLite ledger's version 5 (prompt shingles)
+    f"""
+    CREATE TABLE {SCHEMA}.prompt_shingles (
+        id BIGSERIAL PRIMARY KEY, tenant TEXT NOT NULL, probe_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL, hashes BYTEA NOT NULL);
+    CREATE INDEX prompt_shingles_by_expiry ON {SCHEMA}.prompt_shingles (expires_at)
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MIGRATION_LOCK = 0x4C50524B  # "LPRK"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prober.incidents import Acknowledgement, Incident, IncidentKey, Probe
+from prober.shingles import PromptShingles
 from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 
 CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
@@ -14,6 +15,7 @@ CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, ex
 INCIDENT_KEY = "target, kind, victim, observer"
 PROBE_COLUMNS = f"{INCIDENT_KEY}, job, boundary, prompt_tokens, last_found, last_clean"
 ACK_COLUMNS = f"{INCIDENT_KEY}, acked_at, acked_by, note"
+SHINGLE_COLUMNS = "tenant, probe_id, created_at, expires_at, hashes"
 FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, score, observer_tenant, victim_tenant, "
                    "canary_id, probe_id, start_offset, end_offset, excerpt, excerpt_sha256, redacted, details")
 
@@ -68,3 +70,11 @@ def probe_of(row: Sequence[Any]) -> Probe:
 
 def ack_of(row: Sequence[Any]) -> Acknowledgement:
     return Acknowledgement(by=row[5], at=row[4], note=row[6])
+
+
+def shingles_row(r: PromptShingles) -> tuple[Any, ...]:
+    return (r.tenant, r.probe_id, r.created_at, r.expires_at, r.hashes)
+
+
+def shingles_of(row: Sequence[Any]) -> PromptShingles:
+    return PromptShingles(tenant=row[0], probe_id=row[1], created_at=row[2], expires_at=row[3], hashes=bytes(row[4]))

@@ -21,6 +21,7 @@ from prober.ledger.rows import (
     FINDING_COLUMNS,
     INCIDENT_KEY,
     PROBE_COLUMNS,
+    SHINGLE_COLUMNS,
     ack_of,
     canary_of,
     canary_row,
@@ -31,7 +32,10 @@ from prober.ledger.rows import (
     key_of,
     key_row,
     probe_of,
+    shingles_of,
+    shingles_row,
 )
+from prober.shingles import PromptShingles
 from prober.types import Canary, Finding
 
 
@@ -78,8 +82,21 @@ class SQLLedger(ABC):
         return canary_of(rows[0]) if rows else None
 
     def purge_expired(self, now: float | None = None) -> int:
-        purged: int = self._execute("DELETE FROM canaries WHERE expires_at < ?", (time.time() if now is None else now,))
+        now = time.time() if now is None else now
+        self._execute("DELETE FROM prompt_shingles WHERE expires_at < ?", (now,))
+        purged: int = self._execute("DELETE FROM canaries WHERE expires_at < ?", (now,))
         return purged
+
+    # -- prompt shingles ------------------------------------------------------------------------
+    def add_prompt_shingles(self, records: Sequence[PromptShingles]) -> None:
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(_insert("prompt_shingles", SHINGLE_COLUMNS)),
+                               [shingles_row(r) for r in records])
+
+    def prompt_shingles(self, now: float | None = None, created_since: float | None = None) -> list[PromptShingles]:
+        rows = self._select(f"SELECT {SHINGLE_COLUMNS} FROM prompt_shingles WHERE expires_at >= ? AND created_at >= ? "
+                            "ORDER BY id", (time.time() if now is None else now, created_since or 0.0))
+        return [shingles_of(row) for row in rows]
 
     # -- findings and incidents -----------------------------------------------------------------
     def add_findings(self, findings: Sequence[Finding]) -> None:

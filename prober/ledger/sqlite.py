@@ -120,6 +120,18 @@ MIGRATIONS: list[str] = [
         note TEXT NOT NULL DEFAULT ''
     )
     """,
+    # 5: keyed hashes of the word shingles of every prompt sent (to attribute verbatim runs of a stale prompt)
+    """
+    CREATE TABLE prompt_shingles (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        probe_id TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        hashes BLOB NOT NULL
+    );
+    CREATE INDEX prompt_shingles_by_expiry ON prompt_shingles (expires_at)
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
