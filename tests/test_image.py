@@ -24,7 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from prober.testbed import TestbedServer, build_config
 from tests.containers import ROOT, ImageUnavailable, copied_sources, ensure_image, missing_tools, podman
-from tests.daemonproc import KEYS, daemon_config
+from tests.daemonproc import daemon_config
+from tests.support.keys import KEYS
+from tests.support.waiting import wait_for
 from tests.tools import _missing
 
 UID = 10001  # the image's user, and the chart's runAsUser
@@ -33,9 +35,10 @@ GRACE_S = 10  # the daemon's shutdown_grace in the config below
 # podman stop's SIGKILL comes this long after SIGTERM: the daemon's grace plus time to close the ledger and
 # the HTTP server (about 1 s measured); an exit after it would be a SIGKILL (137), not the daemon's own 0.
 STOP_TIMEOUT_S = GRACE_S + 10
-# Starting loads two embedding models and indexes the ledger: about 10 s idle, and over a minute measured
-# on a 2-core machine with a build beside it.  The wait ends early if the container exits.
-READY_TIMEOUT_S = 240
+# Starting loads two embedding models and indexes the ledger (9-13 s measured on a busy 2-core machine),
+# logging little meanwhile: the wait follows the container's log and allows this long without a new line.
+# It ends at once if the container exits.
+QUIET_S = 180
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +57,8 @@ class Container:
     name: str
     url: str
     engine: TestbedServer
+    started: float  # time.monotonic() at `podman start`
+    ready_after: float | None = None
 
     def inspect(self, template: str) -> str:
         return podman("inspect", "--format", template, self.name).stdout.strip()
@@ -66,15 +71,23 @@ class Container:
         result = podman("logs", self.name)
         return (result.stdout + result.stderr)[-3000:]
 
-    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        """Poll `condition` until it holds; give up at once if the container exits, or after `timeout`."""
-        deadline = time.monotonic() + timeout
-        while not condition():
+    def wait_for(self, condition: Callable[[], bool], what: str, progress: Callable[[], object]) -> None:
+        """Wait while `progress` moves; give up at once if the container exits."""
+        def holds() -> bool:
+            if condition():
+                return True
             if not self.running:
                 raise AssertionError(f"the container exited while waiting for {what}:\n{self.logs()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.logs()}")
-            time.sleep(0.5)
+            return False
+        wait_for(holds, what, progress=progress, idle_s=QUIET_S, context=self.logs)
+
+    def wait_ready(self) -> float:
+        """Seconds from `podman start` to the first 200 from /-/ready (waited for once per container)."""
+        if self.ready_after is None:
+            self.wait_for(lambda: (r := self.get("/-/ready")) is not None and r.status_code == 200,
+                          "/-/ready to answer 200", progress=lambda: len(self.logs()))
+            self.ready_after = time.monotonic() - self.started
+        return self.ready_after
 
     def get(self, path: str) -> httpx.Response | None:
         try:
@@ -106,7 +119,7 @@ def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "--security-opt=no-new-privileges", "--tmpfs", "/tmp:rw,mode=1777",
         "--tmpfs", "/var/lib/leakprobe:rw,mode=0700,U",  # U: owned by the container's user
         "--volume", f"{config_dir}:/etc/leakprobe/config:ro", "--publish", f"127.0.0.1::{PORT}",
-        *(f"--env={name}={value}" for name, value in KEYS.items()), image)
+        *(f"--env={key}={value}" for key, value in KEYS.items()), image)
     assert created.returncode == 0, created.stderr
     engine: TestbedServer | None = None
     try:
@@ -121,10 +134,11 @@ def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         (config_dir / "leakprobe.yaml").write_text(yaml.safe_dump(config))
         config_dir.chmod(0o755)
         (config_dir / "leakprobe.yaml").chmod(0o644)  # readable by the container's user
+        began = time.monotonic()
         started = podman("start", name)
         assert started.returncode == 0, started.stderr
         host_port = podman("port", name, f"{PORT}/tcp").stdout.split()[0].rpartition(":")[2]
-        yield Container(name, f"http://127.0.0.1:{host_port}", engine)
+        yield Container(name, f"http://127.0.0.1:{host_port}", engine, began)
     finally:
         podman("rm", "--force", "--time", "0", name)
         if engine is not None:
@@ -132,23 +146,23 @@ def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def test_daemon_in_the_image_is_ready_probes_the_host_engine_and_exports_metrics(container: Container) -> None:
-    began = time.monotonic()
-    container.wait_for(lambda: (r := container.get("/-/ready")) is not None and r.status_code == 200,
-                       READY_TIMEOUT_S, "/-/ready to answer 200")
-    print(f"start to ready: {time.monotonic() - began:.1f} s")  # shown with -s; the docs quote it
+    print(f"start to ready: {container.wait_ready():.1f} s")  # shown with -s; the docs quote it
     # Ready says the daemon runs; the host engine's answers say its network reaches the target.
+    def served() -> int:  # the host engine's work, as progress
+        return container.engine.engine.stats.prompt_tokens
+
     container.wait_for(lambda: container.samples().get(("leakprobe_target_up", "testbed", "")) == 1.0,
-                       60, "leakprobe_target_up{target=testbed} to be 1")
+                       "leakprobe_target_up{target=testbed} to be 1", progress=served)
     container.wait_for(
         lambda: container.samples().get(("leakprobe_last_success_timestamp_seconds", "testbed", "preflight"), 0) > 0,
-        60, "a completed preflight against the host engine")
+        "a completed preflight against the host engine", progress=served)
     families = {name for name, _, _ in container.samples() if name.startswith("leakprobe_")}
     assert {"leakprobe_build_info", "leakprobe_job_runs_total", "leakprobe_ledger_up"} <= families, families
     assert container.engine.engine.stats.prompt_tokens > 0  # the host engine served the container's prompts
 
 
 def test_runs_as_non_root_on_a_read_only_root(container: Container) -> None:
-    container.wait_for(lambda: container.running, 10, "the container to run")
+    container.wait_ready()
     assert container.inspect("{{.HostConfig.ReadonlyRootfs}}") == "true"
     ids = podman("exec", container.name, "id", "-u")
     assert ids.returncode == 0 and ids.stdout.strip() == str(UID), ids
@@ -160,15 +174,15 @@ def test_runs_as_non_root_on_a_read_only_root(container: Container) -> None:
 
 
 def test_podman_stop_exits_zero_within_the_grace(container: Container) -> None:
-    container.wait_for(lambda: container.running, 10, "the container to run")
+    container.wait_ready()
     began = time.monotonic()
     stopped = podman("stop", "--time", str(STOP_TIMEOUT_S), container.name, timeout=STOP_TIMEOUT_S + 30)
     elapsed = time.monotonic() - began
+    print(f"podman stop: {elapsed:.1f} s")  # shown with -s; the docs quote it
     assert stopped.returncode == 0, stopped.stderr
     assert elapsed < STOP_TIMEOUT_S, f"podman stop took {elapsed:.1f} s"
     assert container.inspect("{{.State.ExitCode}}") == "0", container.logs()  # 137 would be SIGKILL
     assert "stopped" in container.logs()
-
 
 
 def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
