@@ -274,6 +274,17 @@ class SentinelSettings(_Strict):
     """How long sentinel canaries stay active (campaigns': 30 days)."""
 
 
+class Links(_Strict):
+    """Where an on-call engineer goes from an alert: exported as `leakprobe_links_info`, which the alert
+    rules read into each page's `dashboard_url` and `status_url`."""
+
+    grafana: Annotated[str, AfterValidator(http_url)] | None = None
+    """Base URL of the Grafana that has leakprobe's dashboards (`https://grafana.example.com`)."""
+    status: Annotated[str, AfterValidator(http_url)] | None = None
+    """This daemon's `/status` as on-call engineers reach it (an ingress, or the port-forward the runbook
+    shows); unset: none in the page."""
+
+
 class DaemonSettings(_Strict):
     listen: str = DEFAULT_LISTEN
     """HOST:PORT of the metrics and status server (0.0.0.0 in a container; :0 picks a free port)."""
@@ -286,7 +297,22 @@ class DaemonSettings(_Strict):
     sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
     """The sentinel job's prompts."""
     incident_hold: Duration = 3_600.0
-    """An incident stays open this long after its last finding."""
+    """An incident stays open at least this long after its last finding, and then until every probe that found
+    it has re-checked clean (or it is acknowledged)."""
+    resolved_notice: Duration = 120.0
+    """After an incident closes, its alert keeps firing this long and says why it closed, so that the resolved
+    notification (which repeats the alert's last text) says so: longer than two Prometheus evaluation
+    intervals."""
+    http_reload: bool = False
+    """Accept `POST /-/reload` (with the token, when `token_file` is set); off: reload with SIGHUP."""
+    token_file: Annotated[Path, BeforeValidator(_no_nul)] | None = None
+    """File holding a bearer token (16+ characters) that `/status` and `/-/reload` require; `/metrics` and
+    the health endpoints stay open."""
+    status: Literal["full", "redacted"] = "full"
+    """What `/status` shows a request without the token: `full` (refused with 401 where `token_file` is set),
+    or `redacted`: no URLs, ledger location, config path, error texts or notes."""
+    links: Links = Field(default_factory=Links)
+    """Links put into every page."""
     shutdown_grace: Duration = 30.0
     """On SIGTERM, how long in-flight requests may take to finish."""
     engine_telemetry: bool = True

@@ -120,7 +120,7 @@ def test_budget_skips_the_campaign_keeps_sentinels_and_survives_a_restart(testbe
 
 def test_reload_applies_a_valid_config_and_refuses_an_invalid_one(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("fixed", **SMALL)
-    config = daemon_config(server.url, tmp_path / "l.sqlite")
+    config = daemon_config(server.url, tmp_path / "l.sqlite", http_reload=True)
     with DaemonProcess(config, tmp_path) as daemon:
         assert daemon.sample("leakprobe_job_interval_seconds", job="sentinel") == 1
         config["daemon"]["schedule"]["sentinel"] = "3s"

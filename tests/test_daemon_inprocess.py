@@ -75,7 +75,7 @@ def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]
 
 def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
-    daemon = make_daemon(server.url, tmp_path)
+    daemon = make_daemon(server.url, tmp_path, http_reload=True)
 
     async def body(client: httpx.AsyncClient) -> None:
         await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0

@@ -1,14 +1,18 @@
 """`/metrics` from a cached exposition: rendering the registry costs milliseconds and grows with targets and
 tenants, so under a burst of scrapes (many Prometheus replicas, a dashboard refresh, a hostile client) one
 render serves them all, never more than `max_age_s` old.  The metrics only change as jobs complete, so a
-scrape a second behind misses nothing an alert could act on."""
+scrape a second behind misses nothing an alert could act on.
+
+Counters and histograms are exported without their `_created` series: nothing here reads them, and they
+double the exposition (client_python adds one per labelled series)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Metric, generate_latest
 
 MAX_AGE_S = 1.0
 
@@ -26,6 +30,18 @@ class CachedExposition:
             return self._body
         async with self._lock:  # scrapes arriving during a render wait for it rather than start their own
             if time.monotonic() - self._rendered_at >= self.max_age_s:
-                self._body = await asyncio.to_thread(generate_latest, self.registry)
+                self._body = await asyncio.to_thread(generate_latest, _WithoutCreated(self.registry))
                 self._rendered_at = time.monotonic()
         return self._body
+
+
+class _WithoutCreated:
+    """The registry's families, less their `_created` samples (what `generate_latest` reads of a registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family

@@ -4,6 +4,7 @@ each replica exports the same picture and a restart hides nothing), and other re
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 
 from prober.campaign.scanning import RunScanner
@@ -13,6 +14,7 @@ from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock
 from prober.errors import LedgerError
+from prober.incidents import RunChecks
 
 EVERY_S = 10.0  # ledger health, incidents, budgets
 CANARY_REFRESH_S = 2.0  # other replicas' new canaries: a fact they planted is known here within this
@@ -33,14 +35,32 @@ class Housekeeper:
         if not await self.health.check():
             return
         try:
-            incidents = await asyncio.to_thread(self.ledger.incidents)
             budget = TokenBudget(self.ledger, daemon.tokens_per_day)
             for name in targets:
                 self.metrics.budget_left.labels(name).set(await budget.left(name))
         except LedgerError as exc:
             self.health.failed(str(exc))
             return
-        self.metrics.set_incidents(incidents, daemon.incident_hold)
+        await self.refresh_incidents(daemon)
+
+    async def refresh_incidents(self, daemon: DaemonSettings) -> None:
+        """Incidents as the ledger holds them now (every replica's findings, re-checks, acknowledgements)."""
+        try:
+            incidents = await asyncio.to_thread(self.ledger.incidents)
+        except LedgerError as exc:
+            self.health.failed(str(exc))
+            return
+        self.metrics.set_incidents(incidents, daemon.incident_hold, daemon.resolved_notice)
+
+    async def record_checks(self, checks: RunChecks, daemon: DaemonSettings) -> None:
+        """What a job run found and re-checked, into the ledger; the incidents it changed are exported at once."""
+        try:
+            # The wall clock, as the runner stamps findings with it: a re-check is compared with their times.
+            await asyncio.to_thread(self.ledger.record_checks, checks, time.time())
+        except LedgerError as exc:
+            self.health.failed(str(exc))
+            return
+        await self.refresh_incidents(daemon)
 
     async def refresh_canaries(self, scanner: RunScanner) -> None:
         """Other replicas' new canaries into the index; hourly, a rebuild that also drops expired ones."""
@@ -60,4 +80,3 @@ class Housekeeper:
             self.health.failed(str(exc))
             return
         self._canaries_seen = now
-        self.metrics.canaries.set(scanner.canaries)

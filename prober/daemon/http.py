@@ -2,12 +2,18 @@
 
 Every handler only reads state that jobs have already written (a scrape never probes), so it answers at
 once while a campaign runs and scans in worker threads.  It depends on the small `Endpoints` protocol, not on
-the daemon, so the app can be served (or tested) over any object that answers these five questions.
+the daemon, so the app can be served (or tested) over any object that answers these questions.
+
+What changes or reveals something is guarded (`Access`): `/-/reload` is off unless `daemon.http_reload`, and
+with `daemon.token_file` both it and `/status` want `Authorization: Bearer <token>`; `/status` may instead be
+shown redacted to whoever asks.  `/metrics` and the health checks stay open for Prometheus and the kubelet.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import hmac
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -15,9 +21,27 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from prober.targets.credentials import Secret
+
 INDEX = """<!doctype html><html><head><meta charset="utf-8"><title>leakprobe daemon</title></head><body>
 <h1>leakprobe daemon</h1><ul><li><a href="metrics">/metrics</a></li><li><a href="status">/status</a></li>
 <li><a href="-/healthy">/-/healthy</a></li><li><a href="-/ready">/-/ready</a></li></ul></body></html>"""
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may reload and read `/status` (from the config; a reload replaces it)."""
+
+    token: Secret | None = None
+    http_reload: bool = False
+    status: Literal["full", "redacted"] = "full"
+
+    def authorized(self, header: str | None) -> bool:
+        """The request carries the token (compared in constant time)."""
+        if self.token is None or not header:
+            return False
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.reveal().encode())
 
 
 class Endpoints(Protocol):
@@ -30,11 +54,22 @@ class Endpoints(Protocol):
     async def reload(self) -> tuple[bool, str]:
         """Reload the config: (applied, one-line message)."""
 
-    def status(self) -> dict[str, Any]:
-        """The `/status` document (secrets scrubbed)."""
+    def status(self, redacted: bool) -> dict[str, Any]:
+        """The `/status` document (secrets scrubbed; `redacted`: without what a stranger could use)."""
+
+    def access(self) -> Access:
+        """The guard of `/-/reload` and `/status` as the config sets it now."""
+
+    def refused(self, endpoint: str, status: int) -> None:
+        """A request the guard refused (counted)."""
 
 
 def make_app(endpoints: Endpoints) -> Starlette:
+    def refuse(endpoint: str, status: int, message: str) -> Response:
+        endpoints.refused(endpoint, status)
+        headers = {"WWW-Authenticate": 'Bearer realm="leakprobe"'} if status == 401 else None
+        return PlainTextResponse(f"{message}\n", status_code=status, headers=headers)
+
     async def metrics(request: Request) -> Response:
         return Response(await endpoints.exposition(), media_type=CONTENT_TYPE_LATEST)
 
@@ -47,13 +82,26 @@ def make_app(endpoints: Endpoints) -> Starlette:
                                  status_code=200 if why is None else 503)
 
     async def reload(request: Request) -> Response:
+        access = endpoints.access()
+        if not access.http_reload:
+            return refuse("reload", 403, "reloading over HTTP is off (daemon.http_reload): send the daemon SIGHUP")
+        if access.token is not None and not access.authorized(request.headers.get("authorization")):
+            return refuse("reload", 401, "a reload needs the daemon's token: Authorization: Bearer <token>")
         if request.headers.get("content-length", "0") != "0" or request.headers.get("transfer-encoding"):
             return PlainTextResponse("a reload takes no body: it re-reads the config file\n", status_code=413)
         ok, message = await endpoints.reload()
         return PlainTextResponse(f"{message}\n", status_code=200 if ok else 400)
 
     async def status(request: Request) -> Response:
-        return JSONResponse(endpoints.status())
+        access = endpoints.access()
+        if access.authorized(request.headers.get("authorization")):
+            return JSONResponse(endpoints.status(redacted=False))
+        if access.status == "redacted":
+            return JSONResponse(endpoints.status(redacted=True))
+        if access.token is not None:
+            return refuse("status", 401, "/status needs the daemon's token: Authorization: Bearer <token> "
+                          "(or set daemon.status: redacted)")
+        return JSONResponse(endpoints.status(redacted=False))
 
     async def index(request: Request) -> Response:
         return HTMLResponse(INDEX)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from prober.campaign import TargetReport, TargetRunner, sentinel_plan
-from prober.campaign.events import Listener
+from prober.campaign.events import Listener, PlanReady
 from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
 from prober.config import AuditSettings, DaemonSettings, TargetConfig
 from prober.daemon.budget import TokenBudget
+from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
-from prober.targets.transport import Transport
 
 
 class Job(StrEnum):
@@ -69,15 +69,16 @@ class JobOutcome:
 
 
 class TargetSession:
-    """One target's transport and runner; `retire()` closes them once the last running job is done."""
+    """One target's transport and runner; `retire()` closes them once the last running job is done.  Every
+    request to the target's API goes to `on_exchange` (its health, from every job)."""
 
     def __init__(self, config: TargetConfig, wiring: Wiring, *, daemon: DaemonSettings, audit: AuditSettings,
-                 budget: TokenBudget) -> None:
+                 budget: TokenBudget, on_exchange: OnExchange) -> None:
         self.config = config
         self.daemon = daemon
         self.audit = audit
         self.budget = budget
-        self.transport = Transport(config.policy(), wiring.scrubber)
+        self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
         self.runner = TargetRunner(config, self.transport, wiring, telemetry=daemon.engine_telemetry)
         self._users = 0
         self._retired = False
@@ -119,6 +120,7 @@ class TargetSession:
             sentinel = self.daemon.sentinel
             plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
                                  run_id=run_id, retention_s=sentinel.retention, fact_share=runner.wiring.fact_share)
+            on_event(PlanReady(plan))
         else:
             a = self.audit
             plan = runner.campaign(on_event, streaming=a.streaming, concurrent=a.concurrent, rounds=1,

@@ -4,30 +4,38 @@ Metrics are a view of results: `listener(target, job)` turns the runner's typed 
 gauges as requests complete, and the jobs set what they conclude (capacity, verdicts, budget, last
 success).  Nothing is probed on scrape: an exposition shows the last completed results.  Labels are
 bounded (targets and tenants come from the config; kinds, outcomes and boundaries are fixed sets) and
-never carry a canary id, an excerpt, a URL or a key.
+never carry a canary id, an excerpt, a target's URL or a key (the only URLs are the links an operator
+configured for pages: `leakprobe_links_info`).
 """
 
 from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from prober import __version__
-from prober.campaign.events import Event, FindingRecorded, Listener, StepDone, SurveyDone, TargetFailed
+from prober.campaign.events import Event, FindingRecorded, Listener, PlanReady, StepDone, SurveyDone
 from prober.campaign.results import StepResult
 from prober.campaign.survey import PreflightResult
-from prober.incidents import Incident, IncidentKey
-from prober.types import Finding, Severity
+from prober.config import Links
+from prober.daemon.incident_metrics import IncidentCollector
+from prober.daemon.jobs import Failure, Skip
+from prober.incidents import Incident
+from prober.targets.result import ErrorKind
+from prober.targets.transport import HTTPExchange
+from prober.types import Severity
 
 # Wide enough for a 1M-token prefill on real hardware (minutes) and a cached 100-token answer (ms).
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 VERDICTS = {"capacity_inversion": Severity.CRITICAL, "thin_margin": Severity.WARNING,
             "shared_pool_oversubscribed": Severity.WARNING, "capacity_unknown": Severity.INFO}
+# What a request can fail with (a refusal is the engine's verdict, not an error).
+REQUEST_ERRORS = tuple(kind for kind in ErrorKind if kind is not ErrorKind.REFUSED)
+# No HTTP answer at all, or a gateway saying the engine behind it does not answer: the target is down.
+DOWN_STATUSES = (None, 502, 503, 504)
 
 
 class BoundaryOutcome:
@@ -49,57 +57,6 @@ class BoundaryOutcome:
         return cls.NO_ANSWER
 
 
-class IncidentCollector(Collector):
-    """Incidents as they stand in the ledger (all replicas' findings), open ones computed at scrape time
-    from their last finding and the configured hold."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[IncidentKey, Incident] = {}
-        self.hold = 3600.0
-
-    @property
-    def incidents(self) -> list[Incident]:
-        return list(self.by_key.values())
-
-    def replace(self, incidents: Iterable[Incident]) -> None:
-        """What the ledger holds now (every replica's findings)."""
-        self.by_key = {i.key: i for i in incidents}
-
-    def record(self, finding: Finding) -> None:
-        """A finding this process just persisted, shown before the next read of the ledger."""
-        key = IncidentKey.of(finding)
-        if key in self.by_key:
-            incident = self.by_key[key]
-            incident.severity = max(incident.severity, finding.severity)
-            incident.last_seen = max(incident.last_seen, finding.found_at)
-            incident.count += 1
-        else:
-            self.by_key[key] = Incident(key, finding.severity, finding.found_at, finding.found_at, 1)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        labels = ["target", "kind", "victim", "observer"]
-        last = GaugeMetricFamily("leakprobe_last_finding_timestamp_seconds",
-                                 "When the latest finding of this incident was recorded (any replica).", labels=labels)
-        first = GaugeMetricFamily("leakprobe_incident_first_seen_timestamp_seconds",
-                                  "When the first finding of this incident was recorded.", labels=labels)
-        count = GaugeMetricFamily("leakprobe_incident_findings", "Findings recorded for this incident.",
-                                  labels=labels)
-        opened = GaugeMetricFamily("leakprobe_incident_open",
-                                   "1 while the incident's last finding is within the hold, else 0.", labels=labels)
-        now = time.time()
-        for incident in list(self.by_key.values()):
-            key = incident.key
-            values = [key.target, key.kind.value, key.victim, key.observer]
-            last.add_metric(values, incident.last_seen)
-            first.add_metric(values, incident.first_seen)
-            count.add_metric(values, incident.count)
-            opened.add_metric(values, 1.0 if incident.is_open(now, self.hold) else 0.0)
-        hold = GaugeMetricFamily("leakprobe_incident_hold_seconds",
-                                 "How long an incident stays open after its last finding (daemon.incident_hold).")
-        hold.add_metric([], self.hold)
-        yield from (last, first, count, opened, hold)
-
-
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -115,8 +72,9 @@ class Metrics:
         self.boundary = Gauge("leakprobe_boundary_last_outcome", "Last outcome at a boundary: 0 no answer, 1 served, "
                               "2 refused, 3 served over the limit, 4 refused under it.", ["target", "boundary"],
                               registry=registry)
-        self.request_errors = Counter("leakprobe_target_request_errors", "Requests that got no verdict from the "
-                                      "engine, by error kind.", ["target", "kind"], registry=registry)
+        self.request_errors = Counter("leakprobe_target_request_errors", "Requests to the target's API (every "
+                                      "job's, surveys too) that failed, by error kind: connect, dns, tls, timeout, "
+                                      "server_error, ...", ["target", "kind"], registry=registry)
         self.tokens_sent = Counter("leakprobe_tokens_sent", "Prompt tokens sent, by tenant.", ["target", "tenant"],
                                    registry=registry)
         self.budget = Gauge("leakprobe_token_budget_tokens", "Prompt tokens a target may be sent per UTC day.",
@@ -129,10 +87,14 @@ class Metrics:
                           registry=registry)
         self.input_limit = Gauge("leakprobe_target_input_limit_tokens", "Longest prompt a correct engine serves.",
                                  ["target"], registry=registry)
-        self.verdict = Gauge("leakprobe_capacity_verdict", "1 where preflight's last verdict holds, else 0.",
+        self.verdict = Gauge("leakprobe_capacity_verdict", "1 where the last survey that reached the target holds "
+                             "this verdict, else 0 (its age: leakprobe_capacity_surveyed_timestamp_seconds).",
                              ["target", "verdict", "severity"], registry=registry)
-        self.up = Gauge("leakprobe_target_up", "1 when the target answered the last request, else 0.", ["target"],
-                        registry=registry)
+        self.surveyed = Gauge("leakprobe_capacity_surveyed_timestamp_seconds", "When the capacity and verdicts were "
+                              "last learned from the target (a survey that reached it).", ["target"], registry=registry)
+        self.up = Gauge("leakprobe_target_up", "1 when the target's API gave an HTTP answer to the last request (of "
+                        "any job), 0 when it got none (refused, DNS, TLS, timeout) or a gateway's 502/503/504.",
+                        ["target"], registry=registry)
         self.runs = Counter("leakprobe_job_runs", "Job runs started.", target_job, registry=registry)
         self.failures = Counter("leakprobe_job_failures", "Job runs that did not complete, by reason.",
                                 ["target", "job", "reason"], registry=registry)
@@ -144,8 +106,8 @@ class Metrics:
                                   target_job, registry=registry)
         self.interval = Gauge("leakprobe_job_interval_seconds", "How often a job is scheduled.", target_job,
                               registry=registry)
-        self.canaries = Gauge("leakprobe_active_canaries", "Canaries this daemon scans answers for (every "
-                              "replica's).", registry=registry)
+        self.canaries = Gauge("leakprobe_active_canaries", "Canaries this daemon scans answers for: every replica's "
+                              "not yet past retention, and those this process minted since.", registry=registry)
         self.ledger_up = Gauge("leakprobe_ledger_up", "1 when the ledger took the last write, else 0.",
                                registry=registry)
         self.ledger_recoveries = Counter("leakprobe_ledger_recoveries", "Ledger files written back (deleted while "
@@ -158,31 +120,49 @@ class Metrics:
         self.reloads = Counter("leakprobe_config_reloads", "Config reloads attempted.", registry=registry)
         self.reload_failures = Counter("leakprobe_config_reload_failures", "Config reloads refused.",
                                        registry=registry)
+        self.http_refused = Counter("leakprobe_http_refused", "Requests to /status or /-/reload refused: 401 without "
+                                    "the token, 403 reload over HTTP off.", ["endpoint", "status"], registry=registry)
+        for endpoint, status in (("status", "401"), ("reload", "401"), ("reload", "403")):
+            self.http_refused.labels(endpoint, status)
         build = Gauge("leakprobe_build_info", "Always 1; labels say what runs.", ["version", "python"],
                       registry=registry)
         build.labels(__version__, platform.python_version()).set(1)
+        self.links = Gauge("leakprobe_links_info", "Always 1; labels are where a page links to (daemon.links): "
+                           "the Grafana base URL and this daemon's /status.", ["grafana", "status"], registry=registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
         self._per_target: list[Counter | Gauge | Histogram] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool, self.input_limit, self.verdict,
-            self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success, self.interval]
+            self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success,
+            self.interval]
 
     # -- what runs report -----------------------------------------------------------------------
     def listener(self, target: str, job: str) -> Listener:
         def on_event(event: Event) -> None:
             match event:
+                case PlanReady(plan=plan):
+                    for boundary in {step.boundary for e in plan.exchanges for step in (e.prime, e.probe)}:
+                        for outcome in ("served", "refused"):
+                            self.probes.labels(target, job, boundary, outcome)
                 case StepDone(result=result):
                     self._step(target, job, result)
                 case FindingRecorded(finding=f):
                     self.findings.labels(target, f.kind.value, f.severity.label, f.victim_tenant or "",
                                          f.observer_tenant).inc()
-                    self.incidents.record(f)
+                    self.incidents.record(f, job)
                 case SurveyDone(result=result):
                     self.survey(target, result)
-                case TargetFailed():
-                    self.up.labels(target).set(0)
         return on_event
+
+    def exchanged(self, target: str, exchange: HTTPExchange) -> None:
+        """Every request to the target's API, whichever job sent it: its health."""
+        error = exchange.error
+        if error is not None and error.kind is not ErrorKind.REFUSED:
+            self.request_errors.labels(target, error.kind).inc()
+        elif exchange.status in (401, 403):
+            self.request_errors.labels(target, ErrorKind.UNAUTHORIZED).inc()
+        self.up.labels(target).set(0 if exchange.status in DOWN_STATUSES else 1)
 
     def _step(self, target: str, job: str, result: StepResult) -> None:
         answer, step = result.answer, result.step
@@ -191,13 +171,13 @@ class Metrics:
         if answer.ttft_s is not None:
             self.ttft.labels(target, job).observe(answer.ttft_s)
         self.tokens_sent.labels(target, step.tenant).inc(result.sent_tokens)
-        self.up.labels(target).set(1 if answer.status is not None else 0)
-        if result.outcome not in ("served", "refused"):
-            self.request_errors.labels(target, result.outcome).inc()
         if step.role == "probe":
             self.boundary.labels(target, step.boundary).set(BoundaryOutcome.of(result))
 
     def survey(self, target: str, result: PreflightResult) -> None:
+        """What a survey that reached the target learned; one that did not leaves the last verdicts to age."""
+        if result.error is not None and not result.verdicts:
+            return
         capacity = result.capacity
         for gauge, known in ((self.advertised, capacity.advertised), (self.pool, capacity.pool_tokens),
                              (self.input_limit, capacity.max_req_input_len or capacity.accept_limit)):
@@ -206,16 +186,22 @@ class Metrics:
         held = {v.code for v in result.verdicts}
         for code, severity in VERDICTS.items():
             self.verdict.labels(target, code, severity.label).set(1 if code in held else 0)
-        self.up.labels(target).set(0 if result.error and "cannot reach" in result.error else 1)
+        self.surveyed.labels(target).set(time.time())
 
     # -- what jobs conclude ---------------------------------------------------------------------
     def schedule(self, target: str, job: str, interval: float, budget: int, tenants: Sequence[str]) -> None:
-        """Series known in advance start at 0, so `increase()` and the rules see the first finding."""
+        """Series known in advance start at 0, so `increase()` and the rules see the first event."""
         self.interval.labels(target, job).set(interval)
         self.budget.labels(target).set(budget)
         self.runs.labels(target, job)
-        for reason in ("budget", "locked"):
-            self.skips.labels(target, job, reason)
+        for failure in Failure:
+            self.failures.labels(target, job, failure)
+        for skip in Skip:
+            self.skips.labels(target, job, skip)
+        for kind in REQUEST_ERRORS:
+            self.request_errors.labels(target, kind)
+        for tenant in tenants:
+            self.tokens_sent.labels(target, tenant)
         for victim in tenants:
             for observer in tenants:
                 if victim != observer:
@@ -233,6 +219,9 @@ class Metrics:
                 if values[0] in gone:
                     metric.remove(*values)
 
-    def set_incidents(self, incidents: Sequence[Incident], hold: float) -> None:
-        self.incidents.replace(incidents)
-        self.incidents.hold = hold
+    def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
+        self.incidents.replace(incidents, hold, notice)
+
+    def set_links(self, links: Links) -> None:
+        self.links.clear()
+        self.links.labels(links.grafana or "", links.status or "").set(1)

@@ -20,6 +20,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,17 @@ from prober.canaries.mint import Minter
 from prober.config import ProberConfig, listen_address
 from prober.daemon import housekeeping
 from prober.daemon.budget import TokenBudget
+from prober.daemon.evidence import RunEvidence
 from prober.daemon.exposition import CachedExposition
 from prober.daemon.housekeeping import Housekeeper
-from prober.daemon.http import make_app
-from prober.daemon.jobs import Job, Skip, TargetSession
+from prober.daemon.http import Access, make_app
+from prober.daemon.jobs import Job, JobOutcome, Skip, TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import JobScheduler, first_run, take_turn
 from prober.daemon.settings import Settings, load_settings
-from prober.daemon.status import status_document
+from prober.daemon.status import redact, status_document
 from prober.embeddings import Embedder, make_embedder
 from prober.errors import LeakprobeError, LedgerError, StartupError
 from prober.ledger import Ledger, open_ledger
@@ -112,11 +114,19 @@ class Daemon:
             return "starting or stopping"
         return None
 
-    def status(self) -> dict[str, Any]:
-        return status_document(settings=self.settings, sessions=self.sessions, records=self.records,
-                               scheduler=self.scheduler, metrics=self.metrics, health=self.health,
-                               unready=self.unready(), last_reload_error=self.last_reload_error,
-                               started=self.started, now=self.clock())
+    def status(self, redacted: bool = False) -> dict[str, Any]:
+        document = status_document(settings=self.settings, sessions=self.sessions, records=self.records,
+                                   scheduler=self.scheduler, metrics=self.metrics, health=self.health,
+                                   unready=self.unready(), last_reload_error=self.last_reload_error,
+                                   started=self.started, now=self.clock())
+        return redact(document) if redacted else document
+
+    def access(self) -> Access:
+        daemon = self.config.daemon
+        return Access(self.settings.token, daemon.http_reload, daemon.status)
+
+    def refused(self, endpoint: str, status: int) -> None:
+        self.metrics.http_refused.labels(endpoint, str(status)).inc()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,9 +134,11 @@ class Daemon:
         cap_arenas()  # scans and ledger writes run in worker threads
         tenants = [t.name for t in self.config.tenants]
         known = await asyncio.to_thread(self.ledger.active_canaries)
+        prompts = await asyncio.to_thread(self.ledger.prompt_shingles)
         self.scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
-                                               embedder=self.embedder)
-        self.metrics.canaries.set(self.scanner.canaries)
+                                               embedder=self.embedder, prompts=prompts)
+        scanner = self.scanner
+        self.metrics.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
         self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self._missed)
         self.scheduler.every("housekeeping", housekeeping.EVERY_S, self.housekeep)
@@ -136,7 +148,7 @@ class Daemon:
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT; raises StartupError when the listen address cannot be bound."""
-        sock = self._bind()
+        sock = bind(self.config.daemon.listen)
         for handler in logging.getLogger().handlers:
             handler.addFilter(self.log_filter)
         await self.start()
@@ -182,20 +194,6 @@ class Daemon:
         await self.health.recover(keep_aside=True)
         await asyncio.to_thread(self.ledger.close)
 
-    def _bind(self) -> socket.socket:
-        host, port = listen_address(self.config.daemon.listen)
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # Inherited by every accepted connection: without it a response written in two parts waits for
-            # the client's delayed ACK (measured: 44 ms per /metrics request instead of under 1 ms).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            raise StartupError(f"cannot listen on {self.config.daemon.listen}: {exc.strerror or exc}") from None
-        return sock
-
     # -- configuration --------------------------------------------------------------------------
     def _reload_in_background(self) -> None:
         task = asyncio.ensure_future(self.reload())
@@ -234,12 +232,14 @@ class Daemon:
         tenants = [t.name for t in config.tenants]
         pairs(tenants)
         self.scanner.tenants = tenants
+        self.metrics.set_links(config.daemon.links)
         wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping)
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:
             self.sessions[target.name] = TargetSession(target, wiring, daemon=config.daemon, audit=config.audit,
-                                                       budget=budget)
+                                                       budget=budget, on_exchange=partial(self.metrics.exchanged,
+                                                                                          target.name))
             for job in Job:
                 last_run = await self.records.restore(target.name, job, self.started)
                 interval = config.daemon.interval(job)
@@ -290,17 +290,25 @@ class Daemon:
         self.metrics.runs.labels(target, job).inc()
         started = self.clock()
         count = self.metrics.listener(target, job)
+        # The wall clock, as the runner stamps findings with it.
+        evidence = RunEvidence(target, job, time.time(), partial(self.housekeeper.record_checks,
+                                                                 daemon=self.config.daemon))
 
         def on_event(event: Event) -> None:
             count(event)
+            evidence(event)
             if isinstance(event, FindingRecorded):
                 log.warning("%s", event.finding.describe())  # only once it is in the ledger
 
+        outcome: JobOutcome | None = None
         try:
             outcome = await session.run(job, on_event)
         finally:
             status.running = False
             turn.release()
+            # Also when cancelled at shutdown: the findings it recorded must name the probe that made them.
+            await evidence.finish(outcome is not None and outcome.ok and job is not Job.PREFLIGHT,
+                                  session.runner.tenants)
         await self.records.concluded(target, job, outcome, started)
 
     def _missed(self, target: str, job: Job, skip: Skip) -> None:
@@ -315,6 +323,22 @@ class Daemon:
     async def _refresh_canaries(self) -> None:
         if self.scanner is not None:
             await self.housekeeper.refresh_canaries(self.scanner)
+
+
+def bind(listen: str) -> socket.socket:
+    """The listening socket (raises StartupError when the address cannot be bound)."""
+    host, port = listen_address(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by every accepted connection: without it a response written in two parts waits for
+        # the client's delayed ACK (measured: 44 ms per /metrics request instead of under 1 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    return sock
 
 
 class _QuietServer(uvicorn.Server):

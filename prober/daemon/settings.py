@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from prober.campaign.plan import pairs
-from prober.config import ProberConfig, assemble_config
+from prober.canaries.keys import KEY_ENV, resolve_key
+from prober.config import DaemonSettings, ProberConfig, assemble_config
+from prober.daemon.jobs import Job
+from prober.errors import CredentialError
 from prober.scrub import Scrubber
 from prober.secrets import load_secrets, scrubber_for
-from prober.targets.credentials import Secret
+from prober.targets.credentials import CredentialSource, Secret
 
 # What a running daemon holds open or has loaded: a reload that changes any of these is refused.
 RESTART_ONLY: tuple[tuple[str, Callable[[ProberConfig], object]], ...] = (
@@ -35,6 +38,7 @@ class Settings:
     config: ProberConfig
     secrets: Mapping[str, Secret | None]
     scrubber: Scrubber
+    token: Secret | None  # what /status and /-/reload require (daemon.token_file)
     path: Path | None  # where they were read from, and are read again on reload
     flags: Mapping[str, Any]  # command-line values that override the file (None = not given)
     loaded_at: float
@@ -56,4 +60,37 @@ def load_settings(path: Path | None, flags: Mapping[str, Any]) -> Settings:
     config = assemble_config(path, environ=dict(os.environ), **flags)
     pairs([t.name for t in config.tenants])  # a victim and an observer at least
     secrets = load_secrets(config)
-    return Settings(config, secrets, scrubber_for(secrets, ledger=config.ledger), path, dict(flags), time.time())
+    if KEY_ENV in os.environ:
+        resolve_key(None)  # a malformed deployment key fails the start here, not at the first canary
+    token = load_token(config.daemon.token_file)
+    scrubber = scrubber_for({**secrets, TOKEN_LABEL: token}, ledger=config.ledger)
+    return Settings(config, secrets, scrubber, token, path, dict(flags), time.time())
+
+
+TOKEN_LABEL = "the daemon's token"
+TOKEN_MIN = 16
+
+
+def load_token(path: Path | None) -> Secret | None:
+    """The bearer token of the protected endpoints, read now so a missing or short one fails the start."""
+    if path is None:
+        return None
+    token = CredentialSource(file=path).load()
+    if token is not None and len(token.reveal()) < TOKEN_MIN:
+        raise CredentialError(f"daemon.token_file {path} holds fewer than {TOKEN_MIN} characters: too easy to guess")
+    return token
+
+
+def recheck_warnings(daemon: DaemonSettings) -> list[str]:
+    """Jobs that cannot re-check what they found within the hold: their incidents stay open (and page) until
+    the job's next run, longer than the hold says."""
+    warnings = []
+    for job in Job:
+        if job is Job.PREFLIGHT:
+            continue  # finds nothing
+        every = daemon.interval(job) + daemon.jitter_of(job)
+        if every > daemon.incident_hold:
+            warnings.append(f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold "
+                            f"({daemon.incident_hold:g} s): an incident a {job} finds stays open until the next "
+                            f"{job} re-checks its boundary clean, up to {every:g} s after its last finding")
+    return warnings

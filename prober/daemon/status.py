@@ -1,6 +1,8 @@
 """The `/status` document: what an operator reads first when an alert fires — per target each job's last
-run, success, error or skip and next run, the token budget left, capacity and verdicts, open incidents.
-A view of what jobs recorded (like the metrics); secrets are scrubbed before it leaves."""
+run, success, error or skip and next run, the token budget left, capacity and verdicts (and how old they
+are), open incidents with what each waits for, and those closed lately with why.  A view of what jobs
+recorded (like the metrics); secrets are scrubbed before it leaves, and `redact` keeps only what a stranger
+cannot use (no URLs, ledger location, config path or error texts)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from prober.daemon.metrics import Metrics
 from prober.daemon.records import JobRecords
 from prober.daemon.schedule import JobScheduler
 from prober.daemon.settings import Settings
+
+RECENTLY_S = 86_400.0  # closed incidents listed this long after they closed
+REDACTED = "(redacted: send the daemon's token for details)"
 
 
 def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession], records: JobRecords,
@@ -30,12 +35,18 @@ def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession]
             if status is not None:
                 jobs[job.value] = status.to_json(scheduler.next_run(name, job) if scheduler else None)
         left = metrics.registry.get_sample_value("leakprobe_token_budget_remaining_tokens", {"target": name})
+        learned = metrics.registry.get_sample_value("leakprobe_capacity_surveyed_timestamp_seconds", {"target": name})
+        mine = [i for i in incidents if i.key.target == name]
+        closed = [i for i in mine if not i.is_open(now, hold)]
         targets.append({
             "name": name, "url": session.config.url, "jobs": jobs, "tokens_per_day": config.daemon.tokens_per_day,
             "tokens_left_today": None if left is None else int(left),
             "capacity": surveyed.capacity.to_json() if surveyed else None,
             "verdicts": [v.to_json() for v in surveyed.verdicts] if surveyed else [],
-            "open_incidents": [i.to_json() for i in incidents if i.key.target == name and i.is_open(now, hold)],
+            "capacity_learned_at": learned,
+            "open_incidents": [i.to_json(now, hold) for i in mine if i.is_open(now, hold)],
+            "closed_incidents": [i.to_json(now, hold) for i in closed
+                                 if (r := i.resolution(hold)) is not None and now - r.at < RECENTLY_S],
         })
     document = {"ready": unready is None, "not_ready_because": unready, "replica": config.daemon.replica,
                 "started": started, "config": str(settings.path) if settings.path else None,
@@ -44,3 +55,27 @@ def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession]
                 "incident_hold_s": hold, "targets": targets}
     scrubbed: dict[str, Any] = settings.scrubber.value(document)
     return scrubbed
+
+
+def redact(document: dict[str, Any]) -> dict[str, Any]:
+    """The document less what could help a stranger reach or attack a target, the ledger or the daemon."""
+    def hide(value: Any) -> Any:
+        return None if value is None else REDACTED
+
+    out = {**document, "not_ready_because": hide(document["not_ready_because"]), "config": hide(document["config"]),
+           "last_reload_error": hide(document["last_reload_error"]),
+           "ledger": {**document["ledger"], "description": REDACTED, "error": hide(document["ledger"]["error"])}}
+    out["targets"] = [
+        {**t, "url": REDACTED,
+         "jobs": {job: {**s, "last_error": hide(s["last_error"]), "last_skip": hide(s["last_skip"])}
+                  for job, s in t["jobs"].items()},
+         "open_incidents": [_quiet(i) for i in t["open_incidents"]],
+         "closed_incidents": [_quiet(i) for i in t["closed_incidents"]]}
+        for t in document["targets"]]
+    return out
+
+
+def _quiet(incident: dict[str, Any]) -> dict[str, Any]:
+    """An incident less the operator's note (free text)."""
+    ack = incident.get("acknowledged")
+    return {**incident, "acknowledged": None if ack is None else {**ack, "note": REDACTED if ack["note"] else ""}}

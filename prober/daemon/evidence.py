@@ -1,0 +1,63 @@
+"""What one job run proves about incidents: which probe (this job, a boundary) found what, and which requests
+came back fully checked, so that an incident closes only once the kind of probe that found it has run again
+between the same tenants and come back clean (prober.incidents).
+
+A finding's probe goes to the ledger as soon as the finding is announced (a few at once while one write is
+under way), so no replica ever reads a finding whose probe is unknown for longer than a write; what the run
+re-checked clean goes when it ends, once every request of it has been judged."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone
+from prober.campaign.plan import Exchange
+from prober.incidents import Observation, RunChecks, Sighting
+
+Write = Callable[[RunChecks], Awaitable[None]]
+
+
+class RunEvidence:
+    """A listener of one run's events (findings arrive only once they are in the ledger)."""
+
+    def __init__(self, target: str, job: str, started: float, write: Write) -> None:
+        self.target, self.job, self.started = target, job, started
+        self._write = write
+        self._exchanges: dict[str, Exchange] = {}
+        self._steps = 0
+        self._observations: set[Observation] = set()
+        self._unwritten: list[Sighting] = []
+        self._writing: asyncio.Future[None] | None = None
+
+    def __call__(self, event: Event) -> None:
+        match event:
+            case PlanReady(plan=plan):
+                self._exchanges.update((e.id, e) for e in plan.exchanges)
+            case StepDone(result=result):
+                self._steps += 1
+                exchange = self._exchanges.get(result.exchange)
+                if result.observed and exchange is not None:
+                    step = result.step
+                    other = exchange.victim if step.role == "probe" else exchange.observer
+                    self._observations.add(Observation(step.boundary, step.tenant, other))
+            case FindingRecorded(finding=finding):
+                self._unwritten.append(Sighting.of(finding))
+                if self._writing is None or self._writing.done():
+                    self._writing = asyncio.ensure_future(self._sightings())
+
+    async def _sightings(self) -> None:
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            await self._write(RunChecks(self.target, self.job, self.started, batch))
+
+    async def finish(self, completed: bool, tenants: Sequence[str]) -> None:
+        """The run ended: the last probes, then what it re-checked.  A check without boundary steps (a burst, a
+        timing test) asks every tenant pair at once: completing it re-checks them all."""
+        if self._writing is not None:
+            await self._writing
+        await self._sightings()
+        if completed and self._steps == 0:
+            self._observations |= {Observation("", observer, other) for observer in tenants for other in tenants}
+        if self._observations:
+            await self._write(RunChecks(self.target, self.job, self.started, observations=self._observations))
