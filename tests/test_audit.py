@@ -10,7 +10,6 @@ import random
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -19,7 +18,6 @@ import httpx
 import pytest
 
 from prober.audit import exit_code, run_audit
-from prober.canaries.keys import resolve_key
 from prober.config import assemble_config
 from prober.errors import LedgerError
 from prober.ledger import open_ledger
@@ -28,9 +26,10 @@ from prober.targets import Secret
 from prober.types import FindingKind, Severity
 from tests.conftest import SMALL, StartTestbed
 from tests.support.cli import command, invoke
+from tests.support.crash import assert_nothing_lost, kill_at_random_moment
 from tests.support.keys import KEYS
 from tests.support.keys import TENANT_ARGS as TENANTS
-from tests.support.pool import in_flight, ledger_key, sent_canaries
+from tests.support.pool import ledger_key, sent_canaries
 from tests.support.waiting import wait_for
 
 HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
@@ -199,10 +198,7 @@ def _kill_once_sending(args: list[str], env: dict[str, str], server: Any, ledger
         # On a busy machine starting takes long: wait while its log grows, not for a fixed time.
         wait_for(sent_more, "the audit to send canaries", progress=lambda: (log.stat().st_size, proc.poll()),
                  idle_s=120)
-        moment = time.monotonic() + delay
-        while time.monotonic() < moment and not in_flight(server):
-            time.sleep(0.001)
-        proc.send_signal(signal.SIGKILL)
+        kill_at_random_moment(server, delay, lambda: proc.send_signal(signal.SIGKILL))
         proc.wait()
 
 
@@ -216,18 +212,7 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
         log = tmp_path / f"stderr-{trial}.log"
         before = sent_canaries(server, ledger_key(ledger)) if ledger.exists() else set()
         _kill_once_sending(args, env, server, ledger, log, before, rng.uniform(0.0, 2.0))
-        store = open_ledger(ledger)
-        key = resolve_key(store)
-        minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
-        sent = sent_canaries(server, key)
-        assert sent - before, f"trial {trial}: the killed audit had sent nothing"
-        assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but not in the ledger"
-        stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
-        for line in log.read_text().splitlines():
-            if line.startswith("finding "):
-                fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-                assert (line.split()[2], fields["probe"], fields.get("canary")) in stored, line
-        store.close()
+        assert_nothing_lost(server, ledger, before, log.read_text().splitlines(), f"trial {trial}")
     # A late leak of a canary minted by a killed run is still attributed.
     store = open_ledger(ledger)
     old = next(c for c in store.active_canaries() if c.tenant == "tenant-a")

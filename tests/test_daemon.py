@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ from prober.daemon.budget import utc_day
 from prober.ledger import open_ledger
 from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
+from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
 from tests.support.keys import KEYS
-from tests.support.pool import in_flight, ledger_key, sends_more, sent_canaries
+from tests.support.pool import ledger_key, sends_more, sent_canaries
 from tests.tools import need
 
 LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}
@@ -67,9 +69,9 @@ def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbe
     evidence = [f.details.get("engine_telemetry") for f in store.findings() if f.kind.value == "cross_tenant_echo"]
     aborts = [e["sglang:num_aborted_requests_total"]["delta"] for e in evidence if isinstance(e, dict)]
     assert aborts and max(aborts) >= 1  # the engine's own abort counter moved around the leak
-    logged = [line for line in (tmp_path / "daemon.log").read_text().splitlines() if ": finding " in line]
+    logged = printed_findings((tmp_path / "daemon.log").read_text().splitlines())
     stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
-    assert logged and all(_finding_key(line) in stored for line in logged)
+    assert logged and logged <= stored
     store.close()
     # A restarted daemon reports the open incident before it has probed anything.
     quiet = daemon_config(server.url, ledger, schedule={"preflight": "1h", "sentinel": "1h", "campaign": "1h"})
@@ -155,11 +157,6 @@ def test_sigterm_mid_campaign_exits_zero_within_the_grace(testbed: StartTestbed,
         assert "stopped" in daemon.log()
 
 
-def _finding_key(line: str) -> tuple[str, str, str | None]:
-    fields = dict(part.split("=", 1) for part in line.split(": finding ", 1)[1].split() if "=" in part)
-    return line.split(": finding ", 1)[1].split()[1], fields["probe"], fields.get("canary")
-
-
 def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
     ledger = tmp_path / "l.sqlite"
@@ -171,21 +168,9 @@ def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path
         # A kill before this process sent anything would prove nothing: wait until it has sent canaries of
         # its own, then kill at a random moment of what follows, at once if a request is in flight then.
         daemon.wait_for(sends_more(server, key, before), 60, "the daemon to send canaries")
-        moment = time.monotonic() + rng.uniform(0.0, 3.0)
-        while time.monotonic() < moment and not in_flight(server):
-            time.sleep(0.001)
-        daemon.signal(signal.SIGKILL)
+        kill_at_random_moment(server, rng.uniform(0.0, 3.0), partial(daemon.signal, signal.SIGKILL))
         daemon.wait(10)
-        store = open_ledger(ledger)
-        minted = {c.text.replace("-", "")[3:] for c in store.active_canaries()}
-        sent = sent_canaries(server, key)
-        assert sent - before, f"trial {trial}: the killed daemon had sent nothing"
-        assert sent <= minted, f"trial {trial}: {len(sent - minted)} canaries were sent but are not in the ledger"
-        stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}
-        for line in daemon.lines:
-            if ": finding " in line:
-                assert _finding_key(line) in stored, line
-        store.close()
+        assert_nothing_lost(server, ledger, before, daemon.lines, f"trial {trial}")
 
 
 def test_check_config_and_startup_errors(tmp_path: Path) -> None:

@@ -61,6 +61,20 @@ async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s
         await asyncio.sleep(0.1)
 
 
+async def leak_recorded(daemon: Daemon) -> list[str]:
+    """Once the daemon has found a cross-tenant echo: the canaries of every finding in its ledger."""
+    await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0,
+                "a cross-tenant echo")
+    return [f.canary_id or "" for f in daemon.ledger.findings()]
+
+
+def delete_ledger_files(folder: Path) -> None:
+    """The ledger and its -wal, -shm files, as a careless clean-up would."""
+    for path in folder.glob("l.sqlite*"):
+        if path.is_file():
+            path.unlink()
+
+
 def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
     async def run() -> None:
         await daemon.start()
@@ -117,12 +131,8 @@ def test_a_deleted_ledger_pauses_probing_and_is_written_back(testbed: StartTestb
     recorded: list[str] = []
 
     async def body(client: httpx.AsyncClient) -> None:
-        await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0,
-                    "a cross-tenant echo")
-        recorded.extend(f.canary_id or "" for f in daemon.ledger.findings())
-        for path in tmp_path.glob("l.sqlite*"):
-            if path.is_file():
-                path.unlink()
+        recorded.extend(await leak_recorded(daemon))
+        delete_ledger_files(tmp_path)
         ready = await client.get("/-/ready")
         assert ready.status_code == 503 and "deleted while open" in ready.text
         assert sample(daemon, "leakprobe_ledger_up") == 0
@@ -152,14 +162,10 @@ def test_a_replaced_ledger_is_never_overwritten_and_the_open_copy_is_kept(testbe
     recorded: list[str] = []
 
     async def body(client: httpx.AsyncClient) -> None:
-        await until(daemon, lambda: sample(daemon, "leakprobe_findings_total", kind="cross_tenant_echo") > 0,
-                    "a cross-tenant echo")
-        recorded.extend(f.canary_id or "" for f in daemon.ledger.findings())
+        recorded.extend(await leak_recorded(daemon))
         other = tmp_path / "other.sqlite"
         sqlite3.connect(other).execute("CREATE TABLE someone_elses (x)").connection.commit()
-        for path in tmp_path.glob("l.sqlite*"):
-            if path.is_file():
-                path.unlink()
+        delete_ledger_files(tmp_path)
         other.rename(ledger)
         ready = await client.get("/-/ready")
         assert ready.status_code == 503 and "replaced by another file" in ready.text
