@@ -151,6 +151,9 @@ class TargetConfig(_Strict):
     """Most bytes read of one answer, counted decoded."""
     verify_tls: bool = True
     """Verify the target's TLS certificate."""
+    breaker: int = Field(default=6, ge=1, le=1_000)
+    """Circuit breaker: after this many answers in a row that cannot be observed (no answer, a broken one, a
+    refusal where the capacity says the prompt fits), probing this target stops, and the run is incomplete."""
     cache_salt: Literal["none", "per-tenant"] = "none"
     """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
     salting gateway would add; the tenants then count as cache-salted."""
@@ -203,6 +206,12 @@ class AuditSettings(_Strict):
     """How many times the whole plan runs."""
     bisect_budget: int = Field(default=0, ge=0)
     """Tokens bisection of the accept/refuse boundary may spend when the engine exposes no context length (0: never)."""
+    deadline: Duration | None = None
+    """Total time for the whole audit (e.g. `30m`); what is still running then ends, and the audit is incomplete.
+    Unset: only each target's deadline bounds it."""
+    target_deadline: Duration | None = None
+    """Total time per target, survey included.  Unset: derived from its plan — 2 minutes, plus its prompt tokens
+    at 1,000 a second, plus each request's `max_tokens` at 10 a second — with 5 minutes for the survey."""
 
 
 class TimingSettings(_Strict):

@@ -28,6 +28,7 @@ import base64
 import html
 import logging
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -48,11 +49,14 @@ B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 _LOWER = bytes(range(256)).translate(bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123))))
 _ASCII_SEPS = ASCII_SEPARATORS.encode()
-_WIDE_SEPS = tuple(c.encode() for c in WIDE_SEPARATORS)
+_WIDE_SEPS = re.compile(b"|".join(re.escape(c.encode()) for c in WIDE_SEPARATORS))
 
-ESCAPE = re.compile(r"(?:%[0-9A-Fa-f]{2})+|&#[0-9]{1,8};?|&#[xX][0-9A-Fa-f]{1,8};?|&[A-Za-z][A-Za-z0-9]{1,31};"
-                    r"|\\{1,3}u\{[0-9A-Fa-f]{1,8}\}|\\{1,3}[uU][0-9A-Fa-f]{4}|\\{1,3}x[0-9A-Fa-f]{2}|\\[!-/:-@\[-`{-~]")
+# Every alternative starts with a literal, so the regex engine skips in C to the next `%`, `&` or `\\`.
+ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*|&#[0-9]{1,8};?|&#[xX][0-9A-Fa-f]{1,8};?"
+                    r"|&[A-Za-z][A-Za-z0-9]{1,31};|\\(?:\\{0,2}u\{[0-9A-Fa-f]{1,8}\}|\\{0,2}[uU][0-9A-Fa-f]{4}"
+                    r"|\\{0,2}x[0-9A-Fa-f]{2}|[!-/:-@\[-`{-~])")
 _ESCAPE_START = ("%", "&", "\\")
+_WORD = re.compile("[^" + re.escape(ASCII_SEPARATORS + WIDE_SEPARATORS) + "]+")
 
 
 def _unescape(escape: str) -> str:
@@ -199,34 +203,77 @@ class Scrubber:
         assert self._automata is not None
         folded = decode_escapes(window).encode("utf-8", "surrogatepass").translate(_LOWER, _ASCII_SEPS)
         if b"\xc2" in folded or b"\xe2" in folded or b"\xef" in folded:
-            for wide in _WIDE_SEPS:
-                folded = folded.replace(wide, b"")
+            folded = _WIDE_SEPS.sub(b"", folded)
         return next(self._automata.fast.iter(folded.decode("latin-1")), None) is not None
 
     def _mapped(self, window: str) -> list[Hit]:
-        """Exact spans in a window known to hold a secret: folded characters mapped to where they came from."""
+        """Exact spans in a window known to hold a secret: the window is decoded piece by piece (a piece is
+        plain text or one escape) and folded word by word (a word is a run without separators), so each
+        folded character maps back to where it came from without a loop over characters."""
         assert self._automata is not None
-        chars: list[str] = []
-        spans: list[tuple[int, int]] = []
+        decoded, pieces = _decode_mapped(window)
+        folded: list[str] = []
+        words: list[tuple[int, int]] = []  # (start in the folded text, start in the decoded text)
         at = 0
-        for m in (ESCAPE.finditer(window) if any(s in window for s in _ESCAPE_START) else ()):
-            chars.extend(window[at : m.start()])
-            spans.extend((i, i + 1) for i in range(at, m.start()))
-            decoded = _unescape(m.group(0))
-            chars.extend(decoded)
-            spans.extend([m.span()] * len(decoded))
-            at = m.end()
-        chars.extend(window[at:])
-        spans.extend((i, i + 1) for i in range(at, len(window)))
-        kept = [i for i, c in enumerate(chars) if c not in SEPARATORS]
-        folded = "".join(chars[i].lower() if chars[i].isascii() else chars[i] for i in kept)
+        for word in _WORD.finditer(decoded):
+            text = word.group(0)
+            folded.append(text.lower() if text.isascii() else "".join(c.lower() if c.isascii() else c for c in text))
+            words.append((at, word.start()))
+            at += len(text)
+        word_starts = [w[0] for w in words]
+
+        def source(index: int) -> tuple[int, int]:
+            """The window span that folded character `index` came from."""
+            fold_start, dec_start = words[bisect_right(word_starts, index) - 1]
+            return pieces.span(dec_start + index - fold_start)
+
         hits: list[Hit] = []
-        for last, (length, label, is_base64) in self._automata.chars.iter(folded):
-            start, end = spans[kept[last - length + 1]][0], spans[kept[last]][1]
+        for last, (length, label, is_base64) in self._automata.chars.iter("".join(folded)):
+            start, end = source(last - length + 1)[0], source(last)[1]
             if is_base64:
                 start, end = _widen_base64(window, start, end)
             hits.append((start, end, label))
         return hits
+
+
+class _Pieces:
+    """Where each character of a decoded text came from: plain stretches map one to one, an escape's
+    characters all map to the whole escape."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []  # in the decoded text
+        self.sources: list[tuple[int, int, bool]] = []  # (start, end) in the window, and whether an escape
+
+    def add(self, decoded_at: int, start: int, end: int, escape: bool) -> None:
+        self.starts.append(decoded_at)
+        self.sources.append((start, end, escape))
+
+    def span(self, index: int) -> tuple[int, int]:
+        piece = bisect_right(self.starts, index) - 1
+        start, end, escape = self.sources[piece]
+        if escape:
+            return start, end
+        at = start + index - self.starts[piece]
+        return at, at + 1
+
+
+def _decode_mapped(window: str) -> tuple[str, _Pieces]:
+    pieces = _Pieces()
+    parts: list[str] = []
+    decoded_at = at = 0
+    for m in (ESCAPE.finditer(window) if any(s in window for s in _ESCAPE_START) else ()):
+        if m.start() > at:
+            pieces.add(decoded_at, at, m.start(), False)
+            parts.append(window[at : m.start()])
+            decoded_at += m.start() - at
+        text = _unescape(m.group(0))
+        pieces.add(decoded_at, m.start(), m.end(), True)
+        parts.append(text)
+        decoded_at += len(text)
+        at = m.end()
+    pieces.add(decoded_at, at, len(window), False)
+    parts.append(window[at:])
+    return "".join(parts), pieces
 
 
 def _widen_base64(text: str, start: int, end: int) -> tuple[int, int]:

@@ -195,6 +195,41 @@ def endless_stream(reply: Reply, seen: Seen) -> None:
         return
 
 
+def keepalive_only(reply: Reply, seen: Seen) -> None:
+    """An SSE stream of keep-alive comments, a few a second, and never an event."""
+    reply.start_stream()
+    try:
+        while True:
+            reply.write(": keep-alive\n\n")
+            time.sleep(0.2)
+    except OSError:
+        return
+
+
+def flooding_stream(reply: Reply, seen: Seen) -> None:
+    """Text pieces as fast as the socket takes them, forever: far more than any max_tokens."""
+    reply.start_stream()
+    piece = sse({"choices": [{"index": 0, "delta": {"content": "more "}, "finish_reason": None}]}) * 50
+    try:
+        while True:
+            reply.write(piece)
+    except OSError:
+        return
+
+
+def refusing_everything(reply: Reply, seen: Seen) -> None:
+    """A gateway that knows no such model: 400 to every prompt, whatever its length."""
+    reply.send(400, {"error": {"message": "The model `default` does not exist.", "type": "invalid_request_error",
+                               "code": "model_not_found"}})
+
+
+def implausible_usage(prompt_tokens: int) -> ChatRoute:
+    """Answers as usual, but reports `prompt_tokens` as its usage."""
+    def route(reply: Reply, seen: Seen) -> None:
+        reply.send(200, answer("A summary of the document.", prompt_tokens))
+    return route
+
+
 def trickling_body(reply: Reply, seen: Seen) -> None:
     """A plain answer whose body arrives a byte every half second."""
     data = json.dumps(answer("slow", 5)).encode()

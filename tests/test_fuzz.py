@@ -1,5 +1,6 @@
-"""Property-based fuzzing of the parsers users and targets feed: SSE streams, answer JSON, JSONL records, YAML
-config.  Whatever the bytes, each parser returns a value or its own one-line error, never a traceback.
+"""Property-based fuzzing of the parsers users and targets feed: SSE streams, answer JSON, content decoders,
+the secret scrubber, JSONL records, YAML config.  Whatever the bytes, each parser returns a value or its own
+one-line error, never a traceback.
 
 A few hundred examples each in the suite; `make fuzz` (LEAKPROBE_FUZZ=long) runs thousands.  A crash found
 becomes an `@example` here.
@@ -7,8 +8,10 @@ becomes an `@example` here.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +21,15 @@ from hypothesis import strategies as st
 from prober.config import load_config, parse_config
 from prober.errors import ConfigError
 from prober.forensics import ForensicReport, parse, read_batches
+from prober.scrub import Scrubber
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
+from prober.targets.decoding import STEP, BoundedDecoder, DecodingError
 from prober.targets.result import Completion
 from prober.targets.sse import SSEDecoder
 from prober.targets.transport import HTTPExchange
+from tests.hostile import ENCODERS as ECHOES
+from tests.hostile import key_traces
 
 settings.register_profile("suite", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -198,3 +205,35 @@ def test_the_romanization_key_and_its_positions_agree(text: str) -> None:
     key, positions = romanization_key_positions(compacted)
     assert key == romanization_key(compacted) and len(positions) == len(key)
     assert positions == sorted(positions) and all(0 <= p < len(compacted) for p in positions)
+
+
+@given(st.sampled_from(["gzip", "deflate", "x-gzip", "identity", "gzip, gzip", "br", "", "GZIP , identity"]),
+       st.lists(st.binary(max_size=300), max_size=10), st.binary(max_size=3_000))
+@example("gzip", [b"\x1f\x8b\x08\x00garbage"], b"")
+def test_any_body_under_any_coding_decodes_in_bounded_pieces_or_is_refused(header: str, chunks: list[bytes],
+                                                                             plain: bytes) -> None:
+    for body in (chunks, [zlib.compress(plain), gzip.compress(plain)]):
+        try:
+            decoder = BoundedDecoder(header)
+            pieces = [p for chunk in body for p in decoder.feed(chunk)] + list(decoder.flush())
+        except DecodingError as exc:
+            assert "\n" not in str(exc)
+            continue
+        assert all(len(p) <= STEP for p in pieces)
+
+
+SECRET = "sk-fuzz-7Qm2xV9pL4tR8wZ1"
+SCRUBBER = Scrubber({"key": SECRET})
+
+
+@given(st.text(max_size=400), st.sampled_from(sorted(ECHOES)), st.integers(0, 400), st.booleans())
+@example("%%%&&&\\\\u", "percent", 3, False)
+def test_any_text_with_a_key_spliced_in_loses_every_form_of_it(text: str, encoding: str, at: int,
+                                                                as_bytes: bool) -> None:
+    if key_traces(text, [SECRET]):
+        return  # the drawn text holds the key already
+    spliced = text[:at] + ECHOES[encoding](SECRET) + text[at:]
+    scrubbed = (SCRUBBER.bytes(spliced.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+                if as_bytes else SCRUBBER.text(spliced))
+    assert not key_traces(scrubbed, [SECRET]), scrubbed
+    assert SCRUBBER.text(text) == text  # no false positive on the text around it

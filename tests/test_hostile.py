@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import gzip
 import hashlib
 import json
 import os
@@ -22,7 +22,21 @@ from prober.canaries.tokens import verify
 from prober.errors import LedgerError
 from prober.ledger import open_ledger
 from tests.conftest import SMALL, StartTestbed
-from tests.hostile import endless_stream, hostile_engine, huge_first_answer, trickling_body
+from tests.hostile import (
+    assert_no_key,
+    compressed_answer,
+    declared_but_stalled,
+    echoing_every_status,
+    endless_stream,
+    flooding_stream,
+    gzip_of_zeros,
+    hostile_engine,
+    huge_first_answer,
+    implausible_usage,
+    keepalive_only,
+    refusing_everything,
+    trickling_body,
+)
 
 KEYS = {"LP_A": "sk-tenant-alpha-7f3a9c21d0", "LP_B": "sk-tenant-bravo-42be8e5571"}
 TENANTS = ["--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B"]
@@ -53,16 +67,8 @@ def measured(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[subproce
     return run, int(peak.read_text()) / 1024
 
 
-def secret_forms(secret: str) -> list[str]:
-    raw = secret.encode()
-    return [secret, base64.b64encode(raw).decode().rstrip("="), secret[4:]]  # the key, its base64, its body
-
-
 def assert_clean(where: str, text: str | bytes) -> None:
-    data = text if isinstance(text, bytes) else text.encode()
-    for secret in KEYS.values():
-        for form in secret_forms(secret):
-            assert form.encode() not in data, f"{form!r} found in {where}"
+    assert_no_key(where, text, list(KEYS.values()))
 
 
 def one_line_error(run: subprocess.CompletedProcess[str]) -> None:
@@ -72,24 +78,42 @@ def one_line_error(run: subprocess.CompletedProcess[str]) -> None:
     assert len(errors) == 1 and len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
-def test_echoed_keys_reach_no_output_log_or_ledger_byte(tmp_path: Path) -> None:
-    with hostile_engine() as engine:
-        ledger = tmp_path / "l.sqlite"
-        outputs = []
+def test_keys_echoed_in_every_encoding_reach_no_output_log_or_ledger_byte(tmp_path: Path) -> None:
+    """The engine echoes each caller's key in every encoding (tests/hostile.py ENCODERS) in 200, 400, 401 and
+    500 bodies, in headers, model ids and server_info: no form of any key in any report format, log line,
+    preflight output or ledger byte."""
+    config = tmp_path / "c.yaml"
+    with hostile_engine(chat=echoing_every_status()) as engine:
+        config.write_text(f"targets:\n  - {{name: echo, url: '{engine.url}/v1', retries: 0}}\ntenants:\n"
+                          "  - {name: tenant-a, api_key_env: LP_A}\n  - {name: tenant-b, api_key_env: LP_B}\n"
+                          f"ledger: {tmp_path / 'l.sqlite'}\naudit: {{concurrent: false}}\n")
+        outputs, reports = [], {}
         for fmt in FORMATS:
-            run = leakprobe("audit", "--target", engine.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", fmt,
-                            "--no-concurrent")
-            assert run.returncode in (0, 1), run.stderr[-3000:]
+            run = leakprobe("audit", "--config", str(config), "-f", fmt)
+            assert run.returncode == 2, run.stderr[-3000:]  # 400s where prompts fit, 401s, 500s: not observed
             outputs.append((fmt, run.stdout + run.stderr))
+            reports[fmt] = run.stdout
         preflight = leakprobe("preflight", "--target", engine.url + "/v1", *TENANTS, "--format", "json")
         outputs.append(("preflight", preflight.stdout + preflight.stderr))
-        seen = list(engine.seen)
+        statuses = {r.path for r in engine.seen}
+    assert "/v1/chat/completions" in statuses and "/server_info" in statuses
     for where, text in outputs:
         assert_clean(where, text)
-    assert "[redacted key of tenant-" in dict(outputs)["json"]  # the echo arrived, and was replaced, not masked
+    doc = json.loads(reports["json"])
+    outcomes = {s["outcome"] for s in doc["targets"][0]["steps"]}
+    assert {"served", "refused", "server_error", "unauthorized"} <= outcomes, outcomes
+    assert "[redacted key of tenant-" in reports["json"]  # the echo arrived, and was replaced, not masked
     for path in tmp_path.glob("l.sqlite*"):
         assert_clean(path.name, path.read_bytes())
-    # Each tenant's requests carried that tenant's key: the canaries in every prompt belong to its sender.
+
+
+def test_every_canary_belongs_to_the_tenant_whose_key_sent_it(tmp_path: Path) -> None:
+    with hostile_engine() as engine:
+        ledger = tmp_path / "l.sqlite"
+        run = leakprobe("audit", "--target", engine.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", "json",
+                        "--no-concurrent")
+        assert run.returncode in (0, 1), run.stderr[-3000:]
+        seen = list(engine.seen)
     store = open_ledger(ledger)
     key = resolve_key(store)
     owner = {f"Bearer {KEYS['LP_A']}": "tenant-a", f"Bearer {KEYS['LP_B']}": "tenant-b"}
@@ -276,3 +300,114 @@ def test_reference_engine_memory_stays_on_a_plateau_over_bursts() -> None:
         if engine.stdout is not None:
             engine.stdout.close()
     assert after[-1] - after[0] <= 40, after
+
+
+# -- decompression and declared lengths under the byte cap ------------------------------------------------
+BOMB = 4 * 1024**3  # what the issue's 6.8 KB `gzip, gzip` body inflates to
+
+
+@pytest.mark.parametrize(("encoding", "layers", "outcome", "flags"), [
+    ("gzip, gzip", 2, "malformed", []),  # a stack is refused before a byte is decoded
+    # Decoded a bounded step at a time, until the cap: up to 64 MiB per request in flight (two at once here),
+    # a legitimate body's worth, so the embedding model (~90 MiB, nothing to do with decoding) is left out.
+    ("gzip", 1, "too_large", ["--no-semantic"]),
+], ids=["double-gzip", "gzip"])
+def test_a_compression_bomb_stays_under_the_byte_cap(tmp_path: Path, encoding: str, layers: int,
+                                                     outcome: str, flags: list[str]) -> None:
+    body = gzip_of_zeros(BOMB)
+    if layers == 2:
+        body = gzip.compress(body)
+    with hostile_engine(chat=compressed_answer(body, encoding)) as engine:
+        run, peak_mib = measured(tmp_path, "audit", "--target", engine.url + "/v1", *TENANTS, "--ledger",
+                                 str(tmp_path / "l.sqlite"), "-f", "json", *flags)
+    assert run.returncode == 2, run.stderr[-2000:]
+    steps = json.loads(run.stdout)["targets"][0]["steps"]
+    assert steps and {s["outcome"] for s in steps} == {outcome}, steps[0]
+    assert peak_mib < 300, f"peak {peak_mib:.0f} MiB"
+
+
+# A subprocess that sends 40 requests at once (the daemon's 40 targets) to a server that declares a body just
+# under the cap and then stalls: a buffer sized from the declared length would hold 40 x 64 MiB.
+DECLARED = """import asyncio, sys
+from prober.targets.transport import Transport, TransportPolicy
+async def main():
+    async with Transport(TransportPolicy(deadline_s=3, retries=0)) as transport:
+        done = await asyncio.gather(*(transport.exchange("POST", sys.argv[1], json={}) for _ in range(40)))
+    kinds = {e.error.kind.value if e.error else "served" for e in done}
+    assert kinds <= {"timeout", "connect", "truncated"}, kinds  # none got a body; a full listen queue refuses some
+asyncio.run(main())
+"""
+
+
+def test_a_declared_length_allocates_nothing(tmp_path: Path) -> None:
+    with hostile_engine(chat=declared_but_stalled(64 * 1024 * 1024 - 1)) as engine:
+        peak = tmp_path / "peak"
+        run = subprocess.run([sys.executable, "-c", PEAK.replace('runpy.run_module("prober", run_name="__main__")',
+                                                                 DECLARED), engine.url + "/v1/chat/completions"],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "LP_PEAK_FILE": str(peak)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(peak.read_text()) / 1024 < 300, f"peak {int(peak.read_text()) / 1024:.0f} MiB"
+
+
+# -- no false "clean", bounded audits, implausible usage ------------------------------------------------------
+def _config(tmp_path: Path, url: str, target: str = "", audit: str = "", more: str = "") -> Path:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"targets:\n  - {{name: t, url: '{url}/v1'{target}}}\ntenants:\n"
+                      "  - {name: tenant-a, api_key_env: LP_A}\n  - {name: tenant-b, api_key_env: LP_B}\n"
+                      f"ledger: {tmp_path / 'l.sqlite'}\naudit: {{{audit}}}\n{more}")
+    return config
+
+
+def test_a_target_that_refuses_every_prompt_is_incomplete_not_clean(tmp_path: Path) -> None:
+    """A wrong model name or a WAF: every prompt gets a 400.  That is no observation of isolation: exit 2,
+    verdict incomplete, with the reason; the breaker stops it after `breaker` refusals in a row."""
+    with hostile_engine(chat=refusing_everything) as engine:
+        run = leakprobe("audit", "--config", str(_config(tmp_path, engine.url, ", breaker: 4")), "-f", "json",
+                        "--no-semantic")
+    assert run.returncode == 2, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    assert doc["verdict"]["status"] == "incomplete" and not doc["complete"]
+    (reason,) = doc["verdict"]["reasons"]
+    assert "0 of 36 planned requests observed (4 refused at lengths the capacity says fit, 32 not sent)" in reason
+    assert "check the model name" in reason
+    target = doc["targets"][0]
+    assert target["coverage"] == {"planned": 36, "sent": 4, "observed": 0, "unobserved": {"refused": 4}}
+    assert any("circuit breaker: 4 answers in a row" in e for e in target["errors"])
+
+
+@pytest.mark.parametrize(("route", "deadline_s", "why"), [
+    (keepalive_only, ", deadline_s: 3", "nothing but keep-alives for 2 s"),
+    (endless_stream, "", "the audit's deadline for this target passed"),
+    (flooding_stream, ", deadline_s: 3", "far more than was asked for"),
+], ids=["keep-alive-only", "one-token-a-second", "flood"])
+def test_streams_that_never_answer_end_the_audit_within_its_deadline(tmp_path: Path, route: Any, deadline_s: str,
+                                                                     why: str) -> None:
+    """Keep-alives only: a stream with no event for `timeout_s` (2 s) is unobservable, though bytes keep coming.
+    One token a second, with the default request deadline (1,200 s): the audit's total deadline (20 s) ends it.
+    A flood: far more pieces than max_tokens.  The breaker stops each after 6 unobservable answers; every audit
+    ends within its deadline plus the time to start the process and write the report (a busy machine's)."""
+    with hostile_engine(chat=route) as engine:
+        config = _config(tmp_path, engine.url, f", timeout_s: 2, retries: 0{deadline_s}", "deadline: 20s")
+        started = time.monotonic()
+        run = leakprobe("audit", "--config", str(config), "-f", "json", "--streaming", "stream", "--no-semantic")
+        elapsed = time.monotonic() - started
+    assert run.returncode == 2, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    errors = [s["error"] or "" for s in doc["targets"][0]["steps"]]
+    assert any(why in e for e in errors), errors
+    assert doc["verdict"]["status"] == "incomplete" and doc["targets"][0]["coverage"]["observed"] == 0
+    assert elapsed < 20 + 45, elapsed
+
+
+def test_implausible_usage_is_flagged_not_trusted(tmp_path: Path) -> None:
+    for usage in (10**30, -5):
+        with hostile_engine(chat=implausible_usage(usage)) as engine:
+            # No timing check: this engine streams nothing, and the check would have no TTFT to compare.
+            config = _config(tmp_path, engine.url, more="timing: {audit: false}\n")
+            run = leakprobe("audit", "--config", str(config), "-f", "json", "--no-semantic", "--streaming", "plain")
+        assert run.returncode == 1, run.stderr[-2000:]
+        doc = json.loads(run.stdout)
+        flagged = [f for f in doc["findings"] if f["kind"] == "implausible_usage"]
+        assert flagged and all(f["severity"] == "warning" for f in flagged)
+        assert not any(f["kind"] == "placeholder_substitution" for f in doc["findings"])
+        assert all(s["usage_prompt_tokens"] is None for s in doc["targets"][0]["steps"])

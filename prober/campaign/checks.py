@@ -46,7 +46,12 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
         add(FindingKind.CROSS_TENANT_CACHE_HIT, Severity.WARNING,
             f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by {primed_by}: a timing "
             "side channel (per-tenant cache salts close it)", victim=primed_by, cached_tokens=cached)
-    usage = answer.usage.prompt_tokens if answer.usage else None
+    implausible = answer.implausible_usage or (answer.usage.implausible(sent_tokens=sent_tokens)
+                                               if answer.usage else None)
+    if implausible:
+        add(FindingKind.IMPLAUSIBLE_USAGE, Severity.WARNING,
+            f"{implausible}: the engine's token accounting cannot be trusted (budgets, the placeholder check)")
+    usage = answer.usage.prompt_tokens if answer.usage and not implausible else None
     if answer.status == 200 and usage is not None and usage < sent_tokens * PLACEHOLDER_SHARE:
         add(FindingKind.PLACEHOLDER_SUBSTITUTION, Severity.HIGH,
             f"usage.prompt_tokens is {usage:,} for a {sent_tokens:,}-token prompt: the prompt was replaced "

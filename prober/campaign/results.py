@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from prober.campaign.plan import Plan, Step
 from prober.campaign.survey import PreflightResult
 from prober.incidents import Incident, group
-from prober.targets.result import Completion
+from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, Severity
+
+OUTCOME_WORDS = {"refused": "refused at lengths the capacity says fit",
+                 "server_error": "failed (5xx) at lengths the capacity says fit"}
+HINTS = {"refused": "check the model name, the gateway in front of the engine and the credentials",
+         "unauthorized": "check the tenants' credentials",
+         "rate_limited": "lower the request rate or raise the quota",
+         "timeout": "the target is too slow or stalls: see timeout_s, deadline_s and the audit deadline",
+         "server_error": "the engine fails: see its logs",
+         "connect": "check the URL and the network path",
+         "malformed": "the target does not answer as its API promises",
+         "truncated": "the target cuts its answers off"}
 
 
 @dataclass(kw_only=True)
@@ -40,6 +52,22 @@ class StepResult:
         return self.answer.error.kind.value if self.answer.error else "unknown"
 
 
+    @property
+    def observed(self) -> bool:
+        """Whether this request shows how the engine isolates tenants.  Served: its answer was checked.
+        Refused, or failed with the engine's own 5xx, where the plan expects a refusal (above the acceptance
+        limit): that is the engine's verdict on an over-limit prompt.  Anything else is not an observation:
+        no usable answer (timeout, connect, malformed, truncated, too large, unauthorized, rate limited), and
+        a refusal or a 5xx at a length the capacity says fits — the boundary it was sent to test went
+        untested."""
+        answer = self.answer
+        if answer.served:
+            return True
+        if self.step.expect_served or answer.error is None:
+            return False
+        return answer.refused or (answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None)
+
+
 @dataclass
 class TargetReport:
     name: str
@@ -57,6 +85,40 @@ class TargetReport:
     @property
     def tokens_sent(self) -> int:
         return sum(s.sent_tokens for s in self.steps)
+
+    def coverage(self) -> Coverage:
+        planned = 2 * len(self.plan.exchanges) if self.plan else len(self.steps)
+        return Coverage(planned, len(self.steps), Counter(s.outcome for s in self.steps if not s.observed))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Of the requests a target's plan holds: how many were sent, and the unobserved ones by outcome."""
+
+    planned: int
+    sent: int
+    unobserved: Counter[str]
+
+    @property
+    def observed(self) -> int:
+        return self.sent - sum(self.unobserved.values())
+
+    def reason(self) -> str | None:
+        """Why these requests do not support "no leak", in one line; None when every planned request was sent
+        and observed."""
+        if self.observed == self.planned:
+            return None
+        parts = [f"{n} {OUTCOME_WORDS.get(outcome, outcome)}" for outcome, n in self.unobserved.most_common()]
+        if self.sent < self.planned:
+            parts.append(f"{self.planned - self.sent} not sent")
+        hints = [HINTS[o] for o, _ in self.unobserved.most_common() if o in HINTS][:2]
+        return (f"{self.observed} of {self.planned} planned requests observed ({', '.join(parts)})"
+                + (f": {'; '.join(hints)}" if hints else ""))
+
+    def to_json(self) -> dict[str, object]:
+        return {"planned": self.planned, "sent": self.sent, "observed": self.observed,
+                "unobserved": dict(self.unobserved)}
+
 
 
 @dataclass

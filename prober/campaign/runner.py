@@ -41,7 +41,7 @@ from prober.scrub import Scrubber
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
-from prober.targets.result import Completion, ErrorKind
+from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, changes
 from prober.targets.transport import Transport
 from prober.types import Canary, Record
@@ -53,6 +53,11 @@ ASKED = {"quote": "Quote the document word for word, including every reference c
 LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
 DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
 FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
+# A target's deadline when none is given: the survey's allowance, then one derived from the plan.
+SURVEY_ALLOWANCE_S = 300.0
+DEADLINE_BASE_S = 120.0
+PREFILL_FLOOR = 1_000.0  # prompt tokens a second
+DECODE_FLOOR = 10.0  # completion tokens a second
 CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
 
 
@@ -104,13 +109,24 @@ class TargetRunner:
         on_event(PlanReady(plan))
         return plan
 
-    async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore) -> None:
-        """Every exchange of the plan in order; stops between exchanges once `stopping` is set."""
+    async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore) -> str | None:
+        """Every exchange of the plan in order.  Stops between exchanges, and returns why (also in `errors`),
+        once `stopping` is set, the transport's deadline has passed, or the circuit breaker opens: `breaker`
+        answers in a row that could not be observed."""
+        unobserved = 0  # in a row
         for exchange in plan.exchanges:
-            if self.wiring.stopping.is_set():
-                report.errors.append(f"stopped before {exchange.id}: shutting down")
-                return
+            stop = ("shutting down" if self.wiring.stopping.is_set() else
+                    "the audit's deadline for this target passed" if self.transport.expired() else
+                    f"circuit breaker: {unobserved} answers in a row could not be observed"
+                    if unobserved >= self.config.breaker else None)
+            if stop:
+                report.errors.append(f"stopped before {exchange.id}: {stop}")
+                return stop
+            sent = len(report.steps)
             await self._exchange(exchange, report, on_event, plan)
+            for step in report.steps[sent:]:
+                unobserved = 0 if step.observed else unobserved + 1
+        return None
 
     # -- one exchange ---------------------------------------------------------------------------
     async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan) -> None:
@@ -199,8 +215,8 @@ class TargetRunner:
                             counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
                             findings=findings, own_echoes=own)
         report.steps.append(result)
-        if answer.error is not None and not _answered(answer):
-            report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error}")
+        if not result.observed:
+            report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error or 'not observed'}")
         on_event(StepDone(result))
         for finding in findings:
             on_event(FindingRecorded(finding))
@@ -211,14 +227,6 @@ def fact_samples(language: str) -> tuple[str, ...]:
     """The same few facts of a pack for every build, so the builder's measurements of them are reused."""
     rng = random.Random(FACT_SAMPLES)
     return tuple(load_pack(language).mint(rng).text for _ in range(FACT_SAMPLES))
-
-
-def _answered(answer: Completion) -> bool:
-    """The engine gave its verdict (an answer, a refusal, or its own 5xx); anything else means this request
-    could not be observed, and the run is incomplete."""
-    if answer.error is None or answer.refused:
-        return True
-    return answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None
 
 
 class Auditor:
@@ -236,6 +244,7 @@ class Auditor:
         self.on_event = on_event
         self.dry_run = dry_run
         self.tokens_left = config.audit.token_budget
+        self.ends_at: float | None = None  # the audit's deadline (time.monotonic()), when it has one
 
     async def run(self) -> AuditResult:
         result = AuditResult(dry_run=self.dry_run)
@@ -245,9 +254,14 @@ class Auditor:
         scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
                                           embedder=self.minter.embedder)
         wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
+        deadline = self.config.audit.deadline
+        self.ends_at = None if deadline is None else time.monotonic() + deadline
         for target_config in self.config.targets:
             report = TargetReport(target_config.name, target_config.url)
             result.targets.append(report)
+            if self.ends_at is not None and time.monotonic() >= self.ends_at:
+                report.errors.append(f"not probed: the audit's deadline of {deadline:g} s passed")
+                continue
             try:
                 await self._run_target(target_config, report, wiring)
             except (TargetUnusable, PlanError, CountError, BuildError) as exc:
@@ -260,6 +274,8 @@ class Auditor:
         settings = self.config.audit
         async with Transport(cfg.policy(), self.scrubber) as transport:
             runner = TargetRunner(cfg, transport, wiring, telemetry=not self.dry_run)
+            given = settings.target_deadline
+            transport.ends_at = self._ends_at(given if given is not None else SURVEY_ALLOWANCE_S)
             try:
                 await runner.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
             finally:
@@ -274,5 +290,23 @@ class Auditor:
                 report.complete = True
                 return
             self.tokens_left -= plan.tokens
+            if given is None:
+                transport.ends_at = self._ends_at(plan_deadline(plan))
             await runner.run(plan, report, self.on_event)
+            reason = report.coverage().reason()
+            if reason:
+                report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
             report.complete = not report.errors
+
+    def _ends_at(self, allowance: float) -> float:
+        ends = time.monotonic() + allowance
+        return ends if self.ends_at is None else min(ends, self.ends_at)
+
+
+def plan_deadline(plan: Plan) -> float:
+    """How long a target's plan may take when no deadline is given: generous for a slow engine (prompt
+    tokens at PREFILL_FLOOR a second, each request's completion at DECODE_FLOOR a second), finite for a
+    stalling one."""
+    steps = [step for exchange in plan.exchanges for step in (exchange.prime, exchange.probe)]
+    return (DEADLINE_BASE_S + plan.tokens / PREFILL_FLOOR
+            + sum(step.max_tokens for step in steps) / DECODE_FLOOR)

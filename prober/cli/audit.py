@@ -92,6 +92,10 @@ def audit(
         help="Plant fact canaries and look for reworded ones (default on; loads an embedding model).")] = None,
     model: Annotated[str | None, typer.Option(help="Embedding model: use-multilingual-v3 (default), or a "
                                                    "sentence-transformers name or path.")] = None,
+    deadline: Annotated[str | None, typer.Option(
+        help="Total time for the audit, e.g. 30m (default: each target's own deadline only).")] = None,
+    target_deadline: Annotated[str | None, typer.Option(
+        help="Total time per target, e.g. 10m (default: derived from its plan).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -108,7 +112,7 @@ def audit(
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
                           ledger=ledger.given if ledger else None, fail_on=fail_on, token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
-                          semantic=semantic, model=model)
+                          semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline)
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None

@@ -137,7 +137,7 @@ class UsageCounter(TokenCounter):
         answer = await self.target.complete(Prompt(text, max_tokens=1), self.secret)
         if answer.usage is None or answer.usage.prompt_tokens is None:
             raise CountError(f"calibration request gave no usage.prompt_tokens "
-                             f"({answer.error or f'HTTP {answer.status}'})")
+                             f"({answer.implausible_usage or answer.error or f'HTTP {answer.status}'})")
         return answer.usage.prompt_tokens
 
 

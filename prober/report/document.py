@@ -17,7 +17,7 @@ from prober.types import Finding, FindingKind
 
 HEADLINES = {
     "leak": "LEAK: another tenant's canary appeared in an answer",
-    "incomplete": "INCOMPLETE: not every request could be observed; no leak in those that were",
+    "incomplete": "INCOMPLETE: not every planned request was observed; no leak in those that were",
     "no_leak": "NO LEAK: no tenant's canary reached another tenant",
     "dry_run": "DRY RUN: the plan and its cost only; nothing was sent",
 }
@@ -36,8 +36,10 @@ def verdict(result: AuditResult) -> dict[str, Any]:
     status = ("dry_run" if result.dry_run else "leak" if leaked else "no_leak" if result.complete
               else "incomplete")
     worst = result.worst()
+    # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
+    reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]
     return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
-            "complete": result.complete, "tokens_sent": sum(t.tokens_sent for t in result.targets),
+            "complete": result.complete, "reasons": reasons, "tokens_sent": sum(t.tokens_sent for t in result.targets),
             "duration_s": round(max(0.0, result.finished - result.started), 1)}
 
 
@@ -73,6 +75,7 @@ def target_json(report: TargetReport) -> dict[str, Any]:
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
             "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
+            "coverage": report.coverage().to_json(),
             "plan": report.plan.to_json() if report.plan else None,
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}
 

@@ -141,9 +141,10 @@ def verdict_block(doc: dict[str, Any]) -> str:
              ("duration", f"{v['duration_s']:,} s"), ("targets", ", ".join(t["name"] for t in doc["targets"])),
              ("started", _when(doc["started"]))]
     items = "".join(f"<div><dt>{_esc(k)}</dt><dd>{_esc(val)}</dd></div>" for k, val in facts)
+    why = "".join(f'<p class="why">{_esc(reason)}</p>' for reason in v["reasons"])
     return (f'<header id="verdict" class="verdict" data-status="{v["status"]}" '
             f'style="background:{VERDICT_COLOURS[v["status"]]}"><h1>{_esc(v["headline"].split(":")[0])}</h1>'
-            f'<p>{_esc(v["headline"].split(": ", 1)[-1])}.</p><dl>{items}</dl></header>')
+            f'<p>{_esc(v["headline"].split(": ", 1)[-1])}.</p>{why}<dl>{items}</dl></header>')
 
 
 def matrix_table(target: dict[str, Any]) -> str:

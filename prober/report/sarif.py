@@ -17,6 +17,7 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
     FindingKind.ODD_FINISH_REASON: ("API002", "Unusual finish_reason on an HTTP-200 answer", "3.0"),
     FindingKind.UNEXPECTED_REFUSAL: ("CAP003", "Refused a prompt the capacity says fits", "1.0"),
     FindingKind.ENGINE_ERROR: ("API003", "HTTP 5xx instead of an answer or a refusal", "4.0"),
+    FindingKind.IMPLAUSIBLE_USAGE: ("API004", "Usage figures no engine could report for the prompt", "3.0"),
     FindingKind.CROSS_TENANT_CACHE_HIT: ("LEAK003", "Prefix cache shared across tenants (timing channel)", "6.0"),
 }
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -39,7 +40,7 @@ def sarif(doc: dict[str, Any], config_uri: str) -> dict[str, Any]:
                         "locations": [{"physicalLocation": {"artifactLocation": {"uri": config_uri}}}],
                         "partialFingerprints": {"leakprobe/v1": fingerprint.hexdigest()},
                         "properties": {k: f[k] for k in ("severity", "victim_tenant", "observer_tenant", "target",
-                                                         "probe", "prompt_tokens", "detector", "score")}})
+                                                         "record_id", "prompt_tokens", "detector", "score")}})
     return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
             "runs": [{"tool": {"driver": {"name": "leakprobe", "version": doc["tool"]["version"],
                                           "informationUri": "https://github.com/leakprobe/leakprobe",

@@ -17,6 +17,7 @@ def table_report(doc: dict[str, Any], terminal: Terminal | None = None) -> str:
     parts = [term.style(v["headline"], STATUS_STYLE[v["status"]]) + "\n",
              f"worst {v['worst'] or 'none'}; {doc['summary']['incidents']} incidents, {doc['summary']['findings']} "
              f"findings; {v['tokens_sent']:,} tokens sent in {v['duration_s']:,} s\n"]
+    parts += [f"why: {reason}\n" for reason in v["reasons"]]
     for t in doc["targets"]:
         parts.append("\n" + _target(doc, t, term))
     return "".join(parts)
