@@ -17,6 +17,7 @@ from prober.detect import Scanner
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.malloc import trim
+from prober.shingles import PromptShingles
 from prober.types import Canary, Record
 
 FOLD_AT = 256
@@ -24,7 +25,9 @@ FOLD_AT = 256
 
 class RunScanner:
     def __init__(self, known: Sequence[Canary], *, key: bytes, tenants: Sequence[str],
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, prompts: Sequence[PromptShingles] = ()) -> None:
+        """`prompts`: the ledger's record of sent prompts (verbatim runs of them are attributed); this process's
+        new ones come through `add_prompts` and are folded in with the minted canaries."""
         self.key = key
         self.tenants = list(tenants)
         self.embedder = embedder
@@ -34,6 +37,8 @@ class RunScanner:
         self._known_ids: frozenset[str] = frozenset()
         self._known: Scanner | None = None
         self._minted: dict[str, Canary] = {}
+        self._known_prompts = list(prompts)
+        self._new_prompts: list[PromptShingles] = []
         self._current: Scanner | None = None
         self.refresh(known)
 
@@ -44,8 +49,8 @@ class RunScanner:
 
     def refresh(self, known: Sequence[Canary]) -> None:
         """Replace the ledger's part (built here, in the caller's thread, then swapped in)."""
-        scanner = (Scanner(known, key=self.key, tenants=self.tenants, embedder=self.embedder, foreign=False)
-                   if known else None)
+        scanner = (Scanner(known, key=self.key, tenants=self.tenants, embedder=self.embedder, foreign=False,
+                           prompts=self._known_prompts) if known or self._known_prompts else None)
         ids = frozenset(c.id for c in known)
         with self._lock:
             self._known, self._known_ids, self._known_canaries = scanner, ids, list(known)
@@ -61,6 +66,7 @@ class RunScanner:
                 return
             self._folding = True
             known = self._known_canaries + list(self._minted.values())
+            self._known_prompts, self._new_prompts = self._known_prompts + self._new_prompts, []
         try:
             self.refresh(known)
         finally:
@@ -74,11 +80,16 @@ class RunScanner:
                 self._minted.update((c.id, c) for c in fresh)
                 self._current = None
 
+    def add_prompts(self, records: Sequence[PromptShingles]) -> None:
+        with self._lock:
+            self._new_prompts.extend(records)
+            self._current = None
+
     def _pair(self) -> tuple[Scanner, Scanner | None]:
         with self._lock:
             if self._current is None:
                 self._current = Scanner(list(self._minted.values()), key=self.key, tenants=self.tenants,
-                                        embedder=self.embedder)
+                                        embedder=self.embedder, prompts=self._new_prompts)
             return self._current, self._known
 
     def scan(self, record: Record) -> ScanResult:

@@ -49,7 +49,7 @@ def scan(
     try:
         embedder = make_embedder(model, threshold=threshold) if semantic else None
         scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
-                          embedder=embedder, redact=redact)
+                          embedder=embedder, redact=redact, prompts=store.prompt_shingles())
         plain = all(name != "-" and not name.endswith(".gz") for name in inputs)
         with ScanProgress(sum(Path(n).stat().st_size for n in inputs) if plain else None) as progress:
             report = scan_inputs(inputs, scanner, store, workers=workers, progress=progress)
