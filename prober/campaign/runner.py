@@ -195,7 +195,7 @@ class TargetRunner:
         if answer.text:
             record = Record(step.id, step.tenant, answer.text, built.text)
             scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
-            if any(f.canary_id is None and "probe_tag" in f.details for f in scanned.findings):
+            if scanned.unindexed:
                 # A token that verifies but is not in our index: another replica minted it moments ago.
                 recent = await asyncio.to_thread(self.wiring.ledger.active_canaries, None, time.time() - CATCH_UP_S)
                 self.wiring.scanner.add(recent)

@@ -52,6 +52,7 @@ def mask(text: str) -> str:
 class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     own_echoes: list[Hit] = field(default_factory=list)  # positive controls
+    unindexed: int = 0  # tokens whose MAC verifies but that no indexed canary is: minted elsewhere, moments ago
 
 
 class Scanner:
@@ -118,6 +119,8 @@ class Scanner:
                 result.own_echoes.append(hit)
             else:
                 result.findings.append(self._canary_finding(record, hit, victim))
+                if hit.canary is None and hit.verified is not None:
+                    result.unindexed += 1
         echoed = [(h.start, h.end) for h in best.values()]
         foreign: dict[tuple[int, int], Hit] = {}
         for hit in hits:
