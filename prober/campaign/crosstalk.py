@@ -25,6 +25,8 @@ from prober.targets.telemetry import EngineTelemetry, changes
 from prober.types import Canary, Finding, FindingKind, Record, Severity
 
 ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
+# A bound on one request's prompt tokens, for budgets: measured 47 with completions, 55 with Gemma's chat template.
+PROMPT_TOKENS = 64
 
 Mint = Callable[[str, str], Awaitable[Canary]]  # (tenant, request id) -> a canary, persisted and indexed
 Scan = Callable[[Record], Awaitable[ScanResult]]
@@ -56,6 +58,10 @@ class CrosstalkResult:
     def to_json(self) -> dict[str, object]:
         return {"requests": self.requests, "answered": self.answered, "own_echoed": self.own_echoed,
                 "foreign": self.foreign, "tokens": self.tokens, "blind": self.blind, "errors": self.errors}
+
+
+def planned_tokens(settings: CrosstalkSettings, tenants: Sequence[str]) -> int:
+    return len(tenants) * settings.per_tenant * PROMPT_TOKENS
 
 
 async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], settings: CrosstalkSettings, *,

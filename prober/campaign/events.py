@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.plan import Plan
 from prober.campaign.results import StepResult
 from prober.campaign.survey import PreflightResult
+from prober.campaign.timing import TimingResult
 from prober.types import Finding
 
 
@@ -42,7 +44,21 @@ class TargetFailed:
     message: str
 
 
-Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed
+@dataclass(frozen=True)
+class TimingDone:
+    """The timing check decided every pair (after its findings were recorded)."""
+
+    result: TimingResult
+
+
+@dataclass(frozen=True)
+class BurstDone:
+    """The cross-talk burst was checked (after its findings were recorded)."""
+
+    result: CrosstalkResult
+
+
+Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed | TimingDone | BurstDone
 Listener = Callable[[Event], None]
 
 

@@ -6,8 +6,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.plan import Plan, Step
 from prober.campaign.survey import PreflightResult
+from prober.campaign.timing import TimingResult
 from prober.incidents import Incident, group
 from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, Severity
@@ -51,7 +53,6 @@ class StepResult:
             return "refused"
         return self.answer.error.kind.value if self.answer.error else "unknown"
 
-
     @property
     def observed(self) -> bool:
         """Whether this request shows how the engine isolates tenants.  Served: its answer was checked.
@@ -77,14 +78,17 @@ class TargetReport:
     steps: list[StepResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     complete: bool = False
+    timing: TimingResult | None = None  # the timing check of prefix-cache isolation, where it ran
+    crosstalk: CrosstalkResult | None = None  # the cross-talk burst, where it ran
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for s in self.steps for f in s.findings]
+        extra = [f for check in (self.timing, self.crosstalk) if check for f in check.findings]
+        return [f for s in self.steps for f in s.findings] + extra
 
     @property
     def tokens_sent(self) -> int:
-        return sum(s.sent_tokens for s in self.steps)
+        return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in (self.timing, self.crosstalk) if c)
 
     def coverage(self) -> Coverage:
         planned = 2 * len(self.plan.exchanges) if self.plan else len(self.steps)
@@ -118,7 +122,6 @@ class Coverage:
     def to_json(self) -> dict[str, object]:
         return {"planned": self.planned, "sent": self.sent, "observed": self.observed,
                 "unobserved": dict(self.unobserved)}
-
 
 
 @dataclass

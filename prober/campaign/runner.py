@@ -22,29 +22,44 @@ from itertools import cycle, islice
 from secrets import token_hex
 
 from prober.campaign.checks import check_answer
-from prober.campaign.events import FindingRecorded, Listener, PlanReady, StepDone, SurveyDone, TargetFailed, ignore
+from prober.campaign.crosstalk import CrosstalkResult, run_burst
+from prober.campaign.events import (
+    BurstDone,
+    FindingRecorded,
+    Listener,
+    PlanReady,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+    TimingDone,
+    ignore,
+)
 from prober.campaign.plan import Exchange, Plan, Step, Streaming, make_plan, pairs
 from prober.campaign.results import AuditResult, StepResult, TargetReport
+from prober.campaign.salts import salt_asserted, salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
 from prober.campaign.survey import PreflightResult, survey
+from prober.campaign.timing import TimingResult, check_timing, planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
 from prober.capacity import origin_of, reachability
-from prober.config import ProberConfig, TargetConfig
+from prober.config import CrosstalkSettings, ProberConfig, TargetConfig, TimingSettings
+from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger.base import Ledger
 from prober.prompts import BuiltPrompt, PromptBuilder
 from prober.prompts.builder import Facts
 from prober.scrub import Scrubber
+from prober.shingles import Shingler
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, changes
 from prober.targets.transport import Transport
-from prober.types import Canary, Record
+from prober.types import Canary, Finding, Record
 
 PRIME_INSTRUCTION = "Summarize the document."
 ASKED = {"quote": "Quote the document word for word, including every reference code.",
@@ -71,6 +86,8 @@ class TargetRunner:
         self._builder: PromptBuilder | None = None
         self._want_telemetry = telemetry
         self._telemetry: EngineTelemetry | None = None
+        self.salts = tenant_salts(config, wiring.tenants)  # tenant -> its cache_salt, where the target asks
+        self.salted = salted_tenants(config, wiring.tenants, wiring.cache_salted)
 
     @property
     def tenants(self) -> list[str]:
@@ -115,7 +132,8 @@ class TargetRunner:
         answers in a row that could not be observed."""
         unobserved = 0  # in a row
         for exchange in plan.exchanges:
-            stop = ("shutting down" if self.wiring.stopping.is_set() else
+            moved = self.wiring.ledger.identity_problem()  # its canaries could not be kept where they belong
+            stop = ("shutting down" if self.wiring.stopping.is_set() else moved if moved else
                     "the audit's deadline for this target passed" if self.transport.expired() else
                     f"circuit breaker: {unobserved} answers in a row could not be observed"
                     if unobserved >= self.config.breaker else None)
@@ -180,17 +198,72 @@ class TargetRunner:
             facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
         capacity = self.surveyed.capacity if self.surveyed else None
         page = capacity.page_size.value if capacity and capacity.page_size else None
-        return await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
-                                   seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
+        built = await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
+                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
+        # Before it is sent, what it leaves in the ledger: keyed hashes of its word shingles (never its text), so a
+        # run of it in another tenant's answer is attributed (detection helper's hook).
+        now = time.time()
+        retention = plan.retention_s if plan.retention_s is not None else wiring.minter.retention_seconds
+        record = Shingler(wiring.minter.key).record(built.text, step.tenant, step.id, now, now + retention)
+        await asyncio.to_thread(wiring.ledger.add_prompt_shingles, [record])
+        wiring.scanner.add_prompts([record])
+        return built
 
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
-        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
-        return await self.target.complete(prompt, self.wiring.secrets.get(step.tenant))
+        return await self.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream))
+
+    async def send_as(self, tenant: str, prompt: Prompt) -> Completion:
+        """As this tenant: its credential, and its own cache salt where the target asks for one."""
+        return await self.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
+                                          self.wiring.secrets.get(tenant))
+
+    async def timing(self, settings: TimingSettings, on_event: Listener = ignore, *, run_id: str = "") -> TimingResult:
+        """`cross_tenant_cache_timing` over every ordered tenant pair (prober/campaign/timing.py)."""
+        if self._builder is None:
+            raise PlanError("survey the target before the timing check")
+        result = await check_timing(self.send_as, self._builder.counter, self.tenants, settings, run_id=run_id,
+                                    salted=self.salted, telemetry=self._telemetry)
+        result.findings = await self._persist(result.findings, None, on_event)
+        on_event(TimingDone(result))
+        return result
+
+    async def crosstalk(self, settings: CrosstalkSettings, on_event: Listener = ignore, *,
+                        run_id: str = "") -> CrosstalkResult:
+        """The cross-talk burst (prober/campaign/crosstalk.py): its canaries minted like any other."""
+        wiring = self.wiring
+
+        async def mint(tenant: str, request_id: str) -> Canary:
+            [canary] = await asyncio.to_thread(wiring.minter.tokens, tenant, 1, request_id)
+            wiring.scanner.add([canary])
+            return canary
+
+        async def scan(record: Record) -> ScanResult:
+            return await asyncio.to_thread(wiring.scanner.scan, record)
+
+        result = await run_burst(self.send_as, mint, scan, self.tenants, settings, run_id=run_id,
+                                 telemetry=self._telemetry)
+        result.findings = await self._persist(result.findings, None, on_event)
+        on_event(BurstDone(result))
+        return result
+
+    async def _persist(self, findings: list[Finding], engine: dict[str, dict[str, float]] | None,
+                       on_event: Listener) -> list[Finding]:
+        """Stamped with target and time, scrubbed, the engine's telemetry added; durable, then announced."""
+        now, scrub = time.time(), self.transport.scrubber
+        findings = [replace(f, target=self.config.name, found_at=now, excerpt=scrub.text(f.excerpt),
+                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
+                    for f in findings]
+        if findings:
+            await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
+        for finding in findings:
+            on_event(FindingRecorded(finding))
+        return findings
 
     async def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,
                      report: TargetReport, engine: dict[str, dict[str, float]] | None, on_event: Listener) -> None:
         primed_by = exchange.victim if exchange.same_text and step.role == "probe" else None
-        findings = check_answer(step, built.tokens, answer, primed_by=primed_by)
+        checked = check_answer(step, built.tokens, answer, primed_by=primed_by)
+        findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
         if answer.text:
             record = Record(step.id, step.tenant, answer.text, built.text)
@@ -205,12 +278,7 @@ class TargetRunner:
                        "exchange": exchange.id}
             findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
                          for f in scanned.findings]
-        now, scrub = time.time(), self.transport.scrubber
-        findings = [replace(f, target=report.name, found_at=now, excerpt=scrub.text(f.excerpt),
-                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
-                    for f in findings]
-        if findings:
-            await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
+        findings = await self._persist(findings, engine, ignore)
         result = StepResult(step=step, exchange=exchange.id, target=report.name, sent_tokens=built.tokens,
                             counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
                             findings=findings, own_echoes=own)
@@ -250,9 +318,10 @@ class Auditor:
         result = AuditResult(dry_run=self.dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
         known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
+        prompts = [] if self.dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
         tenants = [t.name for t in self.config.tenants]
         scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
-                                          embedder=self.minter.embedder)
+                                          embedder=self.minter.embedder, prompts=prompts)
         wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
         deadline = self.config.audit.deadline
         self.ends_at = None if deadline is None else time.monotonic() + deadline
@@ -283,20 +352,31 @@ class Auditor:
             plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
                                    rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
-            if plan.tokens > self.tokens_left:
-                raise PlanError(f"the plan for {cfg.name} needs {plan.tokens:,} tokens, over the remaining budget "
-                                f"of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
+            timing = planned_tokens(self.config.timing, runner.tenants) if self.config.timing.audit else 0
+            if plan.tokens + timing > self.tokens_left:
+                raise PlanError(f"the plan for {cfg.name} needs {plan.tokens + timing:,} tokens, over the remaining "
+                                f"budget of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
             if self.dry_run:
                 report.complete = True
                 return
-            self.tokens_left -= plan.tokens
+            self.tokens_left -= plan.tokens + timing
             if given is None:
-                transport.ends_at = self._ends_at(plan_deadline(plan))
-            await runner.run(plan, report, self.on_event)
+                transport.ends_at = self._ends_at(plan_deadline(plan) + isolation_deadline(self.config, runner.tenants))
+            if await runner.run(plan, report, self.on_event) is None:
+                await self._isolation(runner, report)
             reason = report.coverage().reason()
             if reason:
                 report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
             report.complete = not report.errors
+
+    async def _isolation(self, runner: TargetRunner, report: TargetReport) -> None:
+        """The timing check and the cross-talk burst, where the config runs them in audits."""
+        if self.config.timing.audit:
+            report.timing = await runner.timing(self.config.timing, self.on_event)
+            report.errors += report.timing.errors
+        if self.config.crosstalk.audit:
+            report.crosstalk = await runner.crosstalk(self.config.crosstalk, self.on_event)
+            report.errors += report.crosstalk.errors
 
     def _ends_at(self, allowance: float) -> float:
         ends = time.monotonic() + allowance
@@ -310,3 +390,16 @@ def plan_deadline(plan: Plan) -> float:
     steps = [step for exchange in plan.exchanges for step in (exchange.prime, exchange.probe)]
     return (DEADLINE_BASE_S + plan.tokens / PREFILL_FLOOR
             + sum(step.max_tokens for step in steps) / DECODE_FLOOR)
+
+
+def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
+    """What the timing check and the cross-talk burst add to a target's deadline, at the same floors: one
+    request at a time for the timing check, one concurrent burst for cross-talk."""
+    timing = config.timing
+    seconds = 0.0
+    if timing.audit:
+        requests = 3 * timing.samples * len(pairs(tenants))
+        seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + requests / DECODE_FLOOR
+    if config.crosstalk.audit:
+        seconds += config.crosstalk.max_tokens / DECODE_FLOOR
+    return seconds

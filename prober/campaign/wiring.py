@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from prober.campaign.salts import claimed_salted
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
 from prober.config import ProberConfig
@@ -27,6 +28,7 @@ class Wiring:
     fact_share: float = 0.0  # of a prompt's canary units, those that carry a fact (0 without an embedder)
     scrubber: Scrubber = field(default_factory=Scrubber)  # every secret masked in what runs return
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set: finish the exchange, start no other
+    cache_salted: frozenset[str] = frozenset()  # tenants whose gateway, the config says, salts their prefix cache
 
     @classmethod
     def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],
@@ -34,4 +36,4 @@ class Wiring:
         """The wiring a config implies: its tenants and their languages, facts only where an embedder is."""
         return cls(minter.ledger, minter, scanner, secrets, tuple(t.name for t in config.tenants), config.languages,
                    config.detection.fact_share if minter.embedder is not None else 0.0, scrubber,
-                   stopping or asyncio.Event())
+                   stopping or asyncio.Event(), claimed_salted(config.tenants))

@@ -90,7 +90,9 @@ class PromptBuilder:
         """A word that costs exactly one token, also when repeated."""
         if self._pad is None:
             for word in PAD_CANDIDATES:
-                if await self._cost(header, word) == 1 and await self._cost(header, word * 16) == 16:
+                # Measured after one pad word: a chat template that trims the message (Gemma's) drops the
+                # header's final line break from a count that ends there.
+                if await self._cost(header + word, word) == 1 and await self._cost(header + word, word * 16) == 16:
                     self._pad = word
                     break
             else:
@@ -119,10 +121,10 @@ class PromptBuilder:
         """`mint` makes token canaries (one in every canary unit); `facts`, fact canaries that open every
         1/share-th unit in place of the same number of filler tokens."""
         header = instruction.strip() + "\n"
-        overhead = await self._count(header)
+        pad = await self.pad(header)
+        overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
         if tokens < overhead:
             raise BuildError(f"{tokens} tokens is below the {overhead} that the instruction alone costs")
-        pad = await self.pad(header)
         budget = tokens - overhead
         minted: tuple[Canary, ...] = ()
         unit_of: list[int] = []  # for each canary, the unit that carries it (units may be dropped below)

@@ -19,6 +19,9 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
     FindingKind.ENGINE_ERROR: ("API003", "HTTP 5xx instead of an answer or a refusal", "4.0"),
     FindingKind.IMPLAUSIBLE_USAGE: ("API004", "Usage figures no engine could report for the prompt", "3.0"),
     FindingKind.CROSS_TENANT_CACHE_HIT: ("LEAK003", "Prefix cache shared across tenants (timing channel)", "6.0"),
+    FindingKind.CROSS_TENANT_CACHE_TIMING: ("LEAK004", "Another tenant's prompts answered sooner: prefix cache "
+                                                       "shared (timing)", "6.0"),
+    FindingKind.CROSS_REQUEST_ECHO: ("LEAK005", "Another concurrent request's canary in an answer", "9.0"),
 }
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
