@@ -35,7 +35,7 @@ from prober.yamlfile import read_yaml
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
-JOBS = ("preflight", "sentinel", "campaign")
+JOBS = ("preflight", "sentinel", "campaign", "timing", "crosstalk")
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -260,6 +260,10 @@ class Schedule(_Strict):
     """Everyday-sized prompts from each tenant in turn, far from any boundary."""
     campaign: Duration = 21_600.0
     """The boundary campaign of `leakprobe audit`."""
+    timing: Duration = 21_600.0
+    """The timing check of prefix-cache isolation (`timing:` sets its samples and prompt length)."""
+    crosstalk: Duration = 300.0
+    """The cross-talk burst: concurrent short requests of every tenant (`crosstalk:` sets its size)."""
 
 
 class Jitter(_Strict):
@@ -272,6 +276,10 @@ class Jitter(_Strict):
     """Random delay of each sentinel run (null: a tenth of its interval)."""
     campaign: Duration | None = None
     """Random delay of each campaign run (null: a tenth of its interval)."""
+    timing: Duration | None = None
+    """Random delay of each timing run (null: a tenth of its interval)."""
+    crosstalk: Duration | None = None
+    """Random delay of each cross-talk run (null: a tenth of its interval)."""
 
 
 class SentinelSettings(_Strict):

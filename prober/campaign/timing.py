@@ -151,12 +151,16 @@ async def measure_pair(send: Send, victim: str, observer: str, *, words: int, se
     before = await telemetry.snapshot() if telemetry else None
     warm: list[float] = []
     lost, tokens = 0, 0
+    unwarmed: set[int] = set()
     for i in sorted(hit_texts):
         answer = await send(victim, _prompt(texts[i]))
         tokens += _tokens(answer)
-        if (ttft := _ttft(answer)) is not None:
-            warm.append(ttft)
-    order = list(range(2 * n))
+        if answer.served:
+            warm.append(answer.ttft_s if answer.ttft_s is not None else answer.total_s)
+        else:  # never in the victim's cache: no would-be hit, so not sent as one
+            unwarmed.add(i)
+            lost += 1
+    order = [i for i in range(2 * n) if i not in unwarmed]
     rng.shuffle(order)
     hits: list[float] = []
     misses: list[float] = []
@@ -174,7 +178,7 @@ async def measure_pair(send: Send, victim: str, observer: str, *, words: int, se
     after = await telemetry.snapshot() if telemetry else None
     changed = changes(before, after) if before and after else None
     return PairSamples(victim, observer, tuple(hits), tuple(misses), tuple(warm),
-                       statistics.fmean(served) if served else None, lost + n - len(warm), 3 * n, tokens,
+                       statistics.fmean(served) if served else None, lost, n + len(order), tokens,
                        {name: c.to_json() for name, c in changed.items()} if changed else None)
 
 

@@ -4,6 +4,8 @@ that the jobs share until a reload retires it.
 - `preflight`: capacity survey and verdicts; sends no generation request.
 - `sentinel`: everyday-sized canary prompts from each tenant in turn, every answer scanned.
 - `campaign`: the boundary campaign of `leakprobe audit`.
+- `timing`: the timing check of prefix-cache isolation (prober/campaign/timing.py).
+- `crosstalk`: a burst of concurrent short requests of every tenant (prober/campaign/crosstalk.py).
 
 Each returns a `JobOutcome`; what it says goes to the metrics, the log and `/status`.
 """
@@ -14,11 +16,11 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prober.campaign import TargetReport, TargetRunner, sentinel_plan
+from prober.campaign import TargetReport, TargetRunner, crosstalk, sentinel_plan, timing
 from prober.campaign.events import Listener, PlanReady
 from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
-from prober.config import AuditSettings, DaemonSettings, TargetConfig
+from prober.config import AuditSettings, CrosstalkSettings, DaemonSettings, TargetConfig, TimingSettings
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
@@ -28,6 +30,8 @@ class Job(StrEnum):
     PREFLIGHT = "preflight"
     SENTINEL = "sentinel"
     CAMPAIGN = "campaign"
+    TIMING = "timing"
+    CROSSTALK = "crosstalk"
 
 
 class Failure(StrEnum):
@@ -73,10 +77,13 @@ class TargetSession:
     request to the target's API goes to `on_exchange` (its health, from every job)."""
 
     def __init__(self, config: TargetConfig, wiring: Wiring, *, daemon: DaemonSettings, audit: AuditSettings,
-                 budget: TokenBudget, on_exchange: OnExchange) -> None:
+                 budget: TokenBudget, on_exchange: OnExchange, timing: TimingSettings | None = None,
+                 crosstalk: CrosstalkSettings | None = None) -> None:
         self.config = config
         self.daemon = daemon
         self.audit = audit
+        self.timing = timing or TimingSettings()
+        self.crosstalk = crosstalk or CrosstalkSettings()
         self.budget = budget
         self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
         self.runner = TargetRunner(config, self.transport, wiring, telemetry=daemon.engine_telemetry)
@@ -116,6 +123,8 @@ class TargetSession:
         if job is Job.PREFLIGHT:
             return JobOutcome()
         run_id = f"{self.daemon.replica}.{job.value[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
+        if job is Job.TIMING or job is Job.CROSSTALK:
+            return await self._isolation(job, on_event, run_id)
         if job is Job.SENTINEL:
             sentinel = self.daemon.sentinel
             plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
@@ -127,12 +136,37 @@ class TargetSession:
                                    max_tokens=a.max_tokens, run_id=run_id)
         return await self._spend(plan, on_event)
 
+    async def _isolation(self, job: Job, on_event: Listener, run_id: str) -> JobOutcome:
+        """The timing check or the cross-talk burst, budgeted like a plan: incomplete where answers went
+        unobserved."""
+        tenants = self.runner.tenants
+        tokens = (timing.planned_tokens(self.timing, tenants) if job is Job.TIMING
+                  else crosstalk.planned_tokens(self.crosstalk, tenants))
+        day = await self.budget.reserve(self.name, tokens)
+        if day is None:
+            return await self._over_budget(tokens)
+        result: timing.TimingResult | crosstalk.CrosstalkResult | None = None
+        try:
+            if job is Job.TIMING:
+                result = await self.runner.timing(self.timing, on_event, run_id=run_id)
+            else:
+                result = await self.runner.crosstalk(self.crosstalk, on_event, run_id=run_id)
+        finally:
+            await self.budget.release(self.name, day, tokens - (result.tokens if result else 0))
+        if result.errors:
+            more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
+            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=result.tokens)
+        return JobOutcome(tokens=result.tokens)
+
+    async def _over_budget(self, tokens: int) -> JobOutcome:
+        left = await self.budget.left(self.name)
+        return JobOutcome(skip=Skip.BUDGET, message=f"needs {tokens:,} tokens, {left:,} left today of "
+                          f"{self.budget.per_day:,}")
+
     async def _spend(self, plan: Plan, on_event: Listener) -> JobOutcome:
         day = await self.budget.reserve(self.name, plan.tokens)
         if day is None:
-            left = await self.budget.left(self.name)
-            return JobOutcome(skip=Skip.BUDGET, message=f"needs {plan.tokens:,} tokens, {left:,} left today of "
-                              f"{self.budget.per_day:,}")
+            return await self._over_budget(plan.tokens)
         report = TargetReport(self.name, self.config.url, plan=plan)
         try:
             await self.runner.run(plan, report, on_event)

@@ -13,11 +13,21 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Iterable, Sequence
+from statistics import median
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import __version__
-from prober.campaign.events import Event, FindingRecorded, Listener, PlanReady, StepDone, SurveyDone
+from prober.campaign.events import (
+    BurstDone,
+    Event,
+    FindingRecorded,
+    Listener,
+    PlanReady,
+    StepDone,
+    SurveyDone,
+    TimingDone,
+)
 from prober.campaign.results import StepResult
 from prober.campaign.survey import PreflightResult
 from prober.config import Links
@@ -129,13 +139,23 @@ class Metrics:
         build.labels(__version__, platform.python_version()).set(1)
         self.links = Gauge("leakprobe_links_info", "Always 1; labels are where a page links to (daemon.links): "
                            "the Grafana base URL and this daemon's /status.", ["grafana", "status"], registry=registry)
+        pair = ["target", "victim", "observer"]
+        self.timing_p = Gauge("leakprobe_cache_timing_p_value", "Last timing check's Holm-adjusted p-value that the "
+                              "observer's would-be cache hits on the victim's prompts came back sooner than misses "
+                              "(a finding at or below timing.false_alarm).", pair, registry=registry)
+        self.timing_ttft = Gauge("leakprobe_cache_timing_ttft_seconds", "Last timing check's median time to first "
+                                 "token of the observer's would-be hits and of its misses.", [*pair, "prompts"],
+                                 registry=registry)
+        self.burst_answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own "
+                                     "canary came back), foreign (another request's canary), unanswered.",
+                                     ["target", "outcome"], registry=registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
         self._per_target: list[Counter | Gauge | Histogram] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool, self.input_limit, self.verdict,
             self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success,
-            self.interval]
+            self.interval, self.timing_p, self.timing_ttft, self.burst_answers]
 
     # -- what runs report -----------------------------------------------------------------------
     def listener(self, target: str, job: str) -> Listener:
@@ -153,6 +173,17 @@ class Metrics:
                     self.incidents.record(f, job)
                 case SurveyDone(result=result):
                     self.survey(target, result)
+                case TimingDone(result=timing):
+                    for decision in timing.decisions:
+                        s = decision.samples
+                        self.timing_p.labels(target, s.victim, s.observer).set(decision.adjusted_p)
+                        for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
+                            if ttfts:
+                                self.timing_ttft.labels(target, s.victim, s.observer, prompts).set(median(ttfts))
+                case BurstDone(result=burst):
+                    for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
+                                           ("unanswered", burst.requests - burst.answered)):
+                        self.burst_answers.labels(target, outcome).inc(count)
         return on_event
 
     def exchanged(self, target: str, exchange: HTTPExchange) -> None:

@@ -237,9 +237,9 @@ class Daemon:
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:
-            self.sessions[target.name] = TargetSession(target, wiring, daemon=config.daemon, audit=config.audit,
-                                                       budget=budget, on_exchange=partial(self.metrics.exchanged,
-                                                                                          target.name))
+            self.sessions[target.name] = TargetSession(
+                target, wiring, daemon=config.daemon, audit=config.audit, budget=budget, timing=config.timing,
+                crosstalk=config.crosstalk, on_exchange=partial(self.metrics.exchanged, target.name))
             for job in Job:
                 last_run = await self.records.restore(target.name, job, self.started)
                 interval = config.daemon.interval(job)
