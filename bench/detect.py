@@ -1,6 +1,7 @@
 """Detector throughput and calibration, each beside a naive baseline measured in the same run.
 
-    python bench/detect.py            # throughput (exact, fuzzy at 100k canaries; semantic on CPU/GPU)
+    python bench/detect.py            # throughput (exact, fuzzy, fragment at 100k canaries; verbatim at 1,000
+                                      # recorded prompts; semantic on CPU/GPU)
     python bench/detect.py --quick    # 10k canaries, for a fast look
 
 Semantic detection runs with the default embedder (USE multilingual) on English and Korean answers, and
@@ -28,9 +29,11 @@ from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.filler import load_filler
 from prober.canaries.packs import load_pack
-from prober.detect import CanarySet, ExactDetector, FuzzyDetector, SemanticDetector
+from prober.detect import CanarySet, Detector, ExactDetector, FragmentDetector, FuzzyDetector, Scanner, SemanticDetector
 from prober.detect.semantic import blocked_cosine
+from prober.detect.verbatim import VerbatimDetector
 from prober.embeddings import DEFAULT_MODEL, MINILM, make_embedder
+from prober.shingles import Shingler
 from prober.types import Canary, CanaryKind, Record
 
 KEY = b"bench-key-000000000000000000000000"
@@ -80,7 +83,7 @@ def bench_exact_fuzzy(n: int, rng: random.Random) -> None:
         texts[i] = texts[i][:900] + " " + canaries[rng.randrange(n)].text + " " + texts[i][900:]
     records = [Record(f"r{i}", "observer", t) for i, t in enumerate(texts)]
 
-    def run(detector: ExactDetector | FuzzyDetector) -> int:
+    def run(detector: Detector) -> int:
         for r in records:
             detector.detect(r, compact(r.text))
         return len(records)
@@ -101,7 +104,59 @@ def bench_exact_fuzzy(n: int, rng: random.Random) -> None:
     cdist = rate(lambda: len(process.cdist(few, patterns, scorer=fuzz.partial_ratio, workers=-1)), repeats=1)
     print(f"fuzzy : {fuzzy_rate:10,.0f} answers/s   baseline cdist over all:   {cdist:8,.1f} answers/s"
           f"   ratio {fuzzy_rate / cdist:,.0f}x")
+    fragment = FragmentDetector(canary_set)
+    fragment_rate = rate(lambda: run(fragment))
+    groups = [g for p in patterns for g in (p[i : i + 8] for i in range(0, 32, 8))]
+    compacted = [compact(t) for t in sample]
+    naive_groups = rate(lambda: sum(1 for t in compacted if any(g in t for g in groups) or True))
+    print(f"fragment: {fragment_rate:8,.0f} answers/s   baseline any(group in text): {naive_groups:6,.1f} answers/s"
+          f"   ratio {fragment_rate / naive_groups:,.0f}x")
+    for i in range(5, len(records), 10):  # a tenth of the answers hold escapes (an HTML log), which are decoded
+        records[i] = Record(records[i].id, "observer", records[i].text.replace(" ", "&#32;", 20) + " 50% &amp; co")
+    scanner = Scanner(canaries, key=KEY, foreign=False)
+    scanner_rate = rate(lambda: sum(1 for r in records if scanner.scan(r) is not None))
+    print(f"scanner (exact + fuzzy + fragment, escapes decoded): {scanner_rate:8,.0f} answers/s"
+          f"   ratio to any(t in text) {scanner_rate / baseline:,.0f}x")
     print(f"peak RSS {rss_mib():.0f} MiB")
+
+
+def bench_verbatim(prompts_n: int, rng: random.Random) -> None:
+    """Verbatim runs of sent prompts: answers against `prompts_n` recorded prompts shaped as the builder makes
+    them (a unit of filler repeated to 8,000 characters), beside looking every 12-word window of the answer up
+    in every prompt's text."""
+    filler = load_filler("en")
+    texts = [" ".join([filler.text(300, seed=rng.randrange(10**6))] * 26) for _ in range(prompts_n)]
+    shingler = Shingler(KEY)
+    started = time.perf_counter()
+    records = [shingler.record(t, f"t{i % 50}", f"p{i}", 0.0, 2e9) for i, t in enumerate(texts)]
+    detector = VerbatimDetector(records, KEY)
+    print(f"\nverbatim, {prompts_n:,} recorded prompts ({sum(len(r.hashes) for r in records) / 2**20:.1f} MiB of"
+          f" hashes): index built in {time.perf_counter() - started:.1f} s, peak RSS {rss_mib():.0f} MiB")
+    found: set[int] = set()
+    wrong: set[int] = set()
+    answers_ = answers(rng, 200)
+    for i in range(0, 200, 10):  # 10% copy 20 words of a prompt
+        words = texts[i].split()
+        answers_[i] = answers_[i][:900] + " " + " ".join(words[30:50]) + " " + answers_[i][900:]
+    batch = [Record(f"r{i}", "observer", t) for i, t in enumerate(answers_)]
+
+    def ours() -> int:
+        for i, r in enumerate(batch):
+            if detector.detect(r, ""):
+                (found if i % 10 == 0 else wrong).add(i)
+        return len(batch)
+
+    def naive(sample: list[str]) -> int:
+        for text in sample:
+            words = text.split()
+            any(" ".join(words[j : j + 12]) in t for j in range(len(words) - 11) for t in texts)
+        return len(sample)
+
+    ours_rate = rate(ours)
+    naive_rate = rate(lambda: naive(answers_[:2]), repeats=1)
+    print(f"verbatim: {ours_rate:8,.0f} answers/s, found {len(found)}/20, on clean filler answers {len(wrong)}/180"
+          f"   baseline windows in every prompt: "
+          f"{naive_rate:6,.2f} answers/s   ratio {ours_rate / naive_rate:,.0f}x")
 
 
 def calibrate_fuzzy(rng: random.Random) -> None:
@@ -185,6 +240,7 @@ def main() -> None:
     rng = random.Random(2026)
     bench_exact_fuzzy(10_000 if args.quick else 100_000, rng)
     calibrate_fuzzy(rng)
+    bench_verbatim(100 if args.quick else 1_000, random.Random(7))
     for model, language in ((DEFAULT_MODEL, "en"), (DEFAULT_MODEL, "ko"), (MINILM, "en")):
         bench_semantic(rng, 2_000, model, args.device, language)
 

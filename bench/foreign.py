@@ -28,7 +28,6 @@ from typing import Any
 
 from prober.canaries.packs import load_pack
 from prober.detect.foreign import ForeignContentDetector
-from prober.embeddings import make_embedder
 from prober.types import Record
 from tests.llamacpp import cache_dir
 
@@ -75,7 +74,8 @@ def corpus_controls(corpus: Path) -> list[dict[str, Any]]:
     truths = {t["id"]: t for t in map(json.loads, (corpus / "truth.jsonl").read_text("utf-8").splitlines())}
     rows = []
     for row in map(json.loads, (corpus / "answers.jsonl").read_text("utf-8").splitlines()):
-        condition = truths[row["id"]]["condition"]
+        truth = truths.get(row["id"])  # None: the generator is still writing it
+        condition = truth["condition"] if truth else {"control": ""}
         if condition["control"]:
             rows.append({**row, "greedy": condition["temperature"] == 0, "kind": condition["control"]})
     return rows
@@ -95,8 +95,7 @@ def main() -> None:
     pack = load_pack("en")
     leaks = [*BUSINESS, *(pack.mint(rng).text for _ in range(40))]
     print(f"{len(rows)} Gemma answers, {len(leaks)} foreign sentences to splice")
-    for label, detector in (("words only", ForeignContentDetector()),
-                            ("with embedder", ForeignContentDetector(make_embedder()))):
+    for label, detector in (("detector", ForeignContentDetector()),):
         warned: Counter[str] = Counter()
         total: Counter[str] = Counter()
         caught = 0

@@ -6,30 +6,33 @@ words mostly do not, or that carries an identifier (a number, a code) the prompt
 somewhere else: possibly another customer's data that is not one of our canaries.  It is reported below a
 canary echo (warning), and its text is stored redacted, since it may be real customer data.
 
-Three things a model does with its own prompt must not read as foreign:
+Four things a model does must not read as foreign:
 
-* rewording it (a summary): when an embedder is at hand, a sentence that fails the word test is compared
-  with the prompt passages around the words it does share (a name, a place), and one that says what such
-  a passage says is a paraphrase;
+* rewording it (a summary): new words around the prompt's own names and numbers name nobody new and carry no
+  new number, so they are not someone's data (below);
 * translating it: a sentence in a script the prompt hardly uses cannot be judged word by word, so only
   identifiers the prompt never held count there;
 * garbling one of our own canary tokens: an identifier in the canary-token format that no other detector
-  attributed is a misquote of a canary, not someone else's data (the MAC check judges real ones).
+  attributed is a misquote of a canary, not someone else's data (the MAC check judges real ones);
+* talking: a real model decoding from pages that say nothing emits loops ("NotablyNotably...", "2323...")
+  and multilingual soup, and from its own pages it invents sentences of common words ("The model is made of
+  a single-layer polycarbonate film.").  A sentence is someone's data when it names someone or something (a
+  capitalised word the prompt lacks) or carries a number or code; one with neither, one that repeats a short
+  run four times over, or one written in three scripts or more is the model's own (measured on Gemma 3 270M
+  controls: docs/detection.md).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
-
 from prober.canaries.hangul import is_hangul
 from prober.canaries.tokens import PREFIX as TOKEN_PREFIX
-from prober.detect.base import Detector, Hit, sentence_around
-from prober.embeddings import Embedder
+from prober.detect.base import Detector, Hit
 from prober.types import Record, Severity
 
 MIN_CONTENT_WORDS = 5
@@ -39,12 +42,13 @@ STEM = 5  # leading characters of a Latin word that stand for it ("records", "re
 HANGUL_STEM = 2  # leading syllables of a Korean word: its stem before the particle ("서울에서" -> "서울")
 MIN_SCRIPT_SHARE = 0.1  # a script under this share of the prompt's words is one it was not written in
 MIN_IDENTIFIER = 4  # letters and digits an identifier needs (a year, not "3 pm")
-PASSAGES = 3  # prompt passages a sentence is compared with, around its rarest supported words
 
 _SENTENCE = re.compile(r"(?:[^.!?。\n]|(?<=\d)\.(?=\d))+[.!?。]?")  # "4.2" does not end one
 _WORD = re.compile(r"[가-힣]{2,}|[^\W\d_가-힣]{3,}", re.UNICODE)
 # A number or code, with its inner separators: "72,577", "MB-476", "4.2", "2617-806".
 _IDENTIFIER = re.compile(r"\b(?=[\w,.-]*\d)\w+(?:[,.-]\w+)*\b")
+_DEGENERATE = re.compile(r"(.{2,40}?)\1{3,}", re.DOTALL)  # a run repeated four times over: a decoding loop
+MAX_SCRIPTS = 2  # a sentence in three scripts or more (Latin, Hangul, Han, Devanagari ...) is decoding soup
 _OWN_TOKEN = re.compile(rf"\b{TOKEN_PREFIX}[\w-]*", re.IGNORECASE)
 # Words any answer may add: connectives and the function words of the languages we ship.
 _COMMON = frozenset("""
@@ -56,6 +60,11 @@ document quoting quote summary summarise summarize according records noted recor
 code answer text following says said here's is are translation translated korean english
 문서 요약 번역 내용 다음 그리고 또한 그는 그녀는 있다 있습니다 합니다 입니다
 """.split())
+
+
+def _scripts(text: str) -> set[str]:
+    """The writing systems of a text's letters, by the first word of their Unicode names (LATIN, HANGUL, CJK)."""
+    return {unicodedata.name(ch, "?").split(" ", 1)[0] for ch in set(text) if ch.isalpha()}
 
 
 def _stem(word: str) -> str:
@@ -78,8 +87,7 @@ class ForeignContentDetector(Detector):
     rank = 5
     severity = Severity.WARNING
 
-    def __init__(self, embedder: Embedder | None = None) -> None:
-        self.embedder = embedder
+    def __init__(self) -> None:
         self._lock = threading.Lock()  # scans run in worker threads
         self._source: str | None = None
         self._learned = _Prompt("", Counter(), 0.0)
@@ -117,6 +125,8 @@ class ForeignContentDetector(Detector):
 
         A name (a capitalised word inside the sentence) weighs twice: it is what makes data someone's."""
         sentence = _OWN_TOKEN.sub(" ", sentence)
+        if _DEGENERATE.search(sentence) or len(_scripts(sentence)) > MAX_SCRIPTS:
+            return None
         identifiers = [i for i in _IDENTIFIER.findall(sentence)
                        if sum(c.isalnum() for c in i) >= MIN_IDENTIFIER and i.lower() not in prompt.text]
         found = [w for w in _WORD.findall(sentence) if w.lower() not in _COMMON]
@@ -130,24 +140,9 @@ class ForeignContentDetector(Detector):
         names = {w.lower() for w in found if w[0].isupper() and not sentence.lstrip().startswith(w)}
         supported = [w for w in words if _stem(w) in prompt.stems]
         unknown_names = len(names - set(supported))
+        if not identifiers and not unknown_names:
+            return None  # nobody's data: common words the prompt lacks
         unsupported = (len(words) - len(supported) + unknown_names) / max(1, len(words) + len(names))
         if unsupported < UNSUPPORTED_SHARE and not (identifiers and unsupported >= UNSUPPORTED_SHARE / 2):
             return None
-        if not identifiers and not unknown_names and self._paraphrases(sentence, supported, prompt):
-            return None
         return unsupported, len(identifiers)
-
-    def _paraphrases(self, sentence: str, supported: list[str], prompt: _Prompt) -> bool:
-        """Whether the sentence says what a prompt passage around one of its rarest shared words says."""
-        if self.embedder is None or not supported:
-            return False
-        passages: list[str] = []
-        for word in sorted(set(supported), key=lambda w: prompt.stems[_stem(w)])[:PASSAGES]:
-            at = prompt.text.find(word)
-            if at >= 0:
-                start, end = sentence_around(prompt.text, at, at)
-                passages.append(prompt.text[start:end])
-        if not passages:
-            return False
-        vectors = self.embedder.encode([sentence, *passages])
-        return bool(np.max(vectors[1:] @ vectors[0]) >= self.embedder.threshold)

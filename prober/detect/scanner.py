@@ -79,7 +79,7 @@ class Scanner:
         if prompts and key is not None:
             self.detectors.append(VerbatimDetector(prompts, key))
         if foreign:
-            self.detectors.append(ForeignContentDetector(embedder))
+            self.detectors.append(ForeignContentDetector())
         self._by_name = {d.name: d for d in self.detectors}
 
     def __reduce__(self) -> tuple[Callable[..., Scanner], tuple[object, ...]]:

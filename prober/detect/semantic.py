@@ -14,7 +14,8 @@ the sentence around them still says the fact:
 2. for each candidate, chunks around the slot hits are embedded: the sentence that holds them and a
    window of about the fact's length, so a fact run into a long sentence is not diluted;
 3. a blocked matrix product of chunk and fact embeddings (on the embedder's device) gives the best
-   cosine per candidate; a hit needs it above the threshold *and* half of the slot values present.
+   cosine per candidate; a hit needs it above the threshold *and* half of the slot values present (a long
+   value written with an edit or two counts, next to a value written as it is).
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from rapidfuzz import fuzz
 
-from prober.canaries.compact import original_span
+from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit, sentence_around, whole_word
-from prober.detect.values import SlotValues, ValueHit
+from prober.detect.values import SlotValues, ValueHit, strong
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
 BLOCK_ROWS = 8192
 SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
+NEAR_MIN = 8  # compact length of a value that may count written with an edit (numbers and short words may not)
+NEAR_SCORE = 90  # partial_ratio of such a value against the answer (one edit in 10+ characters)
 
 
 def blocked_cosine(chunks: Vectors, facts: Vectors, device: str) -> Vectors:
@@ -85,7 +89,33 @@ class SemanticDetector(Detector):
 
     def slot_hits(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
         """fact index -> its values found in the answer, for the facts that could still be there."""
-        return {i: hits for i, hits in self.values.hits(text, compacted).items() if self._enough(i, hits)}
+        found: dict[int, list[ValueHit]] = {}
+        for index, hits in self.values.hits(text, compacted).items():
+            if not self._enough(index, hits):
+                hits = hits + self._near(index, hits, compacted)
+            if self._enough(index, hits):
+                found[index] = hits
+        return found
+
+    def _near(self, fact: int, hits: list[ValueHit], compacted: str) -> list[ValueHit]:
+        """The fact's missing long values written with an edit or two (a model retelling "Rynmar Bracklark" as
+        "Ryncmar Bracklark"), near the values found: each one's best alignment in the stretch of the answer
+        around them, at NEAR_SCORE or better."""
+        canary = self.canaries.canaries[fact]
+        reach = SPREAD * len(canary.text)
+        low = max(0, min(h.start for h in hits) - reach)
+        window = compacted[low : max(h.end for h in hits) + reach]
+        # A value counts as there when found whole; a part of it (a family name) may still be the edited whole.
+        present = {h.slot for h in hits if h.end - h.start >= len(compact(canary.slots[h.slot]))}
+        near = []
+        for slot, value in enumerate(canary.slots):
+            target = compact(value)
+            if slot in present or len(target) < NEAR_MIN:
+                continue
+            aligned = fuzz.partial_ratio_alignment(target, window, score_cutoff=NEAR_SCORE)
+            if aligned is not None:
+                near.append(ValueHit(slot, low + aligned.dest_start, low + aligned.dest_end, strong(value), near=True))
+        return near
 
     def placed(self, text: str, candidates: dict[int, list[ValueHit]]) -> dict[int, list[ValueHit]]:
         """The candidates' values mapped to `text`, kept where they are whole words lying together and
@@ -93,7 +123,7 @@ class SemanticDetector(Detector):
         kept: dict[int, list[ValueHit]] = {}
         for fact, hits in candidates.items():
             mapped = [h._replace(start=s, end=e) for h in hits for s, e in [original_span(text, h.start, h.end)]]
-            words = sorted((h for h in mapped if whole_word(text, h.start, h.end)), key=lambda h: h.start)
+            words = sorted((h for h in mapped if h.near or whole_word(text, h.start, h.end)), key=lambda h: h.start)
             reach = SPREAD * len(self.canaries.canaries[fact].text)
             best: list[ValueHit] = []
             for first, hit in enumerate(words):  # a few values per fact: quadratic is fine

@@ -39,6 +39,7 @@ class ValueHit(NamedTuple):
     end: int
     strong: bool  # a number, a name in full, a Korean value: rare enough to attribute on
     name: bool = False  # a person's name in full
+    near: bool = False  # written with an edit or two, next to values found as they are (semantic.py)
 
 
 def strong(value: str) -> bool:

@@ -3,9 +3,8 @@
 The ledger keeps keyed hashes of the word shingles of every prompt the prober sent (prober/shingles.py), never
 the text.  An answer's shingles are looked up in them; a run of consecutive shingles that only one tenant's
 prompts hold, that the answer's own prompt does not hold, and that is not the observer's own, is that tenant's
-prompt copied.  Filler is made of common words, so a shingle that the prompts of two tenants share (template
-sentences, recurring filler) says nothing, and a run must be long (MIN_RUN_WORDS): a single filler sentence
-recurs in one prompt in a few thousand.
+prompt copied.  Filler is made of common words, so a run that the prompts of two tenants both hold (template
+sentences, recurring filler) says nothing, and a run must be long (MIN_RUN_WORDS).
 """
 
 from __future__ import annotations
@@ -20,7 +19,10 @@ from prober.detect.grams import KeyTable
 from prober.shingles import SHINGLE, Hashes, PromptShingles, Shingler
 from prober.types import Record, Severity
 
-MIN_RUN_WORDS = 12  # words in a run that attributes (SHINGLE + 4: five shingles in a row)
+# Words in a run that attributes: more than the longest filler sentence (15 words), so a run spans two of them
+# or a filler sentence and a canary sentence (bench/detect.py: answers made of filler, against 1,000 recorded
+# prompts, drew findings in 6 of 180 at 12 words, none at 16; every planted 20-word run was found).
+MIN_RUN_WORDS = 16
 
 
 class VerbatimDetector(Detector):
@@ -34,19 +36,14 @@ class VerbatimDetector(Detector):
         self.shingler = Shingler(key)
         arrays = [p.array() for p in prompts]
         hashes = np.concatenate([np.zeros(0, dtype=np.uint64), *arrays])
-        owners = np.repeat(np.arange(len(prompts), dtype=np.int32), [len(a) for a in arrays])
-        tenant_of = {t: i for i, t in enumerate(sorted({p.tenant for p in prompts}))}
-        tenants = np.asarray([tenant_of[p.tenant] for p in prompts], dtype=np.int32)[owners]
-        order = np.lexsort((tenants, hashes))
-        hashes, owners, tenants = hashes[order], owners[order], tenants[order]
+        holders = np.repeat(np.arange(len(prompts), dtype=np.int32), [len(a) for a in arrays])
+        order = np.argsort(hashes, kind="stable")
+        hashes, self._holders = hashes[order], holders[order]
         first = np.ones(len(hashes), dtype=bool)
         first[1:] = hashes[1:] != hashes[:-1]
-        # A shingle whose first and last holder (sorted by tenant) differ is shared: it attributes nothing.
-        starts = np.flatnonzero(first)
-        ends = np.append(starts[1:], len(hashes)) - 1
-        alone = tenants[starts] == tenants[ends]
-        self._table = KeyTable(hashes[starts[alone]])
-        self._owner = owners[starts[alone]]  # the first prompt (in ledger order) that holds it
+        self._starts = np.flatnonzero(first)  # each distinct shingle's holders: _holders[start : next start]
+        self._ends = np.append(self._starts[1:], len(hashes))
+        self._table = KeyTable(hashes[self._starts])
         self._prompts = list(prompts)
         self._lock = threading.Lock()
         self._prompt: tuple[str | None, Hashes] = (None, np.zeros(0, dtype=np.uint64))
@@ -58,28 +55,30 @@ class VerbatimDetector(Detector):
         at, found = self._table.find(hashes)
         if not len(at):
             return []
-        own = self._prompt_hashes(record.prompt)
-        owner_at = np.full(len(hashes), -1, dtype=np.int64)
-        owner_at[at] = self._owner[found]
-        if len(own):
-            owner_at[np.isin(hashes, own)] = -1  # the answer's own prompt holds it: the model read it there
+        read = np.isin(hashes, self._prompt_hashes(record.prompt))  # the answer's own prompt holds it: read there
+        held: dict[int, set[str]] = {}  # shingle position in the answer -> tenants whose prompts hold it
+        for position, key in zip(at.tolist(), found.tolist(), strict=True):
+            if not read[position]:
+                held[position] = {self._prompts[h].tenant for h in self._holders[self._starts[key] : self._ends[key]]}
         hits: list[Hit] = []
-        runs: list[tuple[int, int]] = []  # [first, last] shingles of runs held by one tenant
-        for index in np.flatnonzero(owner_at >= 0).tolist():
-            tenant = self._prompts[int(owner_at[index])].tenant
-            if runs and runs[-1][1] == index - 1 and self._prompts[int(owner_at[runs[-1][0]])].tenant == tenant:
-                runs[-1] = (runs[-1][0], index)
-            else:
-                runs.append((index, index))
-        for first, last in runs:
+        for first, last, tenant in _runs(held):
             words = last - first + SHINGLE
-            prompt = self._prompts[int(owner_at[first])]
-            if words < MIN_RUN_WORDS or prompt.tenant == record.tenant:
+            if words < MIN_RUN_WORDS or tenant == record.tenant:
                 continue  # too short to be anyone's, or the observer's own earlier prompt
+            probe = self._probe_of(hashes[first : last + 1], tenant)
             hits.append(Hit(self.name, min(1.0, words / (2 * MIN_RUN_WORDS)), spans[first][0], spans[last][1],
-                            tenant=prompt.tenant, details={"fragment": "prompt_run", "words": words,
-                                                           "probe_id": prompt.probe_id}))
+                            tenant=tenant, details={"fragment": "prompt_run", "words": words, "probe_id": probe}))
         return hits
+
+    def _probe_of(self, run: Hashes, tenant: str) -> str:
+        """The tenant's prompt that holds most of the run."""
+        _, found = self._table.find(run)
+        counts: dict[int, int] = {}
+        for key in found.tolist():
+            for holder in self._holders[self._starts[key] : self._ends[key]].tolist():
+                if self._prompts[holder].tenant == tenant:
+                    counts[holder] = counts.get(holder, 0) + 1
+        return self._prompts[max(counts, key=counts.__getitem__)].probe_id
 
     def _prompt_hashes(self, prompt: str | None) -> Hashes:
         """The answer's own prompt's shingles, computed once per prompt."""
@@ -89,3 +88,22 @@ class VerbatimDetector(Detector):
             if self._prompt[0] is not prompt:
                 self._prompt = (prompt, np.unique(self.shingler.spans(prompt)[0]))
             return self._prompt[1]
+
+
+def _runs(held: dict[int, set[str]]) -> list[tuple[int, int, str]]:
+    """(first, last shingle, tenant) of each longest run of consecutive shingles that one tenant's prompts hold
+    every one of and no other tenant's prompts hold all of: a run that two tenants' prompts both contain (their
+    shared filler, a template sentence) attributes to neither."""
+    out: list[tuple[int, int, str]] = []
+    for tenant in sorted({t for tenants in held.values() for t in tenants}):
+        positions = sorted(p for p, tenants in held.items() if tenant in tenants)
+        first = previous = positions[0]
+        for position in [*positions[1:], -1]:
+            if position == previous + 1:
+                previous = position
+                continue
+            common = set.intersection(*(held[p] for p in range(first, previous + 1)))
+            if common == {tenant}:
+                out.append((first, previous, tenant))
+            first = previous = position
+    return out
