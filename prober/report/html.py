@@ -1,7 +1,8 @@
 """One self-contained HTML file that answers, in this order: did tenant data cross (the verdict), between
 whom (a victim x observer matrix per target), at which prompt length (outcome against prompt length, with
-the capacity boundaries), and what exactly (incidents, each expanding to its findings and masked evidence).
-Preflight's verdicts stand beside each target.  No script and no network are needed to read it; it prints.
+the capacity boundaries), and what exactly (incidents, each with what to do and expanding to its findings
+and masked evidence).  Preflight's verdicts stand beside each target.  No script and no network are needed to
+read it; it prints.
 
 The plots are hand-drawn SVG: two small charts of a few dozen points, a few lines of code each, no
 dependency and nothing to load; a plotting library would add tens of megabytes for the same pictures.
@@ -14,10 +15,16 @@ import html
 import json
 from typing import Any
 
+from prober.report.advice import WHAT_TO_DO
+from prober.types import FindingKind
+
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
 VERDICT_COLOURS = {"leak": "#c92a2a", "incomplete": "#e67700", "no_leak": "#2b8a3e", "dry_run": "#495057"}
 W, H, PAD = 720, 220, 48
+LABEL_FONT, LABEL_CHAR, LABEL_ROW = 9, 5.4, 10  # boundary labels: px per character at that size, px per row
+PAIR_LEGEND = ("<b>victim → observer</b>: a canary planted in the victim's prompts came back in an answer to the "
+               "observer; one name alone: what that tenant's answer showed, with no victim known.")
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#212529}
@@ -34,6 +41,8 @@ code{font-size:12px;word-break:break-all}small,.muted{color:#868e96;font-weight:
 .matrix td.cell{text-align:center;font-weight:600;min-width:5em}
 .matrix td.leak{background:#ffe3e3;color:#c92a2a}.matrix td.clean{background:#ebfbee;color:#2b8a3e}
 .matrix td.self{background:#f1f3f5;color:#adb5bd}
+.legend{font-size:12px;color:#495057;margin:.2em 0 .6em}.legend i{font-style:normal;font-weight:700}
+.todo{display:block;margin:.2em 0 0 1.2em;font-size:13px;color:#495057}
 details.incident{border:1px solid #dee2e6;border-radius:4px;margin:.4em 0;padding:.3em .6em}
 details.incident summary{cursor:pointer}.sev{font-weight:700;text-transform:uppercase;font-size:12px}
 @media print{body{margin:0;max-width:none}details.incident::details-content{content-visibility:visible;
@@ -63,21 +72,34 @@ def _clusters(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
+def label_rows(spans: list[tuple[float, float]], gap: float = 4.0) -> list[int]:
+    """For labels centred at x with width w, the row each goes on (0 at the top) so that none overlaps
+    another: left to right, each takes the first row whose last label ends before it starts."""
+    rows: list[int] = [0] * len(spans)
+    ends: list[float] = []  # per row, where its last label ends
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        x, width = spans[i]
+        start = x - width / 2
+        row = next((r for r, end in enumerate(ends) if end + gap <= start), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = x + width / 2
+        rows[i] = row
+    return rows
+
+
 def outcome_plot(target: dict[str, Any]) -> str:
     """One panel per group of nearby boundaries: x = prompt tokens, zoomed to the group; y = outcome; a dot
-    per probe (red when it produced a finding); dashed lines mark the boundaries."""
+    per probe (red when it produced a finding); dashed lines mark the boundaries, their labels in as many rows
+    as it takes for none to overlap another."""
     steps = [s for s in target["steps"] if s["role"] == "probe"]
     if not steps:
         return '<p class="muted">No probes were sent.</p>'
     marks = {b["length"]: b["label"] for b in (target["plan"] or {}).get("boundaries", [])}
     groups = _clusters(list(marks) or [s["prompt_tokens"] for s in steps])
-    rows = {"served": 80, "refused": 130, "error": 180}
     panel = (W - PAD) / len(groups)
-    parts = [f'<svg class="outcome-plot" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 30}" '
-             f'role="img" aria-label="outcome against prompt length"><rect width="{W}" height="{H + 30}" fill="#fff"/>']
-    for label, y in rows.items():
-        parts.append(f'<text x="2" y="{y + 4}" font-size="11">{label}</text>'
-                     f'<line x1="{PAD}" y1="{y}" x2="{W}" y2="{y}" stroke="#eee"/>')
+    labels: list[tuple[float, str]] = []  # (x, text) of every boundary line
+    lines, dots, axes = [], [], []
     for g, group in enumerate(groups):
         left = PAD + g * panel + 12
         width = panel - 24
@@ -87,21 +109,40 @@ def outcome_plot(target: dict[str, Any]) -> str:
         def x(n: float, left: float = left, width: float = width, lo: float = lo, hi: float = hi) -> float:
             return left + (n - lo) / (hi - lo) * width
 
-        parts.append(f'<text x="{left + width / 2:.1f}" y="{H + 20}" font-size="10" text-anchor="middle">'
-                     f'{group[0]:,}{"–" + format(group[-1], ",") if len(group) > 1 else ""} tokens</text>')
-        for i, length in enumerate(group):
-            parts.append(f'<line x1="{x(length):.1f}" y1="{50}" x2="{x(length):.1f}" y2="{H - 20}" '
-                         f'stroke="#adb5bd" stroke-dasharray="3,3"/><text x="{x(length):.1f}" y="{11 + 10 * (i % 4)}" '
-                         f'font-size="9" fill="#495057" text-anchor="middle">{_esc(marks.get(length, ""))}</text>')
+        axes.append((left + width / 2, f'{group[0]:,}{"–" + format(group[-1], ",") if len(group) > 1 else ""} tokens'))
+        for length in group:
+            lines.append(x(length))
+            labels.append((x(length), marks.get(length, "")))
         for k, s in enumerate(st for st in steps if lo <= st["prompt_tokens"] <= hi):
-            row = "served" if s["outcome"] == "served" else "refused" if s["outcome"] == "refused" else "error"
-            colour = COLOURS["finding"] if s["findings"] else COLOURS[row]
-            title = (f"{s['id']} {s['tenant']} {s['prompt_tokens']:,} tokens ({s['boundary']}): {s['outcome']}, "
-                     f"expected {s['expect']}, {s['findings']} findings")
-            parts.append(f'<circle cx="{x(s["prompt_tokens"]):.1f}" cy="{rows[row] + (k % 3 - 1) * 7}" r="5" '
-                         f'fill="{colour}" fill-opacity="0.8"><title>{_esc(title)}</title></circle>')
+            dots.append((x(s["prompt_tokens"]), k, s))
+    label_row = label_rows([(lx, len(text) * LABEL_CHAR) for lx, text in labels])
+    top = (max(label_row, default=0) + 1) * LABEL_ROW + 6  # the plot starts below the last row of labels
+    rows = {"served": top + 40, "refused": top + 90, "error": top + 140}
+    height = top + H - 20
+    parts = [f'<svg class="outcome-plot" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" '
+             f'role="img" aria-label="outcome against prompt length"><rect width="{W}" height="{height}" fill="#fff"/>']
+    for label, y in rows.items():
+        parts.append(f'<text x="2" y="{y + 4}" font-size="11">{label}</text>'
+                     f'<line x1="{PAD}" y1="{y}" x2="{W}" y2="{y}" stroke="#eee"/>')
+    for lx in lines:
+        parts.append(f'<line x1="{lx:.1f}" y1="{top}" x2="{lx:.1f}" y2="{rows["error"] + 20}" stroke="#adb5bd" '
+                     'stroke-dasharray="3,3"/>')
+    for (lx, text), lane in zip(labels, label_row, strict=True):
+        parts.append(f'<text class="boundary" x="{lx:.1f}" y="{LABEL_ROW * (lane + 1)}" font-size="{LABEL_FONT}" '
+                     f'fill="#495057" text-anchor="middle">{_esc(text)}</text>')
+    for ax, text in axes:
+        parts.append(f'<text x="{ax:.1f}" y="{height - 8}" font-size="10" text-anchor="middle">{_esc(text)}</text>')
+    for cx, k, s in dots:
+        row = "served" if s["outcome"] == "served" else "refused" if s["outcome"] == "refused" else "error"
+        colour = COLOURS["finding"] if s["findings"] else COLOURS[row]
+        title = (f"{s['id']} {s['tenant']} {s['prompt_tokens']:,} tokens ({s['boundary']}): {s['outcome']}, "
+                 f"expected {s['expect']}, {s['findings']} findings")
+        parts.append(f'<circle cx="{cx:.1f}" cy="{rows[row] + (k % 3 - 1) * 7}" r="5" fill="{colour}" '
+                     f'fill-opacity="0.8"><title>{_esc(title)}</title></circle>')
     parts.append("</svg>")
-    return "".join(parts)
+    key = " · ".join(f'<span style="color:{COLOURS[name]}">●</span> {what}' for name, what in (
+        ("served", "served"), ("refused", "refused"), ("error", "no answer"), ("finding", "produced a finding")))
+    return "".join(parts) + f'<p class="legend">{key}; dashed lines: the boundaries of the plan.</p>'
 
 
 def score_plot(findings: list[dict[str, Any]]) -> str:
@@ -164,8 +205,8 @@ def matrix_table(target: dict[str, Any]) -> str:
                          f'data-observer="{_esc(observer)}" data-count="{n}">{n}</td>')
         rows.append(f'<tr><th scope="row">{_esc(victim)}</th>{"".join(cells)}</tr>')
     return (f'<table class="matrix" data-target="{_esc(target["name"])}"><caption class="muted">Cross-tenant '
-            f'findings: whose canaries (rows) reached whom (columns)</caption><tr><th>victim \\ observer</th>{head}'
-            f'</tr>{"".join(rows)}</table>')
+            f'findings: whose canaries (rows, the victim) reached whom (columns, the observer)</caption><tr><th>'
+            f'victim → observer</th>{head}</tr>{"".join(rows)}</table>')
 
 
 def finding_rows(findings: list[dict[str, Any]]) -> str:
@@ -193,8 +234,11 @@ def incident_list(doc: dict[str, Any], target: str) -> str:
             f'{_esc(incident["severity"])}</span> <b>{_esc(incident["kind"])}</b> {_esc(pair)} · at '
             f'{_esc(", ".join(incident["boundaries"]) or "-")} · {incident["count"]} finding'
             f'{"s" if incident["count"] != 1 else ""} · first {_esc(_when(incident["first_seen"]))}, last '
-            f'{_esc(_when(incident["last_seen"]))}</summary>{finding_rows(findings)}</details>')
-    return "".join(items) or '<p class="muted">No incidents.</p>'
+            f'{_esc(_when(incident["last_seen"]))}<span class="todo">What to do: '
+            f'{_esc(WHAT_TO_DO[FindingKind(incident["kind"])])}</span></summary>{finding_rows(findings)}</details>')
+    if not items:
+        return '<p class="muted">No incidents.</p>'
+    return f'<p class="legend">{PAIR_LEGEND}</p>' + "".join(items)
 
 
 def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:

@@ -1,0 +1,34 @@
+"""What to do about each finding kind, in one line: the first thing an on-call engineer reads under an
+incident in a report (docs/auditing.md's finding-kinds table says the same at more length)."""
+
+from __future__ import annotations
+
+from prober.types import FindingKind
+
+WHAT_TO_DO: dict[FindingKind, str] = {
+    FindingKind.CROSS_TENANT_ECHO: "Treat it as a data breach: stop routing prompts over the KV pool to this engine "
+                                   "(cap the advertised context at the pool, or drain it), then find the hand-off or "
+                                   "cache that crossed tenants. Keep the ledger: it proves whose canary reached whom.",
+    FindingKind.PLACEHOLDER_SUBSTITUTION: "Treat it as a data breach: the answer was computed over pages the prompt "
+                                          "never wrote. Refuse over-capacity prompts before the scheduler; make the "
+                                          "abort reach the prefill-to-decode hand-off.",
+    FindingKind.BOUNDARY_ACCEPTED: "Cap the advertised context at what the KV pool holds (SGLang --context-length, "
+                                   "vLLM --max-model-len), or refuse longer prompts at the gateway, before it leaks.",
+    FindingKind.CROSS_TENANT_CACHE_HIT: "Salt the prefix cache per tenant (vLLM cache_salt), give tenants their own "
+                                        "slots, or turn prompt caching off for untrusted tenants.",
+    FindingKind.CROSS_TENANT_CACHE_TIMING: "The prefix cache is shared between these tenants (their prompts answer "
+                                           "sooner): salt it per tenant, and check that the gateway sends the salt.",
+    FindingKind.CROSS_REQUEST_ECHO: "Answers were mixed between concurrent requests: check the engine's batching and "
+                                    "the gateway's response routing before another tenant's answer is mixed in.",
+    FindingKind.FOREIGN_CONTENT: "Read the masked excerpt: data that is not a canary (another tenant's real text), or "
+                                 "a model wandering; a leak at the same boundary makes the first likely.",
+    FindingKind.ENGINE_ERROR: "The engine fails at this length or concurrency instead of answering or refusing: read "
+                              "its logs at that time.",
+    FindingKind.STREAM_ERROR: "An error inside an HTTP-200 stream: clients that check only the status code take it "
+                              "for an answer; have the engine (or gateway) fail with a status.",
+    FindingKind.ODD_FINISH_REASON: "Check what ended the request (an abort the client was not told about).",
+    FindingKind.UNEXPECTED_REFUSAL: "The capacity numbers are off, or a gateway refuses: set capacity: in the config, "
+                                    "check the model name and the credentials. That boundary went untested.",
+    FindingKind.IMPLAUSIBLE_USAGE: "The engine's (or a gateway's) token accounting cannot be trusted: budgets and the "
+                                   "placeholder check ignored its figures; find who rewrites usage.",
+}
