@@ -219,6 +219,10 @@ class Metrics:
             self.verdict.labels(target, code, severity.label).set(1 if code in held else 0)
         self.surveyed.labels(target).set(time.time())
 
+    def missed(self, target: str, job: str, skip: str) -> None:
+        """The scheduler skipped a slot (busy, missed): counted, not logged (it is routine under load)."""
+        self.skips.labels(target, job, skip).inc()
+
     # -- what jobs conclude ---------------------------------------------------------------------
     def schedule(self, target: str, job: str, interval: float, budget: int, tenants: Sequence[str]) -> None:
         """Series known in advance start at 0, so `increase()` and the rules see the first event."""

@@ -140,7 +140,7 @@ class Daemon:
         scanner = self.scanner
         self.metrics.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
-        self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self._missed)
+        self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)
         self.scheduler.every("housekeeping", housekeeping.EVERY_S, self.housekeep)
         self.scheduler.every("canaries", housekeeping.CANARY_REFRESH_S, self._refresh_canaries)
         await self._apply(self.settings)
@@ -310,10 +310,6 @@ class Daemon:
             await evidence.finish(outcome is not None and outcome.ok and job is not Job.PREFLIGHT,
                                   session.runner.tenants)
         await self.records.concluded(target, job, outcome, started)
-
-    def _missed(self, target: str, job: Job, skip: Skip) -> None:
-        """The scheduler skipped a slot (busy, missed): counted, not logged (it is routine under load)."""
-        self.metrics.skips.labels(target, job, skip).inc()
 
     # -- housekeeping ---------------------------------------------------------------------------
     async def housekeep(self) -> None:
