@@ -8,6 +8,13 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
+# The project's dependencies alone, read from pyproject.toml: the layers below are reused until that list
+# itself changes (not on code changes, nor on edits elsewhere in pyproject.toml).
+FROM ${PYTHON_IMAGE} AS requirements
+COPY pyproject.toml /tmp/
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /requirements.txt
+
 FROM ${PYTHON_IMAGE} AS deps
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -15,12 +22,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/leakprobe
 ENV PATH=/opt/leakprobe/bin:$PATH
 RUN pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"
-# The project's dependencies alone (read from pyproject.toml), so that these layers outlive code changes.
-COPY pyproject.toml /tmp/
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
-    && pip install --requirement /tmp/requirements.txt \
-    && rm /tmp/pyproject.toml /tmp/requirements.txt
+COPY --from=requirements /requirements.txt /tmp/
+RUN pip install --requirement /tmp/requirements.txt && rm /tmp/requirements.txt
 
 FROM deps AS wheel
 WORKDIR /src

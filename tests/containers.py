@@ -154,7 +154,8 @@ def _forget_older(keep: str) -> None:
     listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE)
     for name in listed.stdout.split():
         if name != keep and name.startswith(IMAGE + ":"):
-            podman("untag", name)
+            # Naming the tag twice removes that tag only: an unchanged build is the same image under both.
+            podman("untag", name, name)
     podman("image", "prune", "--force")
 
 
