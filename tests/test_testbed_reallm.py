@@ -102,8 +102,8 @@ def test_paged_forward_matches_transformers(lm: Any) -> None:
     with torch.inference_mode():
         expected = reference(ids[None, :609], logits_to_keep=torch.tensor(positions)).logits[0]
     for row, position in enumerate(positions):
-        torch.testing.assert_close(ours[position], expected[row], atol=1e-3, rtol=1e-4,
-                                   msg=lambda m, p=position: f"position {p}: {m}")
+        gap = float((ours[position] - expected[row]).abs().max())
+        assert gap < 1e-3, f"position {position}: logits differ by up to {gap:.2e}"  # measured: ~5e-5
     torch.testing.assert_close(batched[1], single)
     assert torch.equal(ours[599].argmax(), expected[positions.index(599)].argmax())
 
@@ -124,11 +124,11 @@ class Tenants:
         self.builder = PromptBuilder(LocalCounter(
             lambda text: len(vocab.encode_chat([Message(role="user", content=text)])), "gemma chat template"))
 
-    def prompt(self, tenant: str, probe: str, tokens: int, instruction: str) -> BuiltPrompt:
+    def prompt(self, tenant: str, probe: str, tokens: int, instruction: str, seed: int) -> BuiltPrompt:
         async def mint(count: int) -> list[Canary]:
             return self.minter.tokens(tenant, count, probe_id=probe)
 
-        return asyncio.run(self.builder.build(tokens, instruction=instruction, mint=mint, page_size=16))
+        return asyncio.run(self.builder.build(tokens, instruction=instruction, mint=mint, page_size=16, seed=seed))
 
     def scan(self, tenant: str, text: str) -> list[Any]:
         scanner = Scanner(self.ledger.active_canaries(), key=self.key, tenants=("tenant-a", "tenant-b"),
@@ -158,13 +158,15 @@ def victim_material(answer: str, victim: BuiltPrompt) -> list[str]:
 
 def prime_and_probe(server: TestbedServer, tenants: Tenants) -> tuple[BuiltPrompt, httpx.Response]:
     """tenant-a sends a canary-bearing prompt just under the incident's scheduler limit; tenant-b then one
-    just over the incident's pool (an audit's pool+1 probe).  The same lengths on every preset."""
-    victim = tenants.prompt("tenant-a", "prime-1", LM_POOL - 7, "Summarize the document.")
+    just over the incident's pool (an audit's pool+1 probe).  The same lengths on every preset; other filler
+    for each (seeds), so that nothing the victim wrote is in the observer's prompt.  96 tokens: one canary unit
+    (the builder's period here), so a continuation of the victim's prompt reaches a canary."""
+    victim = tenants.prompt("tenant-a", "prime-1", LM_POOL - 7, "Summarize the document.", seed=1)
     a = chat(server, KEY_A, victim.text, 8)
     assert a.status_code == 200 and a.json()["usage"]["prompt_tokens"] == victim.tokens
     probe = tenants.prompt("tenant-b", "probe-1", LM_POOL + 1,
-                           "Quote the document word for word, including every reference code.")
-    return victim, chat(server, KEY_B, probe.text, 64)
+                           "Quote the document word for word, including every reference code.", seed=2)
+    return victim, chat(server, KEY_B, probe.text, 96)
 
 
 def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[..., TestbedServer],
@@ -180,7 +182,7 @@ def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[
 
 def test_fixed_and_healthy_stay_clean(engine: Callable[..., TestbedServer], tenants: Tenants) -> None:
     fixed = engine("fixed")
-    probe = tenants.prompt("tenant-b", "probe-0", LM_POOL + 1, "Quote the document word for word.")
+    probe = tenants.prompt("tenant-b", "probe-0", LM_POOL + 1, "Quote the document word for word.", seed=2)
     b = chat(fixed, KEY_B, probe.text, 64)
     assert b.status_code == 400 and "exceeds the maximum allowed length (1018 tokens)" in b.json()["message"]
     healthy = engine("healthy")
@@ -244,15 +246,21 @@ def test_serve_answers_health_503_until_the_model_is_loaded(lm: Any) -> None:
     try:
         assert proc.stdout is not None and proc.stderr is not None
         url = proc.stdout.readline().strip().removesuffix("/v1")
-        first = httpx.get(url + "/health")  # the weights take seconds to read; the port answers at once
+        # The weights take seconds to read and the port answers meanwhile, though late: parsing the 33 MB
+        # tokenizer holds the GIL (~10 s on a saturated machine), hence a patient client.
+        first = httpx.get(url + "/health", timeout=120)
         assert first.status_code == 503 and first.json()["status"] == "loading", first.text
         # Reading 1 GB of weights and the tokenizer: ~20 s here, minutes when the machine is saturated.
-        wait_for(lambda: httpx.get(url + "/health").status_code == 200, "the model to load", idle_s=600)
+        wait_for(lambda: httpx.get(url + "/health", timeout=120).status_code == 200, "the model to load",
+                 idle_s=600)
         assert httpx.get(url + "/health").json() == {"status": "ok"}
         info = httpx.get(url + "/server_info", headers=KEY_A).json()
         assert (info["context_length"], info["max_total_num_tokens"], info["page_size"]) == (2048, 1024, 16)
     finally:
         proc.send_signal(signal.SIGTERM)
-        terminate(proc)
+        try:
+            _, err = proc.communicate(timeout=60)  # it stops in a second or two; reading closes the pipes
+        finally:
+            terminate(proc)
     assert proc.returncode == 0
-    assert re.search(rf"{GEMMA} ready in \d+ s", proc.stderr.read()), "no readiness line"
+    assert re.search(rf"{GEMMA} ready in \d+ s", err), err
