@@ -60,7 +60,7 @@ from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder
 from prober.prompts.builder import BuiltPrompt, Facts
 from prober.prompts.counter import LocalCounter
-from prober.testbed.backend import Sampling
+from prober.testbed.generation import Sampling
 from prober.testbed.lm import weights
 from prober.testbed.lm.gemma import PagedKV, RequestKV
 from prober.testbed.lm.runtime import Decoding, GemmaVocabulary, load_weights, sample

@@ -11,63 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 from prober.testbed import tokenizer
-from prober.testbed.config import QUOTER, EngineConfig, QuoteStyle
+from prober.testbed.config import QUOTER, EngineConfig
+from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool
-from prober.testbed.model import Answer, Instruction, QuotingModel
+from prober.testbed.model import Answer, QuotingModel
 from prober.testbed.protocol import Message, render_chat
 from prober.testbed.tokenizer import TokenIds
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float  # 0: greedy
-    top_p: float
-    seed: int  # always set (drawn by the front when the request names none), so a run can be replayed
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    request_id: str
-    tenant: str
-    prompt_ids: TokenIds
-    instruction: Instruction
-    style: QuoteStyle
-    max_tokens: int
-    sampling: Sampling = Sampling(0.0, 1.0, 0)
-
-
-class PagedModel(Protocol):
-    simulates_prefill: bool
-    """True when prefill costs no real time, so the engine sleeps `prefill_ms_per_1k_tokens` for it."""
-
-    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
-        """Write the entries of `ids` at positions 0.. of the page table; the first answer token, if the model
-        draws it at prefill (a real one does, from the last prompt position)."""
-
-    def transfer(self, source: PagePool, source_pages: list[int], target: PagePool, target_pages: list[int],
-                 num_tokens: int) -> None:
-        """Copy the first num_tokens positions from one page table to another."""
-
-    def decode(self, pool: PagePool, pages: list[int], length: int, first: int | None,
-               req: GenerationRequest) -> Answer:
-        """Answer attending over positions 0..length-1 of the page table, whatever they hold, and write the
-        answer's own entries after them."""
-
-
-class Vocabulary(Protocol):
-    def encode(self, text: str) -> TokenIds:
-        """A completion prompt (or tokenize's `prompt`) as the engine sees it."""
-
-    def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> TokenIds:
-        """Chat messages through the model's template."""
-
-    def pieces(self, text: str) -> list[str]:
-        """An answer cut into the pieces a stream sends (they join to the text)."""
 
 
 class QuotingVocabulary:

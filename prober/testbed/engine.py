@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prober.testbed.backend import GenerationRequest, ModelState, PagedModel, Vocabulary, make_backend
+from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import EngineConfig
+from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 

@@ -27,9 +27,10 @@ from starlette.routing import Route
 
 from prober import __version__
 from prober.malloc import cap_arenas
-from prober.testbed.backend import GenerationRequest, ModelState, Sampling
+from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
 from prober.testbed.engine import Engine, EngineError, GenerationResult
+from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
 from prober.testbed.tokenizer import TokenIds

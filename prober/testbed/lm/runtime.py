@@ -21,8 +21,8 @@ import torch
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from prober.testbed.backend import GenerationRequest, Sampling
 from prober.testbed.config import EngineConfig
+from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.kvpool import PagePool
 from prober.testbed.lm import weights
 from prober.testbed.lm.gemma import Gemma, PagedKV, RequestKV
