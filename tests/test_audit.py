@@ -19,7 +19,6 @@ import pytest
 
 from prober.audit import exit_code, run_audit
 from prober.config import assemble_config
-from prober.errors import LedgerError
 from prober.ledger import open_ledger
 from prober.report import ReportFormat
 from prober.targets import Secret
@@ -29,7 +28,7 @@ from tests.support.cli import command, invoke
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment
 from tests.support.keys import KEYS
 from tests.support.keys import TENANT_ARGS as TENANTS
-from tests.support.pool import ledger_key, sent_canaries
+from tests.support.pool import NewCanaries, ledger_key, sent_canaries
 from tests.support.waiting import wait_for
 
 HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
@@ -183,20 +182,14 @@ def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> N
     assert with_unreachable.exit_code == 2
 
 
-def _kill_once_sending(args: list[str], env: dict[str, str], server: Any, ledger: Path, log: Path, before: set[str],
+def _kill_once_sending(args: list[str], env: dict[str, str], server: Any, log: Path, sending: NewCanaries,
                        delay: float) -> None:
     """Start the audit and SIGKILL it `delay` s after the engine has its first new canaries (at once if a
     request is in flight then): a kill before it sent anything would prove nothing."""
-    def sent_more() -> bool:
-        try:
-            return bool(sent_canaries(server, ledger_key(ledger)) - before)
-        except LedgerError:  # not created yet, or being created
-            return False
-
     with log.open("w") as sink:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink, env=env)
         # On a busy machine starting takes long: wait while its log grows, not for a fixed time.
-        wait_for(sent_more, "the audit to send canaries", progress=lambda: (log.stat().st_size, proc.poll()),
+        wait_for(sending, "the audit to send canaries", progress=lambda: (log.stat().st_size, proc.poll()),
                  idle_s=120)
         kill_at_random_moment(server, delay, lambda: proc.send_signal(signal.SIGKILL))
         proc.wait()
@@ -210,9 +203,9 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
     args = command("audit", "--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", "json")
     for trial in range(4):
         log = tmp_path / f"stderr-{trial}.log"
-        before = sent_canaries(server, ledger_key(ledger)) if ledger.exists() else set()
-        _kill_once_sending(args, env, server, ledger, log, before, rng.uniform(0.0, 2.0))
-        assert_nothing_lost(server, ledger, before, log.read_text().splitlines(), f"trial {trial}")
+        sending = NewCanaries(server, ledger, sent_canaries(server, ledger_key(ledger)) if ledger.exists() else set())
+        _kill_once_sending(args, env, server, log, sending, rng.uniform(0.0, 2.0))
+        assert_nothing_lost(server, ledger, sending, log.read_text().splitlines(), f"trial {trial}")
     # A late leak of a canary minted by a killed run is still attributed.
     store = open_ledger(ledger)
     old = next(c for c in store.active_canaries() if c.tenant == "tenant-a")

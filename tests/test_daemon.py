@@ -24,7 +24,7 @@ from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
 from tests.support.keys import KEYS
-from tests.support.pool import ledger_key, sends_more, sent_canaries
+from tests.support.pool import NewCanaries, ledger_key, sent_canaries
 from tests.tools import need
 
 LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}
@@ -164,14 +164,13 @@ def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path
     rng = random.Random(20261130)
     for trial in range(3):
         daemon = DaemonProcess(daemon_config(server.url, ledger), tmp_path, name=f"trial{trial}").start()
-        key = ledger_key(ledger)
-        before = sent_canaries(server, key)
+        sending = NewCanaries(server, ledger, sent_canaries(server, ledger_key(ledger)))
         # A kill before this process sent anything would prove nothing: wait until it has sent canaries of
         # its own, then kill at a random moment of what follows, at once if a request is in flight then.
-        daemon.wait_for(sends_more(server, key, before), 60, "the daemon to send canaries")
+        daemon.wait_for(sending, 60, "the daemon to send canaries")
         kill_at_random_moment(server, rng.uniform(0.0, 3.0), partial(daemon.signal, signal.SIGKILL))
         daemon.wait(10)
-        assert_nothing_lost(server, ledger, before, daemon.lines, f"trial {trial}")
+        assert_nothing_lost(server, ledger, sending, daemon.lines, f"trial {trial}")
 
 
 def test_check_config_and_startup_errors(tmp_path: Path) -> None:

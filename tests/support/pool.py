@@ -4,11 +4,11 @@ ids): the ground truth a crash-safety test compares the ledger against."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
+from prober.errors import LedgerError
 from prober.ledger import open_ledger
 from prober.testbed import TestbedServer, tokenizer
 
@@ -27,9 +27,22 @@ def sent_canaries(server: TestbedServer, key: bytes) -> set[str]:
     return {b for b in bodies if verify(key, b)}
 
 
-def sends_more(server: TestbedServer, key: bytes, before: set[str]) -> Callable[[], bool]:
-    """A condition: the engine has received canaries beyond `before`."""
-    return lambda: bool(sent_canaries(server, key) - before)
+class NewCanaries:
+    """A condition: the engine has received canaries beyond `before`.  What it saw is kept (`seen`): a later
+    prompt may overwrite the pages that held them, and they were sent all the same.  The ledger's key is read
+    once the ledger exists (a process just started may still be creating it)."""
+
+    def __init__(self, server: TestbedServer, ledger: Path, before: set[str]) -> None:
+        self.server, self.ledger, self.before = server, ledger, before
+        self.seen: set[str] = set()
+
+    def __call__(self) -> bool:
+        try:
+            key = ledger_key(self.ledger)
+        except LedgerError:  # not created yet, or being created
+            return False
+        self.seen |= sent_canaries(self.server, key) - self.before
+        return bool(self.seen)
 
 
 def ledger_key(ledger: Path) -> bytes:
