@@ -1,7 +1,7 @@
 """`/metrics` from a cached exposition: rendering the registry costs milliseconds and grows with targets and
 tenants, so under a burst of scrapes (many Prometheus replicas, a dashboard refresh, a hostile client) one
-render serves them all, never more than `max_age_s` old.  The metrics only change as jobs complete, so a
-scrape a second behind misses nothing an alert could act on.
+render serves them all, never more than `max_age_s` old.  The metrics change as jobs complete and configs
+reload, and each marks the render stale, so a scrape after either sees it.
 
 Counters and histograms are exported without their `_created` series: nothing here reads them, and they
 double the exposition (client_python adds one per labelled series)."""
@@ -33,6 +33,10 @@ class CachedExposition:
                 self._body = await asyncio.to_thread(generate_latest, _WithoutCreated(self.registry))
                 self._rendered_at = time.monotonic()
         return self._body
+
+    def stale(self) -> None:
+        """Render afresh at the next scrape: something a reader may check at once (a job, a reload) changed."""
+        self._rendered_at = float("-inf")
 
 
 class _WithoutCreated:

@@ -211,6 +211,7 @@ class Daemon:
         if why is not None:
             self.metrics.reload_failures.inc()
             self.metrics.reload_ok.set(0)
+            self._exposition.stale()
             self.last_reload_error = why
             log.error("config reload refused, the old config keeps running: %s", why)
             return False, why
@@ -221,6 +222,7 @@ class Daemon:
         self.metrics.forget(old_targets - set(self.sessions))
         self.metrics.reload_ok.set(1)
         self.metrics.reload_time.set(fresh.loaded_at)
+        self._exposition.stale()
         self.last_reload_error = None
         log.info("config reloaded: targets %s", ", ".join(self.sessions))
         return True, "reloaded"
@@ -265,6 +267,7 @@ class Daemon:
         except asyncio.CancelledError:
             log.info("%s %s: cancelled at shutdown", job, target)
         finally:
+            self._exposition.stale()
             if task is not None:
                 self._running.discard(task)
 
