@@ -21,6 +21,7 @@ from prober.testbed import TestbedServer, build_config
 from prober.types import FindingKind
 from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import daemon_config
+from tests.monitoring import LEAN_CHECKS
 from tests.support.cli import invoke
 from tests.test_daemon_inprocess import _keys, make_daemon, sample, scenario, until  # noqa: F401  (_keys: fixture)
 from tests.test_ledger_contract import finding
@@ -34,7 +35,8 @@ LEAN = {"streaming": "plain", "concurrent": False}
 
 
 def lean_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
-    config = {**daemon_config(url, folder / "l.sqlite", **daemon), "detection": {"semantic": False}, "audit": LEAN}
+    config = {**daemon_config(url, folder / "l.sqlite", **daemon), "detection": {"semantic": False}, "audit": LEAN,
+              **LEAN_CHECKS}
     (folder / "daemon.yaml").write_text(yaml.safe_dump(config))
     return _daemon(folder)
 
@@ -204,8 +206,8 @@ def test_check_config_exits_2_when_a_key_variable_is_unset(tmp_path: Path, monke
 
 
 def test_check_config_warns_where_a_job_cannot_recheck_within_the_hold(tmp_path: Path) -> None:
-    path = write_config(tmp_path, schedule={"preflight": "5m", "sentinel": "1m", "campaign": "6h"},
-                        incident_hold="1h")
+    path = write_config(tmp_path, schedule={"preflight": "5m", "sentinel": "1m", "campaign": "6h", "timing": "30m",
+                                            "crosstalk": "5m"}, incident_hold="1h")
     result = invoke("daemon", "--config", str(path), "--check-config")
     assert result.exit_code == 0, result.output
     warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
