@@ -222,7 +222,8 @@ class TimingSettings(_Strict):
     samples: int = Field(default=24, ge=2, le=1000)
     """Would-be cache hits per ordered tenant pair, and as many misses."""
     prompt_tokens: int = Field(default=1024, ge=16, le=1_048_576)
-    """Length of each random prompt (longer: a larger gap between a hit and a miss)."""
+    """Length of each random prompt (longer: a larger gap between a hit and a miss); at most half the longest
+    prompt the target serves, whatever is set, so that none is refused."""
     false_alarm: float = Field(default=0.001, gt=0, lt=0.5)
     """Chance that a run against a fully isolated cache reports any pair (family-wise, Holm over the pairs)."""
 

@@ -221,8 +221,10 @@ class TargetRunner:
         """`cross_tenant_cache_timing` over every ordered tenant pair (prober/campaign/timing.py)."""
         if self._builder is None:
             raise PlanError("survey the target before the timing check")
+        capacity = self.surveyed.capacity if self.surveyed else None
         result = await check_timing(self.send_as, self._builder.counter, self.tenants, settings, run_id=run_id,
-                                    salted=self.salted, telemetry=self._telemetry)
+                                    salted=self.salted, telemetry=self._telemetry,
+                                    longest=capacity.longest_prompt if capacity else None)
         result.findings = await self._persist(result.findings, None, on_event)
         on_event(TimingDone(result))
         return result

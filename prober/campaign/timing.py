@@ -246,11 +246,13 @@ def findings_of(decisions: Sequence[PairDecision], *, run_id: str, salted: froze
 
 async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str], settings: TimingSettings, *,
                        run_id: str = "", salted: frozenset[str] = frozenset(), telemetry: EngineTelemetry | None = None,
-                       rng: random.Random | None = None) -> TimingResult:
-    """Every ordered pair (both ways for two tenants, a ring for more), decided together."""
+                       longest: int | None = None, rng: random.Random | None = None) -> TimingResult:
+    """Every ordered pair (both ways for two tenants, a ring for more), decided together.  Prompts are at most
+    half of `longest` (the longest prompt the target serves), leaving the word count's estimate room."""
     check_decidable(settings, tenants)
     rng = rng or random.SystemRandom()  # fresh prompts nobody can predict, and an order nobody can either
-    words = await words_for(counter, settings.prompt_tokens, rng)
+    tokens = settings.prompt_tokens if longest is None else max(1, min(settings.prompt_tokens, longest // 2))
+    words = await words_for(counter, tokens, rng)
     measured = [await measure_pair(send, victim, observer, words=words, settings=settings, rng=rng,
                                    telemetry=telemetry)
                 for victim, observer in pairs(list(tenants))]
