@@ -324,9 +324,3 @@ class ScrubbingFilter(logging.Filter):
             if record.exc_text:
                 record.exc_text = self.scrubber.text(record.exc_text)
         return True
-
-
-def scrub_logs(scrubber: Scrubber) -> None:
-    """Scrub every log line from now on (on every handler of the root logger)."""
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(ScrubbingFilter(scrubber))

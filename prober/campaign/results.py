@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.plan import Plan, Step
@@ -13,6 +14,15 @@ from prober.campaign.timing import TimingResult
 from prober.incidents import Incident, group
 from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, Severity
+
+
+class Outcome(StrEnum):
+    """How a request ended, when not with one of the transport's error kinds (`ErrorKind`)."""
+
+    SERVED = "served"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+
 
 OUTCOME_WORDS = {"refused": "refused at lengths the capacity says fit",
                  "server_error": "failed (5xx) at lengths the capacity says fit"}
@@ -45,13 +55,13 @@ class StepResult:
         return None if usage is None or not self.answer.served else usage - self.sent_tokens
 
     @property
-    def outcome(self) -> str:
-        """served | refused | an error kind (timeout, connect, server_error, ...)."""
+    def outcome(self) -> Outcome | ErrorKind:
+        """Served, refused, or the error kind (timeout, connect, server_error, ...)."""
         if self.answer.served:
-            return "served"
+            return Outcome.SERVED
         if self.answer.refused:
-            return "refused"
-        return self.answer.error.kind.value if self.answer.error else "unknown"
+            return Outcome.REFUSED
+        return self.answer.error.kind if self.answer.error else Outcome.UNKNOWN
 
     @property
     def observed(self) -> bool:

@@ -7,6 +7,7 @@ follow as evidence."""
 from __future__ import annotations
 
 from collections import Counter
+from enum import StrEnum
 from typing import Any
 
 from prober import __version__
@@ -15,11 +16,21 @@ from prober.campaign.survey import PreflightResult
 from prober.incidents import Incident
 from prober.types import Finding, FindingKind
 
+
+class Status(StrEnum):
+    """The audit's verdict: a leak outranks an incomplete run (what was seen stays seen)."""
+
+    LEAK = "leak"
+    NO_LEAK = "no_leak"
+    INCOMPLETE = "incomplete"
+    DRY_RUN = "dry_run"
+
+
 HEADLINES = {
-    "leak": "LEAK: another tenant's canary appeared in an answer",
-    "incomplete": "INCOMPLETE: not every planned request was observed; no leak in those that were",
-    "no_leak": "NO LEAK: no tenant's canary reached another tenant",
-    "dry_run": "DRY RUN: the plan and its cost only; nothing was sent",
+    Status.LEAK: "LEAK: another tenant's canary appeared in an answer",
+    Status.INCOMPLETE: "INCOMPLETE: not every planned request was observed; no leak in those that were",
+    Status.NO_LEAK: "NO LEAK: no tenant's canary reached another tenant",
+    Status.DRY_RUN: "DRY RUN: the plan and its cost only; nothing was sent",
 }
 
 
@@ -31,10 +42,9 @@ def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]
 
 
 def verdict(result: AuditResult) -> dict[str, Any]:
-    """leak | no_leak | incomplete | dry_run: a leak outranks an incomplete run (what was seen stays seen)."""
     leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
-    status = ("dry_run" if result.dry_run else "leak" if leaked else "no_leak" if result.complete
-              else "incomplete")
+    status = (Status.DRY_RUN if result.dry_run else Status.LEAK if leaked else Status.NO_LEAK if result.complete
+              else Status.INCOMPLETE)
     worst = result.worst()
     # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
     reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]

@@ -16,11 +16,13 @@ import json
 from typing import Any
 
 from prober.report.advice import WHAT_TO_DO
+from prober.report.document import Status
 from prober.types import FindingKind
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
-VERDICT_COLOURS = {"leak": "#c92a2a", "incomplete": "#e67700", "no_leak": "#2b8a3e", "dry_run": "#495057"}
+VERDICT_COLOURS = {Status.LEAK: "#c92a2a", Status.INCOMPLETE: "#e67700", Status.NO_LEAK: "#2b8a3e",
+                   Status.DRY_RUN: "#495057"}
 W, H, PAD = 720, 220, 48
 LABEL_FONT, LABEL_CHAR, LABEL_ROW = 9, 5.4, 10  # boundary labels: px per character at that size, px per row
 PAIR_LEGEND = ("<b>victim → observer</b>: a canary planted in the victim's prompts came back in an answer to the "

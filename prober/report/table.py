@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from prober.report.document import Status
 from prober.report.terminal import Terminal
 
-STATUS_STYLE = {"leak": "bold red", "incomplete": "bold yellow", "no_leak": "bold green", "dry_run": "bold"}
+STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.NO_LEAK: "bold green",
+                Status.DRY_RUN: "bold"}
 
 
 def table_report(doc: dict[str, Any], terminal: Terminal | None = None) -> str:

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import anyio
@@ -89,6 +90,25 @@ class _PoolCollector(Collector):
                 used.add_metric([pool.name], usage.tokens_used)
         yield total
         yield used
+
+
+class GenerationRoute(StrEnum):
+    """The two generation routes, and how each names its answers."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+    @property
+    def id_prefix(self) -> str:
+        return "chatcmpl" if self is GenerationRoute.CHAT else "cmpl"
+
+    @property
+    def object(self) -> str:
+        return "chat.completion" if self is GenerationRoute.CHAT else "text_completion"
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self is GenerationRoute.CHAT else "text_completion"
 
 
 class TestbedApp:
@@ -224,7 +244,7 @@ class TestbedApp:
             last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
             vocab = self.engine.vocab
             ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
-            return await self._generate("chat", tenant, body, ids, body.requested_max_tokens, last_user)
+            return await self._generate(GenerationRoute.CHAT, tenant, body, ids, body.requested_max_tokens, last_user)
         return await self._guarded("chat", request, handle)
 
     async def completions(self, request: Request) -> Response:
@@ -232,10 +252,11 @@ class TestbedApp:
             tenant = self._tenant(request)
             body = self._parse(CompletionRequest, await self._json(request))
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
-            return await self._generate("completions", tenant, body, ids, body.requested_max_tokens, body.text)
+            return await self._generate(GenerationRoute.COMPLETIONS, tenant, body, ids, body.requested_max_tokens,
+                                        body.text)
         return await self._guarded("completions", request, handle)
 
-    async def _generate(self, kind: str, tenant: str, body: ChatRequest | CompletionRequest,
+    async def _generate(self, route: GenerationRoute, tenant: str, body: ChatRequest | CompletionRequest,
                         ids: TokenIds, max_tokens: int | None, instruction_text: str) -> Response:
         cfg = self.config
         if ids.size == 0:
@@ -252,26 +273,25 @@ class TestbedApp:
                               top_p=body.top_p or 1.0,
                               seed=secrets.randbits(63) if body.seed is None else body.seed),
         )
-        meta = {"id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{req.request_id}",
+        meta = {"id": f"{route.id_prefix}-{req.request_id}",
                 "created": int(time.time()), "model": body.model or cfg.model_name}
         if body.stream:
-            return StreamingResponse(self._stream(kind, meta, req, body.include_usage),
+            return StreamingResponse(self._stream(route, meta, req, body.include_usage),
                                      media_type="text/event-stream")
         result = await anyio.to_thread.run_sync(self.engine.generate, req)
-        if kind == "chat":
+        if route is GenerationRoute.CHAT:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
                                       "finish_reason": result.finish_reason}
         else:
             choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
-        obj = "chat.completion" if kind == "chat" else "text_completion"
-        return JSONResponse({**meta, "object": obj, "choices": [choice], "usage": _usage(result)})
+        return JSONResponse({**meta, "object": route.object, "choices": [choice], "usage": _usage(result)})
 
-    async def _stream(self, kind: str, meta: dict[str, Any], req: GenerationRequest,
+    async def _stream(self, route: GenerationRoute, meta: dict[str, Any], req: GenerationRequest,
                       include_usage: bool) -> AsyncIterator[str]:
-        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        obj = route.chunk_object
 
         def chunk(piece: str | None, finish: str | None, first: bool = False) -> str:
-            if kind == "chat":
+            if route is GenerationRoute.CHAT:
                 delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
                     {"content": piece} if piece is not None else {})
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -286,7 +306,7 @@ class TestbedApp:
             yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
             yield "data: [DONE]\n\n"
             return
-        if kind == "chat":
+        if route is GenerationRoute.CHAT:
             yield chunk(None, None, first=True)
         pieces = self.engine.vocab.pieces(result.text)
         for start in range(0, len(pieces), 4):
