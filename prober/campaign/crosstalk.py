@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from prober.campaign.plan import Streaming
 from prober.campaign.timing import Send
 from prober.config import CrosstalkSettings
 from prober.detect.scanner import ScanResult
@@ -65,13 +66,16 @@ def planned_tokens(settings: CrosstalkSettings, tenants: Sequence[str]) -> int:
 
 
 async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], settings: CrosstalkSettings, *,
-                    run_id: str = "", telemetry: EngineTelemetry | None = None) -> CrosstalkResult:
-    """All requests at once, tenants interleaved (so batches mix them), half of them streamed."""
+                    streaming: Streaming = "both", run_id: str = "",
+                    telemetry: EngineTelemetry | None = None) -> CrosstalkResult:
+    """All requests at once, tenants interleaved (so batches mix them), streamed as the audit streams (half of
+    them for "both")."""
     requests: list[BurstRequest] = []
     for _ in range(settings.per_tenant):
         for tenant in tenants:
             rid = f"{run_id}ct{len(requests) + 1:03d}"
-            requests.append(BurstRequest(rid, tenant, await mint(tenant, rid), stream=len(requests) % 2 == 1))
+            stream = streaming == "stream" or (streaming == "both" and len(requests) % 2 == 1)
+            requests.append(BurstRequest(rid, tenant, await mint(tenant, rid), stream=stream))
     before = await telemetry.snapshot() if telemetry else None
     answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
                                                            max_tokens=settings.max_tokens, stream=r.stream))

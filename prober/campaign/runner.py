@@ -230,7 +230,7 @@ class TargetRunner:
         return result
 
     async def crosstalk(self, settings: CrosstalkSettings, on_event: Listener = ignore, *,
-                        run_id: str = "") -> CrosstalkResult:
+                        streaming: Streaming = "both", run_id: str = "") -> CrosstalkResult:
         """The cross-talk burst (prober/campaign/crosstalk.py): its canaries minted like any other."""
         wiring = self.wiring
 
@@ -242,8 +242,8 @@ class TargetRunner:
         async def scan(record: Record) -> ScanResult:
             return await asyncio.to_thread(wiring.scanner.scan, record)
 
-        result = await run_burst(self.send_as, mint, scan, self.tenants, settings, run_id=run_id,
-                                 telemetry=self._telemetry)
+        result = await run_burst(self.send_as, mint, scan, self.tenants, settings, streaming=streaming,
+                                 run_id=run_id, telemetry=self._telemetry)
         result.findings = await self._persist(result.findings, None, on_event)
         on_event(BurstDone(result))
         return result
@@ -377,7 +377,8 @@ class Auditor:
             report.timing = await runner.timing(self.config.timing, self.on_event)
             report.errors += report.timing.errors
         if self.config.crosstalk.audit:
-            report.crosstalk = await runner.crosstalk(self.config.crosstalk, self.on_event)
+            report.crosstalk = await runner.crosstalk(self.config.crosstalk, self.on_event,
+                                                      streaming=self.config.audit.streaming)
             report.errors += report.crosstalk.errors
 
     def _ends_at(self, allowance: float) -> float:
