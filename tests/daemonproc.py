@@ -23,6 +23,9 @@ from tests.support.waiting import wait_for
 
 FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "campaign": "4s"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
+# The timing check and the cross-talk burst run once when a daemon starts: at their smallest, since these
+# daemons are about what campaigns and sentinels find (tests/test_vllm.py runs them in earnest).
+LEAN_CHECKS = {"timing": {"samples": 2, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
 
 
 def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:
     return {"ledger": str(ledger),
             "targets": [{"name": "testbed", "url": url + "/v1", "timeout_s": 30, "retries": 0}],
             "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
-            "daemon": {"listen": "127.0.0.1:0", **copy.deepcopy(FAST), **daemon}}
+            "daemon": {"listen": "127.0.0.1:0", **copy.deepcopy(FAST), **daemon}, **copy.deepcopy(LEAN_CHECKS)}
 
 
 class DaemonProcess:

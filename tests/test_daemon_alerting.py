@@ -21,7 +21,6 @@ from prober.testbed import TestbedServer, build_config
 from prober.types import FindingKind
 from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import daemon_config
-from tests.monitoring import LEAN_CHECKS
 from tests.support.cli import invoke
 from tests.test_daemon_inprocess import _keys, make_daemon, sample, scenario, until  # noqa: F401  (_keys: fixture)
 from tests.test_ledger_contract import finding
@@ -35,8 +34,7 @@ LEAN = {"streaming": "plain", "concurrent": False}
 
 
 def lean_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
-    config = {**daemon_config(url, folder / "l.sqlite", **daemon), "detection": {"semantic": False}, "audit": LEAN,
-              **LEAN_CHECKS}
+    config = {**daemon_config(url, folder / "l.sqlite", **daemon), "detection": {"semantic": False}, "audit": LEAN}
     (folder / "daemon.yaml").write_text(yaml.safe_dump(config))
     return _daemon(folder)
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from prober.audit import exit_code, run_audit
 from prober.canaries.mint import Minter
 from prober.cli import app
-from prober.config import assemble_config
+from prober.config import CrosstalkSettings, TimingSettings, assemble_config
 from prober.detect import Scanner
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
@@ -38,7 +38,8 @@ from tests.llamacpp import (
     ensure_installed,
     prove,
 )
-from tests.test_targets import FAST, run
+from tests.support.policies import REAL_ENGINE
+from tests.test_targets import run
 from tests.tools import need
 
 SLOT_CTX = 1_024  # --ctx-size 2048 split between 2 slots
@@ -75,7 +76,7 @@ def test_preflight_reads_props_and_tokenizer(llama: LlamaServer) -> None:
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_token_exact_lengths_match_usage(llama: LlamaServer, api: str) -> None:
     async def go() -> list[tuple[int, int | None, bool]]:
-        async with Transport(FAST) as transport:
+        async with Transport(REAL_ENGINE) as transport:
             counter = await detect_counter(transport, llama.url, Api(api), None, engine="llama.cpp")
             assert counter is not None
             target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api(api))
@@ -92,7 +93,7 @@ def test_token_exact_lengths_match_usage(llama: LlamaServer, api: str) -> None:
 
 def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
     async def go() -> Any:
-        async with Transport(FAST) as transport:
+        async with Transport(REAL_ENGINE) as transport:
             target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api.COMPLETIONS)
             return await target.complete(Prompt("word " * (SLOT_CTX + 100), max_tokens=4), None)
     answer = run(go())
@@ -103,6 +104,8 @@ def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
 def _audit(server: LlamaServer, ledger: Path) -> Any:
     cfg = assemble_config(None, target=server.url + "/v1", api=Api.COMPLETIONS, ledger=str(ledger),
                           tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32)
+    # The campaign alone: the timing check and the cross-talk burst on llama.cpp are tests/test_isolation.py's.
+    cfg = cfg.model_copy(update={"timing": TimingSettings(audit=False), "crosstalk": CrosstalkSettings(audit=False)})
     result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete, result.targets[0].errors
     steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
@@ -149,7 +152,7 @@ def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> No
     scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"])
 
     async def echo(text: str) -> str:
-        async with Transport(FAST) as transport:
+        async with Transport(REAL_ENGINE) as transport:
             target = OpenAICompatible("llama", llama.url + "/v1", transport, api=Api.COMPLETIONS)
             answer = await target.complete(Prompt(f"The code word is {text}. Repeat: The code word is",
                                                   max_tokens=40), None)
