@@ -431,7 +431,8 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget"), "LEAKPROBE_LISTEN": ("daemon", "listen"),
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
-                    "model": ("detection", "model")}
+                    "model": ("detection", "model"), "timing": ("timing", "audit"),
+                    "crosstalk": ("crosstalk", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

@@ -96,6 +96,10 @@ def audit(
         help="Total time for the audit, e.g. 30m (default: each target's own deadline only).")] = None,
     target_deadline: Annotated[str | None, typer.Option(
         help="Total time per target, e.g. 10m (default: derived from its plan).")] = None,
+    timing: Annotated[bool | None, typer.Option(
+        help="Run the timing check of prefix-cache isolation after the campaign (default on).")] = None,
+    crosstalk: Annotated[bool | None, typer.Option(
+        help="Run the cross-talk burst after the campaign (default on).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -112,7 +116,8 @@ def audit(
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
                           ledger=ledger.given if ledger else None, fail_on=fail_on, token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
-                          semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline)
+                          semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
+                          timing=timing, crosstalk=crosstalk)
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
