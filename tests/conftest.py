@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from prober.embeddings import Embedder, make_embedder
 from prober.testbed import TestbedServer, build_config
+from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
 from tests.postgres import PostgresServer, postgres_server
 
 KEY_A = {"Authorization": "Bearer testbed-key-a"}
@@ -43,6 +45,17 @@ def embedder() -> Embedder:
     model = make_embedder()
     model.encode(["warm up"])
     return model
+
+
+@pytest.fixture(scope="session")
+def llama_install() -> Installation:
+    """llama.cpp and Gemma, built and proven once per machine (tests/llamacpp.py); LEAKPROBE_SKIP_LLAMACPP=1 skips."""
+    if os.environ.get(OPT_OUT) == "1":
+        pytest.skip(f"{OPT_OUT}=1: llama.cpp tests opted out")
+    try:
+        return ensure_installed()
+    except LlamaCppUnavailable as exc:
+        pytest.fail(f"llama.cpp + Gemma could not be provided: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

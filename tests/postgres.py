@@ -12,10 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +21,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
-import pytest
 
-from tests.tools import terminate
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+from tests.tools import terminate, unavailable
 
 URL_ENV = "LEAKPROBE_TEST_POSTGRES_URL"
 USER = "leakprobe"
@@ -55,18 +54,6 @@ def _bindir() -> Path | None:
     return found[0].parent if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI requires PostgreSQL: {message}")
-    pytest.skip(message)
-
-
 @contextlib.contextmanager
 def postgres_server() -> Iterator[PostgresServer]:
     given = os.environ.get(URL_ENV)
@@ -75,7 +62,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         return
     bindir = _bindir()
     if bindir is None:
-        _unavailable(f"no PostgreSQL binaries (apt-get install postgresql, or set {URL_ENV})")
+        unavailable(f"no PostgreSQL binaries (apt-get install postgresql, or set {URL_ENV})")
         return
     as_root = os.geteuid() == 0
     run_as = ["runuser", "-u", "postgres", "--"] if as_root else []
@@ -85,7 +72,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     if as_root:
         shutil.chown(root, "postgres", "postgres")
         shutil.chown(root / "pwfile", "postgres", "postgres")
-    port = _free_port()
+    port = free_port()
     process: subprocess.Popen[bytes] | None = None
     try:
         subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-U", USER, "-A", "scram-sha-256",
@@ -97,19 +84,22 @@ def postgres_server() -> Iterator[PostgresServer]:
                  "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
                 stdout=subprocess.DEVNULL, stderr=log)
         url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"
-        deadline = time.monotonic() + 30
-        while True:
+        server = process
+
+        def accepts() -> bool:
+            if server.poll() is not None:
+                raise RuntimeError("PostgreSQL exited: " + (root / "log").read_text()[-2000:])
             try:
                 psycopg.connect(url, connect_timeout=2).close()
-                break
+                return True
             except psycopg.OperationalError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("PostgreSQL did not start: " + (root / "log").read_text()[-2000:]) from None
-                time.sleep(0.1)
+                return False
+        wait_for(accepts, "PostgreSQL to accept connections", idle_s=60,
+                 context=lambda: (root / "log").read_text()[-2000:])
         yield PostgresServer(url)
     except (subprocess.CalledProcessError, OSError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        _unavailable(f"cannot start PostgreSQL from {bindir}: {exc} {detail.decode(errors='replace')[-500:]}")
+        unavailable(f"cannot start PostgreSQL from {bindir}: {exc} {detail.decode(errors='replace')[-500:]}")
     finally:
         if process is not None:
             terminate(process, grace_s=10)  # smart shutdown; then killed

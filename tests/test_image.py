@@ -27,7 +27,7 @@ from tests.containers import ROOT, ImageUnavailable, copied_sources, ensure_imag
 from tests.daemonproc import daemon_config
 from tests.support.keys import KEYS
 from tests.support.waiting import wait_for
-from tests.tools import _missing
+from tests.tools import unavailable
 
 UID = 10001  # the image's user, and the chart's runAsUser
 PORT = 10461  # the image's EXPOSE and CMD --listen, the chart's service port
@@ -44,7 +44,7 @@ QUIET_S = 180
 @pytest.fixture(scope="module")
 def image() -> str:
     if missing := missing_tools():
-        _missing(f"{', '.join(missing)} not found: apt-get install podman buildah runc mmdebstrap "
+        unavailable(f"{', '.join(missing)} not found: apt-get install podman buildah runc mmdebstrap "
                  "(or `make tools` as root)")
     try:
         return ensure_image()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,13 +28,11 @@ from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
 from prober.types import FindingKind, Record, Severity
 from tests.llamacpp import (
-    OPT_OUT,
     EngineFault,
     Installation,
     LlamaCppUnavailable,
     LlamaServer,
     cpu_key,
-    ensure_installed,
     prove,
 )
 from tests.support.policies import REAL_ENGINE
@@ -44,16 +41,6 @@ from tests.tools import need
 
 SLOT_CTX = 1_024  # --ctx-size 2048 split between 2 slots
 KEY = b"llama-test-key-llama-test-key-32"
-
-
-@pytest.fixture(scope="session")
-def llama_install() -> Installation:
-    if os.environ.get(OPT_OUT) == "1":
-        pytest.skip(f"{OPT_OUT}=1: llama.cpp tests opted out")
-    try:
-        return ensure_installed()
-    except LlamaCppUnavailable as exc:
-        pytest.fail(f"llama.cpp + Gemma could not be provided: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ def need(tool: str) -> str:
     path = shutil.which(tool) or shutil.which(tool, path=os.path.dirname(sys.executable))
     if path:
         return path
-    _missing(f"{tool} not found: {HOW.get(tool, 'install it')} (or run `make tools` as root)")
+    unavailable(f"{tool} not found: {HOW.get(tool, 'install it')} (or run `make tools` as root)")
     raise AssertionError("unreachable")
 
 
@@ -42,13 +42,14 @@ def need_module(name: str, package: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError:
-        _missing(f"{name} not importable: pip install '{package}' (or `make setup`)")
+        unavailable(f"{name} not importable: pip install '{package}' (or `make setup`)")
         raise AssertionError("unreachable") from None
 
 
-def _missing(message: str) -> None:
+def unavailable(message: str) -> None:
+    """Skip with `message`, or fail with it under CI (`CI=true`)."""
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI requires {message}")
+        pytest.fail(f"under CI nothing a test needs may be missing: {message}")
     pytest.skip(message)
 
 
