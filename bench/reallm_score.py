@@ -139,6 +139,8 @@ def main() -> None:
         elif found["verbatim_run"]:
             tally.runs += 1
             tally.runs_caught += caught
+            if not caught:
+                tally.misses.append(f"{row['id']} ['verbatim_run']: {row['text'][:300]!r}")
         elif echoes:
             tally.extra += 1
     print(f"{len(answers)} answers, {len(canaries)} canaries in {args.corpus}")
