@@ -25,7 +25,9 @@ FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "campaign": "4s"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
 # The timing check and the cross-talk burst run once when a daemon starts: at their smallest, since these
 # daemons are about what campaigns and sentinels find (tests/test_vllm.py runs them in earnest).
-LEAN_CHECKS = {"timing": {"samples": 2, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
+# Seven samples: the fewest that can decide at the default false-alarm rate over two pairs (a looser rate would
+# let a clean engine draw a finding now and then).
+LEAN_CHECKS = {"timing": {"samples": 7, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
 
 
 def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:

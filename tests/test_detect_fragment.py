@@ -56,8 +56,11 @@ def test_part_of_a_body_names_the_canary_at_critical(minted: dict[str, list[Cana
     groups = canary.text.removeprefix("LPK-").split("-")
     answer = f"Code: LPK-{'-'.join(groups[kept])} and then some words."
     findings = scanner(minted).scan(Record("r", "tenant-b", answer)).findings
-    assert [(f.detector, f.severity, f.canary_id, f.victim_tenant) for f in findings] == [
-        ("fragment", Severity.CRITICAL, canary.id, "tenant-a")]
+    assert [(f.severity, f.canary_id, f.victim_tenant) for f in findings] == [
+        (Severity.CRITICAL, canary.id, "tenant-a")]
+    # Three groups of four can still read as the whole body with edits (fuzzy, which outranks a fragment),
+    # depending on the characters the fourth group happens to share with the words after it.
+    assert findings[0].detector == "fragment" or (kept == slice(0, 3) and findings[0].detector == "fuzzy")
 
 
 def test_the_full_token_stays_an_exact_echo_and_the_tag_adds_nothing(minted: dict[str, list[Canary]]) -> None:

@@ -92,7 +92,7 @@ def _audit(server: LlamaServer, ledger: Path, *, complete: bool = True) -> Any:
     # The campaign alone: the timing check and the cross-talk burst on llama.cpp are tests/test_isolation.py's.
     cfg = assemble_config(None, target=server.url + "/v1", api=Api.COMPLETIONS, ledger=str(ledger),
                           tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32, timing=False,
-                          crosstalk=False)
+                          crosstalk=False, target_deadline="30m")  # the derived deadline assumes an accelerator
     result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete is complete, result.targets[0].errors
     steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
