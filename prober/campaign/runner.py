@@ -34,7 +34,7 @@ from prober.campaign.events import (
     TimingDone,
     ignore,
 )
-from prober.campaign.plan import Exchange, Plan, Step, Streaming, make_plan, pairs
+from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
 from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.salts import salt_asserted, salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
@@ -221,10 +221,10 @@ class TargetRunner:
         """`cross_tenant_cache_timing` over every ordered tenant pair (prober/campaign/timing.py)."""
         if self._builder is None:
             raise PlanError("survey the target before the timing check")
-        capacity = self.surveyed.capacity if self.surveyed else None
+        refused_from = acceptance_limit(self.surveyed.capacity) if self.surveyed else None
         result = await check_timing(self.send_as, self._builder.counter, self.tenants, settings, run_id=run_id,
                                     salted=self.salted, telemetry=self._telemetry,
-                                    longest=capacity.longest_prompt if capacity else None)
+                                    longest=refused_from - 1 if refused_from else None)
         result.findings = await self._persist(result.findings, None, on_event)
         on_event(TimingDone(result))
         return result

@@ -46,13 +46,6 @@ class Capacity:
     def advertised(self) -> Known | None:
         return self.context_length or self.accept_limit
 
-    @property
-    def longest_prompt(self) -> int | None:
-        """The longest prompt every known limit serves (a context or pool must also hold one answer token)."""
-        limits = [k.value for k in (self.max_req_input_len, self.accept_limit) if k]
-        limits += [k.value - 1 for k in (self.context_length, self.pool_tokens) if k]
-        return min(limits) if limits else None
-
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"engine": self.engine}
         for name in FIELDS:
