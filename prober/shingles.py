@@ -54,19 +54,45 @@ class Shingler:
             self._words[word] = cached
         return cached
 
+    def _codes(self, words: list[str]) -> Hashes:
+        """Each word's keyed hash: hashed once per distinct word, then looked up in C."""
+        table = {word: self._word(word) for word in dict.fromkeys(words)}
+        return np.fromiter(map(table.__getitem__, words), dtype=np.uint64, count=len(words))
+
+    def hashes(self, text: str) -> Hashes:
+        """The hash of every shingle of `text`, in order (a prompt of a million tokens in about a second)."""
+        found = _WORD.findall(text)
+        # Lower-casing the joined words is lower-casing each one (no word holds the separator, and Greek
+        # final sigma still ends its word there), in one call instead of one per word.
+        return _rolled(self._codes("\x00".join(found).lower().split("\x00") if found else []))
+
     def spans(self, text: str) -> tuple[Hashes, list[tuple[int, int]]]:
         """The hash of every shingle of `text`, in order, and the span of its words in the text."""
         words = list(_WORD.finditer(text))
-        count = len(words) - SHINGLE + 1
-        if count <= 0:
-            return np.zeros(0, dtype=np.uint64), []
-        codes = np.fromiter((self._word(w.group(0).lower()) for w in words), dtype=np.uint64, count=len(words))
-        hashes = np.zeros(count, dtype=np.uint64)
-        with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
-            for offset in range(SHINGLE):
-                hashes = hashes * _PRIME + codes[offset : offset + count]
-        return hashes, [(words[i].start(), words[i + SHINGLE - 1].end()) for i in range(count)]
+        hashes = _rolled(self._codes([w.group(0).lower() for w in words]))
+        return hashes, [(words[i].start(), words[i + SHINGLE - 1].end()) for i in range(len(hashes))]
 
     def record(self, text: str, tenant: str, probe_id: str, created_at: float, expires_at: float) -> PromptShingles:
-        hashes, _ = self.spans(text)
-        return PromptShingles(tenant, probe_id, created_at, expires_at, np.unique(hashes).astype("<u8").tobytes())
+        hashes = self.hashes(text)
+        return PromptShingles(tenant, probe_id, created_at, expires_at, distinct(hashes).astype("<u8").tobytes())
+
+
+def distinct(hashes: Hashes) -> Hashes:
+    """Sorted unique hashes.  A sort and a mask: numpy 2.4's np.unique hashes instead and took 1.2 s where this
+    takes 0.02 s (750,000 hashes, nearly all distinct)."""
+    ordered = np.sort(hashes)
+    keep = np.ones(len(ordered), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def _rolled(codes: Hashes) -> Hashes:
+    """Shingle hashes from word hashes: a polynomial over each run of SHINGLE words, modulo 2**64."""
+    count = len(codes) - SHINGLE + 1
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    hashes = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
+        for offset in range(SHINGLE):
+            hashes = hashes * _PRIME + codes[offset : offset + count]
+    return hashes

@@ -76,7 +76,7 @@ class _Prompt:
     """What the detector learns of a prompt once (a huge answer is scanned in windows against it)."""
 
     text: str  # lower-cased
-    stems: Counter[str]
+    stems: frozenset[str]
     hangul_share: float  # of its content words
 
 
@@ -90,16 +90,20 @@ class ForeignContentDetector(Detector):
     def __init__(self) -> None:
         self._lock = threading.Lock()  # scans run in worker threads
         self._source: str | None = None
-        self._learned = _Prompt("", Counter(), 0.0)
+        self._learned = _Prompt("", frozenset(), 0.0)
 
     def _learn(self, prompt: str) -> _Prompt:
         with self._lock:
             if prompt is not self._source:
                 lower = prompt.lower()
-                words = [w for w in _WORD.findall(lower) if w not in _COMMON]
-                hangul = sum(map(is_hangul, words))
+                # Counted first, then judged once per distinct word: a prompt of a million tokens has a few
+                # thousand distinct words among its 750,000.
+                words = Counter(_WORD.findall(lower))
+                for common in _COMMON:
+                    words.pop(common, None)
+                hangul = sum(n for word, n in words.items() if is_hangul(word))
                 self._source = prompt
-                self._learned = _Prompt(lower, Counter(map(_stem, words)), hangul / max(1, len(words)))
+                self._learned = _Prompt(lower, frozenset(map(_stem, words)), hangul / max(1, words.total()))
             return self._learned
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from prober.detect.base import Detector, Hit
 from prober.detect.grams import KeyTable
-from prober.shingles import SHINGLE, Hashes, PromptShingles, Shingler
+from prober.shingles import SHINGLE, Hashes, PromptShingles, Shingler, distinct
 from prober.types import Record, Severity
 
 # Words in a run that attributes: more than the longest filler sentence (15 words), so a run spans two of them
@@ -86,7 +86,7 @@ class VerbatimDetector(Detector):
             return np.zeros(0, dtype=np.uint64)
         with self._lock:
             if self._prompt[0] is not prompt:
-                self._prompt = (prompt, np.unique(self.shingler.spans(prompt)[0]))
+                self._prompt = (prompt, distinct(self.shingler.hashes(prompt)))
             return self._prompt[1]
 
 
