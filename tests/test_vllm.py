@@ -39,12 +39,13 @@ KEYS = {"tenant-a": "vllm-test-key-a", "tenant-b": "vllm-test-key-b"}
 KEY = KEYS["tenant-a"]  # for requests that are no tenant's in particular
 TENANTS = {"tenant-a": "LP_VLLM_A", "tenant-b": "LP_VLLM_B"}
 ENV = {TENANTS[name]: key for name, key in KEYS.items()}
-# A fresh 150-token prompt is one 128-token block plus a tail: a hit leaves the tail to compute, a miss all of
-# it (measured under load here: 0.7-3.5 s vs 7-10 s).  Ten of each per pair decide at the default false-alarm
-# rate with up to 8 of 100 hit/miss comparisons the wrong way round.
-TIMING = {"samples": 10, "prompt_tokens": 150}
-# vLLM on two shared cores prefills ~20-1,000 tokens a second depending on load: the deadline derived from
-# 1,000 a second would end an audit that is only slow.  An audit here sends ~15,000 prompt tokens.
+# A fresh 150-token prompt is one 128-block plus a tail: a hit leaves the tail to compute, a miss all of it
+# (float32 on an idle AVX2 machine: medians 0.38 s vs 0.85 s; bench/cache_timing.py).  Sixteen of each per pair
+# decide at the default false-alarm rate even when a CPU-heavy neighbour slows some hits to a miss's time
+# (at ten, 1 pair in 16 went undecided beside one).
+TIMING = {"samples": 16, "prompt_tokens": 150}
+# An audit here sends ~20,000 prompt tokens; on two shared cores vLLM prefills some hundreds of tokens a second,
+# tens when they are busy: the deadline derived for an accelerator would end an audit that is only slow.
 TARGET_DEADLINE = "90m"
 SLOW = TransportPolicy(timeout_s=300.0, retries=0)  # one prompt of CONTEXT tokens, at the slowest rate seen
 
