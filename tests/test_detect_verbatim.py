@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from prober.canaries.filler import load_filler
@@ -63,3 +64,16 @@ def test_the_record_holds_hashes_only() -> None:
     assert len(record.array()) <= len(re.findall(r"\w+", VICTIM)) - SHINGLE + 1
     assert not any(word.encode() in record.hashes for word in set(VICTIM.split()) if len(word) > 3)
     assert Shingler(b"w" * 32).record(VICTIM, "tenant-a", "p-a", 0.0, 1.0).hashes != record.hashes  # keyed
+
+
+def test_recorded_hashes_stay_what_ledgers_hold() -> None:
+    """Ledgers keep these hashes for weeks: a faster shingler must produce the same ones (pinned from the first
+    implementation, over Greek final sigma, a dotted capital I, Hangul and a canary-like code)."""
+    text = ("Ο ΔΡΟΜΟΣ ΣΑΣ, İstanbul, STRASSE straße: 소포 번호 LPK-0042 (김민준 씨) — 보관 장소: 3번 창고. "
+            "The quick brown fox.")
+    record = Shingler(KEY).record(text, "a", "p", 0.0, 1.0)
+    assert len(record.hashes) == 8 * 13
+    assert hashlib.sha256(record.hashes).hexdigest() == (
+        "8f2b2f9c8956e436737f6b5c5cc2187d3051c98576037305254d32a6a610e3a9")
+    hashes, spans = Shingler(KEY).spans(text)
+    assert sorted(set(hashes.tolist())) == record.array().tolist() and len(spans) == len(hashes)
