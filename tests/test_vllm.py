@@ -31,7 +31,7 @@ from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
 from tests.tools import unavailable
-from tests.vllm import OPT_OUT, Installation, VllmServer, VllmUnavailable, find_installed
+from tests.vllm import OPT_OUT, Installation, VllmServer, VllmUnavailable, find_installed, serving_dtype
 
 CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix-cache hit of two
 # One API key per tenant (vLLM takes several and has no tenants of its own: to it they are two clients).
@@ -199,3 +199,13 @@ def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:
             return cached
     first, same_salt, other_salt, unsalted = run(go())
     assert first == 0 and same_salt and same_salt >= 128 and other_salt == 0 and unsalted == 0
+
+
+def test_the_serving_dtype_follows_the_cpus_bf16_instructions(tmp_path: Path) -> None:
+    """bfloat16 only where the CPU computes in it (AVX-512 BF16, AMX); emulated elsewhere, 5x slower than float32."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert serving_dtype(cpuinfo) == "float32"
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    assert serving_dtype(cpuinfo) == "bfloat16"
+    assert serving_dtype(tmp_path / "missing") == "float32"
