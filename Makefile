@@ -53,12 +53,12 @@ vllm: setup
 image: setup tools
 	$(PY) -m tests.containers
 
-# One process by default: on two cores, two workers (WORKERS=2, each test file whole on one) save little, as
-# the real engines' tests then compete for the CPU (measured: 49 min in two workers against about an hour).
-# The 25 slowest tests are listed at the end.
-WORKERS ?= 0
+# One worker per core (WORKERS=0: one process).  Each test file is one unit of work; the files of the real
+# engines are one unit together, started first, so that two engines never compete for the CPU (the scheduler
+# in tests/conftest.py).  The 25 slowest tests are listed at the end.
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 unit: setup tools llama image vllm
-	$(VENV)/bin/pytest -n $(WORKERS) --dist loadfile --durations=25
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
 test: lint typecheck unit
 

@@ -21,6 +21,37 @@ KEY_B = {"Authorization": "Bearer testbed-key-b"}
 SMALL = {"context_length": 16_384, "pool_tokens": 4_096, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
 
 StartTestbed = Callable[..., TestbedServer]
+# The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
+ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_llamacpp.py", "tests/test_isolation.py",
+                          "tests/test_testbed_reallm.py"})
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to when the suite runs in several workers: its file, or `engines`."""
+    file = nodeid.split("::", 1)[0]
+    return "engines" if file in ENGINE_FILES else file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How the suite shares a machine in several workers (`make test`, one per core): each test file is one unit,
+    so that its module fixtures start once, and the engines' files are one unit together, so that two engines
+    never starve each other and their timing checks.  (xdist's own `loadgroup` cannot do this under pytest 9,
+    whose node ids no longer follow the `_nodeid` it rewrites.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EnginesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return EnginesTogether(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest units first (the engines, then files with a `slow` test; run with --no-loadscope-reorder),
+    so that none starts last and finishes alone; in one process only the order changes."""
+    slow = {unit_of(i.nodeid) for i in items if i.get_closest_marker("slow")}
+    items.sort(key=lambda i: (unit_of(i.nodeid) != "engines", unit_of(i.nodeid) not in slow))  # stable
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_demo_finds_the_incident_and_passes_the_fix(demo: Path) -> None:
     incident = json.loads((demo / "incident.json").read_text())
     assert incident["targets"][0]["capacity"]["pool_tokens"]["value"] == 681_280

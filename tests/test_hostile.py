@@ -173,6 +173,7 @@ def test_a_request_that_never_ends_stops_at_the_deadline(tmp_path: Path, route: 
     assert elapsed < 1.5 * len(steps) + 30
 
 
+@pytest.mark.slow
 def test_a_huge_answer_is_scanned_in_bounded_memory_and_reported_in_seconds(tmp_path: Path) -> None:
     with hostile_engine(chat=huge_first_answer(30 * 1024 * 1024)) as engine:
         started = time.monotonic()

@@ -12,6 +12,7 @@ under CI).
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,7 +114,8 @@ def _gateway(name: str) -> str:
 @pytest.fixture(scope="module")
 def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     config_dir = tmp_path_factory.mktemp("config")
-    name = f"leakprobe-test-{config_dir.name}"
+    # Unique across workers and concurrent runs (each has its own basetemp with the same folder names).
+    name = f"leakprobe-test-{secrets.token_hex(4)}"
     created = podman(
         "create", "--name", name, "--user", f"{UID}:{UID}", "--read-only", "--cap-drop=all",
         "--security-opt=no-new-privileges", "--tmpfs", "/tmp:rw,mode=1777",

@@ -168,6 +168,7 @@ def running(daemon: DaemonProcess, job: str) -> bool:
     return bool(daemon.get("/status").json()["targets"][0]["jobs"][job]["running"])
 
 
+@pytest.mark.slow
 def test_pages_follow_the_evidence(tmp_path: Path) -> None:
     """The leak pages and keeps paging while the engine leaks, however short the hold; fixed, it resolves
     only after a clean re-check, and says so; stopped, the engine pages as down and its capacity alert ends."""

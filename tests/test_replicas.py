@@ -14,6 +14,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from prober.incidents import IncidentKey
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, Finding, FindingKind
@@ -47,6 +49,7 @@ def campaigns(log: Path) -> list[tuple[float, float]]:
     return runs
 
 
+@pytest.mark.slow
 def test_two_replicas_share_one_ledger(testbed: StartTestbed, postgres: PostgresServer, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
     ledger_url = postgres.create_database()
@@ -107,7 +110,8 @@ def test_a_replica_attributes_what_another_minted(testbed: StartTestbed, postgre
         assert a.stop() == 0
     pairs = crossed()
     assert all(f.victim_tenant == c.tenant != f.observer_tenant for c, f in pairs)
-    assert {f.detector for c, f in pairs if c.kind is CanaryKind.FACT} <= {"exact", "fuzzy", "semantic"}
+    # A fact is attributed whole (exact, fuzzy, semantic) or by its one strong value (fragment, `fact_name`).
+    assert {f.detector for c, f in pairs if c.kind is CanaryKind.FACT} <= {"exact", "fuzzy", "semantic", "fragment"}
     store.close()
 
 
