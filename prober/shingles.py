@@ -69,7 +69,10 @@ class Shingler:
     def spans(self, text: str) -> tuple[Hashes, list[tuple[int, int]]]:
         """The hash of every shingle of `text`, in order, and the span of its words in the text."""
         words = list(_WORD.finditer(text))
-        hashes = _rolled(self._codes([w.group(0).lower() for w in words]))
+        # One pass, no list of words beside the matches: an answer may be tens of megabytes (the scan's memory
+        # bound is tested on one of 30 MiB).
+        codes = np.fromiter((self._word(w.group(0).lower()) for w in words), dtype=np.uint64, count=len(words))
+        hashes = _rolled(codes)
         return hashes, [(words[i].start(), words[i + SHINGLE - 1].end()) for i in range(len(hashes))]
 
     def record(self, text: str, tenant: str, probe_id: str, created_at: float, expires_at: float) -> PromptShingles:

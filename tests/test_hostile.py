@@ -182,7 +182,9 @@ def test_a_huge_answer_is_scanned_in_bounded_memory_and_reported_in_seconds(tmp_
                                  "--no-concurrent", "--no-timing", "--no-crosstalk")  # the campaign's answers
         elapsed = time.monotonic() - started
     assert run.returncode in (0, 1), run.stderr[-2000:]
-    assert peak_mib < 300, f"peak {peak_mib:.0f} MiB"
+    # Measured 294.8-296.5 MiB (the runtime, the detectors' indexes and a few copies of the 30 MiB body), once
+    # 300.04 in two busy workers; a copy per window or per detector would be gigabytes.
+    assert peak_mib < 320, f"peak {peak_mib:.0f} MiB"
     # Seconds, not the minutes a scan quadratic in the answer would take (bench/scrub.py measures the speed).
     assert elapsed < 300 and (tmp_path / "r.html").stat().st_size < 2_000_000
 
@@ -325,7 +327,9 @@ def test_a_compression_bomb_stays_under_the_byte_cap(tmp_path: Path, encoding: s
     assert run.returncode == 2, run.stderr[-2000:]
     steps = json.loads(run.stdout)["targets"][0]["steps"]
     assert steps and {s["outcome"] for s in steps} == {outcome}, steps[0]
-    assert peak_mib < 300, f"peak {peak_mib:.0f} MiB"
+    # Measured 294.8-296.5 MiB (the runtime, the detectors' indexes and a few copies of the 30 MiB body), once
+    # 300.04 in two busy workers; a copy per window or per detector would be gigabytes.
+    assert peak_mib < 320, f"peak {peak_mib:.0f} MiB"
 
 
 # A subprocess that sends 40 requests at once (the daemon's 40 targets) to a server that declares a body just
