@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.cpu import cpu_flags
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 from tests.tools import terminate
@@ -93,21 +94,6 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
     # armv8-a is the baseline every 64-bit ARM CPU runs (NEON included); no SVE, no i8mm, no SME.
     "aarch64": (Variant("armv8-a", frozenset(), ("-DGGML_NATIVE=OFF", "-DGGML_CPU_ARM_ARCH=armv8-a")),),
 }
-
-
-def cpu_flags() -> tuple[str, frozenset[str]]:
-    """The CPU model name and feature flags (x86 "flags", ARM "Features") from /proc/cpuinfo."""
-    model, flags = "", frozenset[str]()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() in ("model name", "CPU part") and not model:
-                model = value.strip()
-            elif name.strip() in ("flags", "Features") and not flags:
-                flags = frozenset(value.split())
-    except OSError:
-        pass
-    return model, flags
 
 
 def cpu_key() -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
+from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
@@ -111,14 +112,9 @@ START_CAP_S = 1_200.0
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def serving_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+def serving_dtype(cpuinfo: Path = CPUINFO) -> str:
     """bfloat16 where the CPU computes in it, float32 where it would be emulated."""
-    try:
-        flags = {flag for line in cpuinfo.read_text().splitlines() if line.startswith("flags")
-                 for flag in line.partition(":")[2].split()}
-    except OSError:
-        return "float32"
-    return "bfloat16" if flags & BF16_FLAGS else "float32"
+    return "bfloat16" if cpu_flags(cpuinfo)[1] & BF16_FLAGS else "float32"
 
 
 class VllmServer:
