@@ -26,8 +26,6 @@ import string
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from scipy.stats import mannwhitneyu
-
 from prober.campaign.plan import pairs
 from prober.campaign.salts import salt_asserted
 from prober.config import TimingSettings
@@ -198,6 +196,8 @@ def _tokens(answer: Completion) -> int:
 
 def decide(measured: Sequence[PairSamples], alpha: float) -> list[PairDecision]:
     """One-sided U per pair, then Holm's step-down adjustment over the pairs."""
+    from scipy.stats import mannwhitneyu  # here, not at the top: importing scipy.stats costs each command ~1.5 s
+
     raw: list[tuple[float, float, str]] = []
     for s in measured:
         if not s.hits or not s.misses:
