@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 _FIRST, _LAST = 0xAC00, 0xD7A3
+_SYLLABLE = re.compile(f"[{chr(_FIRST)}-{chr(_LAST)}]")
 _INITIALS = ["g", "kk", "n", "d", "tt", "r", "m", "b", "pp", "s", "ss", "", "j", "jj", "ch", "k", "t", "p", "h"]
 _VOWELS = ["a", "ae", "ya", "yae", "eo", "e", "yeo", "ye", "o", "wa", "wae", "oe", "yo", "u", "wo", "we", "wi",
            "yu", "eu", "ui", "i"]
@@ -119,4 +120,4 @@ NOUN_ENDINGS = frozenset("의에은는이가을를과와으로도만께한하랑
 
 
 def is_hangul(text: str) -> bool:
-    return any(_FIRST <= ord(ch) <= _LAST for ch in text)
+    return _SYLLABLE.search(text) is not None  # a regex: detectors ask it of every word of every answer

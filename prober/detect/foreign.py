@@ -42,6 +42,7 @@ STEM = 5  # leading characters of a Latin word that stand for it ("records", "re
 HANGUL_STEM = 2  # leading syllables of a Korean word: its stem before the particle ("서울에서" -> "서울")
 MIN_SCRIPT_SHARE = 0.1  # a script under this share of the prompt's words is one it was not written in
 MIN_IDENTIFIER = 4  # letters and digits an identifier needs (a year, not "3 pm")
+MEMO_SENTENCES, MEMO_SENTENCE_CHARS = 4_096, 400  # verdicts remembered within one answer (about 1.6 MB at most)
 
 _SENTENCE = re.compile(r"(?:[^.!?。\n]|(?<=\d)\.(?=\d))+[.!?。]?")  # "4.2" does not end one
 _WORD = re.compile(r"[가-힣]{2,}|[^\W\d_가-힣]{3,}", re.UNICODE)
@@ -111,9 +112,17 @@ class ForeignContentDetector(Detector):
             return []
         prompt = self._learn(record.prompt)
         hits: list[Hit] = []
+        # A long answer repeats itself (a decoding loop, a hostile target's bulk): each short sentence is judged
+        # once.  Bounded, since the sentences of a 30 MiB answer would be another copy of it.
+        verdicts: dict[str, tuple[float, int] | None] = {}
         for match in _SENTENCE.finditer(record.text):
             sentence = match.group(0)
-            judged = self._judge(sentence, prompt)
+            if sentence in verdicts:
+                judged = verdicts[sentence]
+            else:
+                judged = self._judge(sentence, prompt)
+                if len(sentence) <= MEMO_SENTENCE_CHARS and len(verdicts) < MEMO_SENTENCES:
+                    verdicts[sentence] = judged
             if judged is None:
                 continue
             unsupported, identifiers = judged
@@ -129,8 +138,6 @@ class ForeignContentDetector(Detector):
 
         A name (a capitalised word inside the sentence) weighs twice: it is what makes data someone's."""
         sentence = _OWN_TOKEN.sub(" ", sentence)
-        if _DEGENERATE.search(sentence) or len(_scripts(sentence)) > MAX_SCRIPTS:
-            return None
         identifiers = [i for i in _IDENTIFIER.findall(sentence)
                        if sum(c.isalnum() for c in i) >= MIN_IDENTIFIER and i.lower() not in prompt.text]
         found = [w for w in _WORD.findall(sentence) if w.lower() not in _COMMON]
@@ -140,7 +147,7 @@ class ForeignContentDetector(Detector):
         hangul = sum(map(is_hangul, words)) / max(1, len(words))
         share_in_prompt = prompt.hangul_share if hangul >= 0.5 else 1 - prompt.hangul_share
         if share_in_prompt < MIN_SCRIPT_SHARE:  # a translation: only new identifiers can be judged
-            return (1.0, len(identifiers)) if identifiers else None
+            return (1.0, len(identifiers)) if identifiers and not _talk(sentence) else None
         names = {w.lower() for w in found if w[0].isupper() and not sentence.lstrip().startswith(w)}
         supported = [w for w in words if _stem(w) in prompt.stems]
         unknown_names = len(names - set(supported))
@@ -149,4 +156,11 @@ class ForeignContentDetector(Detector):
         unsupported = (len(words) - len(supported) + unknown_names) / max(1, len(words) + len(names))
         if unsupported < UNSUPPORTED_SHARE and not (identifiers and unsupported >= UNSUPPORTED_SHARE / 2):
             return None
-        return unsupported, len(identifiers)
+        return None if _talk(sentence) else (unsupported, len(identifiers))
+
+
+def _talk(sentence: str) -> bool:
+    """A decoding loop or multilingual soup: the model's own.  Asked last, of sentences that would otherwise be
+    foreign: the loop search tries every run length at every position, and a hostile answer of 30 MiB has
+    400,000 sentences (judged first, it took a minute)."""
+    return bool(_DEGENERATE.search(sentence)) or len(_scripts(sentence)) > MAX_SCRIPTS
