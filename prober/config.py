@@ -197,7 +197,8 @@ class AuditSettings(_Strict):
     token_budget: int = Field(default=50_000_000, gt=0)
     """Prompt tokens the whole plan may cost; a plan over it stops the audit before anything is sent."""
     max_tokens: int = Field(default=160, ge=1, le=4096)
-    """Completion tokens per request (clamped so that prompt and completion fit the context)."""
+    """Completion tokens per probe (clamped so that prompt and completion fit the context); a prime sent on its own
+    asks for at most 16."""
     streaming: Literal["plain", "stream", "both"] = "both"
     """Plain requests, SSE streams, or both alternating."""
     concurrent: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prober.campaign.plan import make_plan, pairs
+from prober.campaign.plan import PRIME_ANSWER_TOKENS, make_plan, pairs
 from prober.capacity import Capacity, Known
 from prober.errors import PlanError
 
@@ -31,6 +31,9 @@ def test_incident_boundaries_and_expectations() -> None:
     cache = [e for e in plan.exchanges if e.same_text]
     assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
     assert [e.probe.boundary for e in plan.exchanges if e.concurrent] == ["pool", "pool"]
+    # A prime alone asks for a short answer (its prompt is what counts); one beside its probe stays in flight.
+    assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
+    assert {(e.prime.max_tokens, e.probe.max_tokens) for e in plan.exchanges if e.concurrent} == {(160, 160)}
     assert plan.tokens == sum(e.prime.length + e.probe.length for e in plan.exchanges)
 
 

@@ -16,6 +16,10 @@ Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the mod
 # another language) and the semantic detector has something to find.
 ASKS: tuple[Ask, ...] = ("quote", "summarize", "quote", "translate")
 CACHE_CHECK_TOKENS = 1_024
+# A prime's work is done once its prompt is in the pages; its answer is only read for positive controls.  So a
+# prime sent on its own asks for a short answer: on a CPU or a billed API each completion token costs as much
+# as the probe's.  A prime sent at the same time as its probe decodes in full, to stay in flight beside it.
+PRIME_ANSWER_TOKENS = 16
 
 
 SENTINEL = "sentinel"
@@ -81,7 +85,8 @@ class Plan:
         self.exchanges.append(Exchange(
             id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text,
             prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
-                       expect_served=True, boundary="prime", max_tokens=room(prime_length)),
+                       expect_served=True, boundary="prime",
+                       max_tokens=room(prime_length) if concurrent else min(room(prime_length), PRIME_ANSWER_TOKENS)),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
                        max_tokens=room(boundary.length), ask=ask)))
