@@ -159,6 +159,10 @@ class Daemon:
         server = _QuietServer(uvicorn.Config(make_app(self), log_level="warning", access_log=False,
                                              lifespan="off"))
         serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+        # Listening before it is announced: the task above has not run yet, and whoever reads the line below may
+        # connect at once (a connection to a bound socket that does not listen yet is refused; one in the backlog
+        # waits for the server).
+        sock.listen(server.config.backlog)
         host, port = sock.getsockname()[:2]
         log.info("leakprobe daemon listening on http://%s:%d (targets: %s; ledger %s)",
                  f"[{host}]" if ":" in host else host, port, ", ".join(t.name for t in self.config.targets),
