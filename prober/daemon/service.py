@@ -159,10 +159,6 @@ class Daemon:
         server = _QuietServer(uvicorn.Config(make_app(self), log_level="warning", access_log=False,
                                              lifespan="off"))
         serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
-        # Listening before it is announced: the task above has not run yet, and whoever reads the line below may
-        # connect at once (a connection to a bound socket that does not listen yet is refused; one in the backlog
-        # waits for the server).
-        sock.listen(server.config.backlog)
         host, port = sock.getsockname()[:2]
         log.info("leakprobe daemon listening on http://%s:%d (targets: %s; ledger %s)",
                  f"[{host}]" if ":" in host else host, port, ", ".join(t.name for t in self.config.targets),
@@ -328,6 +324,9 @@ class Daemon:
             await self.housekeeper.refresh_canaries(self.scanner)
 
 
+BACKLOG = 2048  # uvicorn's
+
+
 def bind(listen: str) -> socket.socket:
     """The listening socket (raises StartupError when the address cannot be bound)."""
     host, port = listen_address(listen)
@@ -338,6 +337,9 @@ def bind(listen: str) -> socket.socket:
         # the client's delayed ACK (measured: 44 ms per /metrics request instead of under 1 ms).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
+        # Listening from here, before the HTTP task runs and the address is logged: a client that reads the log
+        # line may connect at once, and is then queued (a bound socket that does not listen refuses it).
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise StartupError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
