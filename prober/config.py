@@ -288,7 +288,7 @@ class SentinelSettings(_Strict):
     tokens: int = Field(default=128, ge=16, le=8192)
     """Prompt length of each sentinel request."""
     max_tokens: int = Field(default=64, ge=1, le=1024)
-    """Completion tokens per sentinel request."""
+    """Completion tokens per sentinel probe (its prime asks for at most 16, as a campaign's does)."""
     retention: Duration = 7 * 86_400.0
     """How long sentinel canaries stay active (campaigns': 30 days)."""
 
