@@ -20,6 +20,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    port: int = 0  # the client's: which connection the request came on
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -73,7 +74,7 @@ class ShapedServer:
             def _any(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                               self.rfile.read(length))
+                               self.rfile.read(length), self.client_address[1])
                 seen.append(request)
                 handler = routes.get(f"{self.command} {self.path.split('?')[0]}")
                 if handler is None:

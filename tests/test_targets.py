@@ -23,6 +23,7 @@ from prober.targets import (
     WorkersAI,
 )
 from prober.targets.api import Api
+from prober.targets.transport import KEEPALIVE_EXPIRY_S
 from tests.conftest import SMALL, StartTestbed
 from tests.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
 
@@ -202,6 +203,23 @@ def test_a_hang_up_before_any_response_is_retried_then_typed() -> None:
         hits = len(srv.seen)
     assert answer.error is not None and answer.error.kind is ErrorKind.TRUNCATED and answer.status is None
     assert hits == FAST.retries + 1 == answer.attempts
+
+
+def test_an_idle_connection_is_dropped_before_the_server_drops_it() -> None:
+    """Servers close a keep-alive connection after 5 s idle (uvicorn, llama.cpp); a request sent on it as it closes
+    meets a hang-up (seen in CI, on the reference engine).  Busy connections are reused; idle ones not for long."""
+    with ShapedServer(_route(lambda r, _: r.send(200, chat_answer("fine")))) as srv:
+        async def three() -> list[Completion]:
+            async with Transport(CAPPED) as transport:
+                target = OpenAICompatible("t", srv.url + "/v1", transport)
+                answers = [await target.complete(Prompt("hi"), None), await target.complete(Prompt("hi"), None)]
+                await asyncio.sleep(KEEPALIVE_EXPIRY_S + 0.5)
+                return [*answers, await target.complete(Prompt("hi"), None)]
+
+        answers = run(three())
+        ports = [seen.port for seen in srv.seen]
+    assert all(a.ok for a in answers)
+    assert ports[0] == ports[1] != ports[2]
 
 
 def test_429_forever_gives_up_after_bounded_retries() -> None:

@@ -28,6 +28,9 @@ from prober.targets.result import ErrorKind, TargetError
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ERROR_BODY_CAP = 4_096
+# An idle connection is dropped before the server drops it.  uvicorn (vLLM, SGLang) and llama.cpp's server close
+# one after 5 s idle, httpx's own default: a request sent on it at that moment meets a hang-up, no response.
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class Transport:
             timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
             follow_redirects=False,
             verify=p.verify_tls,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=KEEPALIVE_EXPIRY_S),
             headers={"User-Agent": "leakprobe", "Accept-Encoding": ACCEPTED},
         )
 
