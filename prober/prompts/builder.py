@@ -26,6 +26,10 @@ FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."
 CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
+# A filler may end in this many pad words (at least FILLER_SLACK_MIN, or 1/FILLER_SLACK_SHARE of its tokens)
+# rather than cost another count; each guess aims a little short, so that it seldom overshoots.
+FILLER_SLACK_MIN, FILLER_SLACK_SHARE = 2, 32
+INTERPOLATION_UNDERSHOOT = 0.97
 
 MintCanaries = Callable[[int], Awaitable[Sequence[Canary]]]  # persisted before it returns
 
@@ -76,6 +80,7 @@ class PromptBuilder:
         self.filler = load_filler(language)
         self._counts: dict[str, int] = {}
         self._pad: str | None = None
+        self._tokens_per_word = 1.3  # the filler's, as last measured through this counter
         self._lookalikes = [tokens.lookalike() for _ in range(CANARY_SAMPLES)]
 
     async def _count(self, text: str) -> int:
@@ -100,21 +105,33 @@ class PromptBuilder:
         return self._pad
 
     async def _filler_of(self, header: str, tokens: int, seed: int) -> str:
-        """Filler sentences costing exactly `tokens` (whole words, then pad words to fill)."""
+        """Filler sentences costing exactly `tokens`: the most whole words that fit, to within a few tokens, then
+        pad words.  Each count is a request, so the next guess comes from the tokens per word measured so far
+        (a search of one to three counts where halving took about log2(tokens))."""
         pad = await self.pad(header)
         if tokens <= 0:
             return ""
         words = self.filler.text(tokens * 8, seed).split(" ")
-        lo, hi = 0, min(len(words), tokens)  # a word costs at least one token
-        while lo < hi:  # the most words that fit
-            mid = (lo + hi + 1) // 2
-            if await self._cost(header, _line(words[:mid])) <= tokens:
-                lo = mid
+        slack = max(FILLER_SLACK_MIN, tokens // FILLER_SLACK_SHARE)  # pad words allowed at the end
+        fits, cost, over = 0, 0, min(len(words), tokens) + 1  # words[:fits] costs `cost`; words[:over] does not fit
+        overshot = False
+        while over - fits > 1 and tokens - cost > slack:
+            if overshot:  # the estimate was high: halve what is left
+                guess = (fits + over) // 2
             else:
-                hi = mid - 1
-        text = _line(words[:lo])
-        missing = tokens - await self._cost(header, text)
-        return text.removesuffix("\n") + pad * missing + "\n"
+                guess = fits + max(1, int(INTERPOLATION_UNDERSHOOT * (tokens - cost) / self._tokens_per_word))
+            guess = min(guess, over - 1)
+            measured = await self._cost(header, _line(words[:guess]))
+            self._tokens_per_word = max(1.0, measured / guess)
+            overshot = measured > tokens
+            if overshot:
+                over = guess
+            else:
+                fits, cost = guess, measured
+        text = _line(words[:fits])
+        if not fits:  # the line break alone
+            cost = await self._cost(header, text)
+        return text.removesuffix("\n") + pad * (tokens - cost) + "\n"
 
     async def build(self, tokens: int, *, instruction: str, mint: MintCanaries | None = None,
                     facts: Facts | None = None, page_size: int | None = None, seed: int = 0) -> BuiltPrompt:
