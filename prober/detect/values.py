@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import ahocorasick
@@ -29,6 +30,8 @@ MIN_PART = 5  # compact length of a slot-value part that may count on its own
 MIN_KEY = 3  # a romanization key shorter than this matches too much to look for
 AROUND = 2  # words before or after a given name where its family name may be
 _WORD = re.compile(r"[A-Za-z]+")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z\s'’-]")
+KEY_MEMO = 1 << 16  # runs of words whose key was computed: an answer confirms the same few words over and over
 
 
 class ValueHit(NamedTuple):
@@ -94,6 +97,8 @@ class SlotValues:
         for automaton in (self._automaton, self._latin):
             if len(automaton):
                 automaton.make_automaton()
+        # The last answer's hits: the semantic and the fragment detector ask about the same answer in turn.
+        self._last: tuple[str, str, dict[int, list[ValueHit]]] | None = None
 
     def _add_value(self, index: int, slot: int, value: str) -> None:
         words = value.split()
@@ -122,7 +127,15 @@ class SlotValues:
                 self._latin.add_word(target, (length, (*found, entry)))
 
     def hits(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
-        """The values in an answer (`compacted` = compact(text)), by fact."""
+        """The values in an answer (`compacted` = compact(text)), by fact (not to be changed by the caller)."""
+        last = self._last
+        if last is not None and last[0] is text and last[1] is compacted:
+            return last[2]
+        found = self._find(text, compacted)
+        self._last = (text, compacted, found)
+        return found
+
+    def _find(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
         found: dict[int, list[ValueHit]] = {}
         if len(self._automaton):
             for end, (length, entries) in self._automaton.iter(compacted):
@@ -154,6 +167,7 @@ class SlotValues:
         return out
 
 
+@lru_cache(maxsize=KEY_MEMO)
 def _key(latin: str) -> str:
     return hangul.romanization_key(compact(latin))
 
@@ -175,7 +189,7 @@ def _confirm(text: str, words: list[re.Match[str]], entry: _Latin) -> ValueHit |
     for first in range(len(words)):
         for last in range(first, len(words)):
             span = text[words[first].start() : words[last].end()]
-            if re.search(r"[^A-Za-z\s'’-]", span):
+            if _NOT_IN_A_NAME.search(span):
                 break  # a run of a name does not cross punctuation or digits
             key = _key(span)
             full = key in entry.names
