@@ -10,6 +10,7 @@ answers 503 and `/health` says so.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 
@@ -23,13 +24,36 @@ from prober.testbed.tokenizer import TokenIds
 
 
 class QuotingVocabulary:
-    """The testbed's own tokenizer and a ChatML template."""
+    """The testbed's own tokenizer and a ChatML template.
+
+    A prober counts a long prompt through `/tokenize` and then sends the same text, so the ids of the last few
+    long texts are kept (read-only): a million-token prompt is split into pieces once, not twice."""
+
+    REMEMBERED = 2  # the prompt a prober counted last, and one sent beside it
+    LONG_CHARS = 1 << 16
+
+    def __init__(self) -> None:
+        self._recent: OrderedDict[str, TokenIds] = OrderedDict()
+        self._lock = threading.Lock()
 
     def encode(self, text: str) -> TokenIds:
-        return tokenizer.encode(text)
+        if len(text) < self.LONG_CHARS:
+            return tokenizer.encode(text)
+        with self._lock:
+            ids = self._recent.get(text)
+            if ids is not None:
+                self._recent.move_to_end(text)
+                return ids
+        ids = tokenizer.encode(text)
+        ids.flags.writeable = False
+        with self._lock:
+            self._recent[text] = ids
+            while len(self._recent) > self.REMEMBERED:
+                self._recent.popitem(last=False)
+        return ids
 
     def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> TokenIds:
-        return tokenizer.encode(render_chat(list(messages), add_generation_prompt))
+        return self.encode(render_chat(list(messages), add_generation_prompt))
 
     def pieces(self, text: str) -> list[str]:
         return tokenizer.pieces(text)
