@@ -127,24 +127,25 @@ def test_reports_in_every_format_and_no_key_anywhere(testbed: StartTestbed, tmp_
     caplog.set_level(logging.DEBUG)
     server = testbed("incident", **SMALL)
     ledger = tmp_path / "l.sqlite"
-    outputs = []
-    for fmt in ReportFormat:
-        result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", fmt.value,
-                     "--streaming", "stream", "--no-concurrent")
-        assert result.exit_code == 1, result.output
-        outputs.append(result.output)
-        if fmt is ReportFormat.sarif:
-            sarif = json.loads(result.stdout)
-            results = sarif["runs"][0]["results"]
-            assert {r["ruleId"] for r in results} >= {"LEAK001", "CAP001"}
-            assert all(r["locations"] and r["partialFingerprints"]["leakprobe/v1"] for r in results)
-        elif fmt is ReportFormat.junit:
-            suites = ET.fromstring(result.stdout.split("?>", 1)[1])
-            assert int(suites[0].get("failures", 0)) > 0 and int(suites[0].get("tests", 0)) > 10
-        elif fmt is ReportFormat.html:
-            page = result.stdout
-            assert page.count("<svg") >= 2 and "cross_tenant_echo" in page
-            assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # self-contained
+    for bad in ("pdf=out.pdf", "json", "json="):  # refused before anything is sent
+        refused = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "--report", bad)
+        assert refused.exit_code == 2 and "give FORMAT=PATH" in refused.output and not ledger.exists(), refused.output
+    reports = {fmt: tmp_path / f"report.{fmt.value}" for fmt in ReportFormat if fmt is not ReportFormat.table}
+    result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(ledger), "--streaming", "stream",
+                 "--no-concurrent", *(f"--report={fmt.value}={path}" for fmt, path in reports.items()))
+    assert result.exit_code == 1, result.output
+    assert "cross_tenant_echo" in result.stdout  # the table, on stdout as without --report
+    text = {fmt: path.read_text() for fmt, path in reports.items()}
+    outputs = [result.output, *text.values()]
+    results = json.loads(text[ReportFormat.sarif])["runs"][0]["results"]
+    assert {r["ruleId"] for r in results} >= {"LEAK001", "CAP001"}
+    assert all(r["locations"] and r["partialFingerprints"]["leakprobe/v1"] for r in results)
+    suites = ET.fromstring(text[ReportFormat.junit].split("?>", 1)[1])
+    assert int(suites[0].get("failures", 0)) > 0 and int(suites[0].get("tests", 0)) > 10
+    page = text[ReportFormat.html]
+    assert page.count("<svg") >= 2 and "cross_tenant_echo" in page
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # self-contained
+    assert json.loads(text[ReportFormat.json])["verdict"]["status"] == "leak"
     stored = ledger.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("l.sqlite*"))
     for key in KEYS.values():
         assert all(key not in text for text in [*outputs, caplog.text])

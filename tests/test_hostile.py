@@ -87,12 +87,11 @@ def test_keys_echoed_in_every_encoding_reach_no_output_log_or_ledger_byte(tmp_pa
         config.write_text(f"targets:\n  - {{name: echo, url: '{engine.url}/v1', retries: 0}}\ntenants:\n"
                           "  - {name: tenant-a, api_key_env: LP_A}\n  - {name: tenant-b, api_key_env: LP_B}\n"
                           f"ledger: {tmp_path / 'l.sqlite'}\naudit: {{concurrent: false}}\n")
-        outputs, reports = [], {}
-        for fmt in FORMATS:
-            run = leakprobe("audit", "--config", str(config), "-f", fmt)
-            assert run.returncode == 2, run.stderr[-3000:]  # 400s where prompts fit, 401s, 500s: not observed
-            outputs.append((fmt, run.stdout + run.stderr))
-            reports[fmt] = run.stdout
+        files = {fmt: tmp_path / f"report.{fmt}" for fmt in FORMATS if fmt != "table"}
+        run = leakprobe("audit", "--config", str(config), *(f"--report={fmt}={path}" for fmt, path in files.items()))
+        assert run.returncode == 2, run.stderr[-3000:]  # 400s where prompts fit, 401s, 500s: not observed
+        reports = {fmt: path.read_text() for fmt, path in files.items()}
+        outputs = [("table", run.stdout + run.stderr), *reports.items()]
         preflight = leakprobe("preflight", "--target", engine.url + "/v1", *TENANTS, "--format", "json")
         outputs.append(("preflight", preflight.stdout + preflight.stderr))
         statuses = {r.path for r in engine.seen}

@@ -67,6 +67,15 @@ def preflight(
     raise typer.Exit(1 if any(r.severity >= threshold for r in results) else 0)
 
 
+def _report_option(value: str) -> tuple[ReportFormat, Path]:
+    """`--report FORMAT=PATH`, parsed before the audit sends anything."""
+    name, sep, path = value.partition("=")
+    formats = " | ".join(f.value for f in ReportFormat)
+    if not sep or not path or name not in {f.value for f in ReportFormat}:
+        raise fail(f"--report {value!r}: give FORMAT=PATH, FORMAT one of {formats}")
+    return ReportFormat(name), Path(path)
+
+
 def _known(known: Any) -> str:
     return f"{known.value:,}" if known else "-"
 
@@ -81,6 +90,9 @@ def audit(
     output_format: Annotated[ReportFormat, typer.Option(
         "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+    report: Annotated[list[str] | None, typer.Option(
+        metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable): one audit, "
+                                    "e.g. JUnit and SARIF for CI and HTML for people.")] = None,
     fail_on: FailOn = None,
     token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
     streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
@@ -118,6 +130,7 @@ def audit(
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
                           timing=timing, crosstalk=crosstalk)
+    extra = [_report_option(value) for value in report or []]
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
@@ -127,18 +140,21 @@ def audit(
     except OSError as exc:
         raise fail(str(exc)) from None
     threshold = cfg.audit.fail_on
-    terminal = Terminal.of(sys.stdout) if output is None else Terminal()
     scrubber = scrubber_for(secrets, ledger=cfg.ledger)
-    report = scrubber.text(render(result, output_format, config_uri=str(config or "leakprobe.yaml"),
-                                  fail_on=threshold, terminal=terminal))
-    if output is not None:
+
+    def rendered(fmt: ReportFormat, terminal: Terminal) -> str:
+        return scrubber.text(render(result, fmt, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold,
+                                    terminal=terminal))
+
+    for fmt, path in [*extra, *([(output_format, output)] if output is not None else [])]:
         try:
-            output.write_text(report, encoding="utf-8")
+            path.write_text(rendered(fmt, Terminal()), encoding="utf-8")
         except OSError as exc:
-            raise fail(f"cannot write {output}: {exc.strerror}") from None
-        typer.echo(f"report written to {output}; findings are also in the ledger {masked(cfg.ledger)}", err=True)
-    else:
-        typer.echo(report, nl=False)
+            raise fail(f"cannot write {path}: {exc.strerror}") from None
+        typer.echo(f"{fmt.value} report written to {path}; findings are also in the ledger {masked(cfg.ledger)}",
+                   err=True)
+    if output is None:
+        typer.echo(rendered(output_format, Terminal.of(sys.stdout)), nl=False)
     code = exit_code(result, threshold)
     if code == 2:
         typer.echo("error: the audit did not finish; see the errors above", err=True)
