@@ -26,9 +26,8 @@ FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."
 CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
-# A filler may end in this many pad words (at least FILLER_SLACK_MIN, or 1/FILLER_SLACK_SHARE of its tokens)
-# rather than cost another count; each guess aims a little short, so that it seldom overshoots.
-FILLER_SLACK_MIN, FILLER_SLACK_SHARE = 2, 32
+# A filler's next guess aims a little short of what the tokens per word measured so far say, so that it seldom
+# overshoots.
 INTERPOLATION_UNDERSHOOT = 0.97
 
 MintCanaries = Callable[[int], Awaitable[Sequence[Canary]]]  # persisted before it returns
@@ -105,17 +104,16 @@ class PromptBuilder:
         return self._pad
 
     async def _filler_of(self, header: str, tokens: int, seed: int) -> str:
-        """Filler sentences costing exactly `tokens`: the most whole words that fit, to within a few tokens, then
-        pad words.  Each count is a request, so the next guess comes from the tokens per word measured so far
-        (a search of one to three counts where halving took about log2(tokens))."""
+        """Filler sentences costing exactly `tokens`: the most whole words that fit, then pad words.  Each count is
+        a request, so the next guess comes from the tokens per word measured so far, and halving only follows a
+        guess that overshot.  The text is the same as halving alone finds (a model reads it), in fewer counts."""
         pad = await self.pad(header)
         if tokens <= 0:
             return ""
         words = self.filler.text(tokens * 8, seed).split(" ")
-        slack = max(FILLER_SLACK_MIN, tokens // FILLER_SLACK_SHARE)  # pad words allowed at the end
         fits, cost, over = 0, 0, min(len(words), tokens) + 1  # words[:fits] costs `cost`; words[:over] does not fit
         overshot = False
-        while over - fits > 1 and tokens - cost > slack:
+        while over - fits > 1 and cost < tokens:  # a word costs a token or more: at `tokens`, no other fits
             if overshot:  # the estimate was high: halve what is left
                 guess = (fits + over) // 2
             else:
