@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck unit llama vllm image bench fuzz docs clean
+.PHONY: setup tools demo test lint typecheck builds unit llama vllm image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -57,11 +57,18 @@ vllm: setup
 image: setup tools
 	$(PY) -m tests.containers
 
-# One worker per core (WORKERS=0: one process).  Each test file is one unit of work; the files of the real
-# engines are one unit together, started first, so that two engines never compete for the CPU (the scheduler
-# in tests/conftest.py).  The 25 slowest tests are listed at the end.
-WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-unit: setup tools llama image vllm
+# The one-time builds run together: compiling llama.cpp keeps the CPU busy while vLLM's install and the
+# image's build mostly wait on the network and the disk.  -O keeps each one's log in one piece.  Warm, each
+# one checks its cache in seconds.
+builds: setup tools
+	$(MAKE) --no-print-directory -j3 -O llama image vllm
+
+# One worker per core and one more (WORKERS=0: one process): many tests wait on a server, a schedule or an
+# alert more than they compute, and the extra worker uses the core they leave idle.  Each test file is one
+# unit of work; the files of the real engines are one unit together, started first, so that two engines
+# never compete for the CPU (the scheduler in tests/conftest.py).  The 25 slowest tests are listed at the end.
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+unit: builds
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
 test: lint typecheck unit
