@@ -63,11 +63,11 @@ image: setup tools
 builds: setup tools
 	$(MAKE) --no-print-directory -j3 -O llama image vllm
 
-# One worker per core and one more (WORKERS=0: one process): many tests wait on a server, a schedule or an
-# alert more than they compute, and the extra worker uses the core they leave idle.  Each test file is one
-# unit of work; the files of the real engines are one unit together, started first, so that two engines
-# never compete for the CPU (the scheduler in tests/conftest.py).  The 25 slowest tests are listed at the end.
-WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+# One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'
+# unit, the longest, then shares its cores three ways).  Each test file is one unit of work; the files of the
+# real engines are one unit together, started first, so that two engines never compete for the CPU (the
+# scheduler in tests/conftest.py).  The 25 slowest tests are listed at the end.
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 unit: builds
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -67,13 +67,22 @@ def preflight(
     raise typer.Exit(1 if any(r.severity >= threshold for r in results) else 0)
 
 
-def _report_option(value: str) -> tuple[ReportFormat, Path]:
-    """`--report FORMAT=PATH`, parsed before the audit sends anything."""
+class ReportTo(NamedTuple):
+    """One `--report FORMAT=PATH`: a report the audit also writes."""
+
+    format: ReportFormat
+    path: Path
+
+
+def _report_to(value: str | ReportTo) -> ReportTo:
+    """Parsed with the other options, so a bad value is refused before the audit sends anything."""
+    if isinstance(value, ReportTo):
+        return value
     name, sep, path = value.partition("=")
-    formats = " | ".join(f.value for f in ReportFormat)
     if not sep or not path or name not in {f.value for f in ReportFormat}:
-        raise fail(f"--report {value!r}: give FORMAT=PATH, FORMAT one of {formats}")
-    return ReportFormat(name), Path(path)
+        formats = " | ".join(f.value for f in ReportFormat)
+        raise typer.BadParameter(f"{value!r}: give FORMAT=PATH, FORMAT one of {formats}")
+    return ReportTo(ReportFormat(name), Path(path))
 
 
 def _known(known: Any) -> str:
@@ -90,8 +99,8 @@ def audit(
     output_format: Annotated[ReportFormat, typer.Option(
         "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
-    report: Annotated[list[str] | None, typer.Option(
-        metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable): one audit, "
+    report: Annotated[list[ReportTo] | None, typer.Option(
+        parser=_report_to, metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable): one audit, "
                                     "e.g. JUnit and SARIF for CI and HTML for people.")] = None,
     fail_on: FailOn = None,
     token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
@@ -130,7 +139,6 @@ def audit(
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
                           timing=timing, crosstalk=crosstalk)
-    extra = [_report_option(value) for value in report or []]
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
@@ -146,7 +154,7 @@ def audit(
         return scrubber.text(render(result, fmt, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold,
                                     terminal=terminal))
 
-    for fmt, path in [*extra, *([(output_format, output)] if output is not None else [])]:
+    for fmt, path in [*(report or []), *([ReportTo(output_format, output)] if output is not None else [])]:
         try:
             path.write_text(rendered(fmt, Terminal()), encoding="utf-8")
         except OSError as exc:
