@@ -54,14 +54,16 @@ vllm: setup
 
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
 # ~15 min cold on two busy cores, seconds when nothing that goes into it changed (tests/containers.py).
-image: setup tools
+IMAGE_NEEDS ?= tools
+image: setup $(IMAGE_NEEDS)
 	$(PY) -m tests.containers
 
 # The one-time builds run together: compiling llama.cpp keeps the CPU busy while vLLM's install and the
 # image's build mostly wait on the network and the disk.  -O keeps each one's log in one piece.  Warm, each
-# one checks its cache in seconds.
+# one checks its cache in seconds.  `tools` runs first, here: as the image's prerequisite inside the -j3
+# make, the image would start only once another build had finished (make looks again only after a wait).
 builds: setup tools
-	$(MAKE) --no-print-directory -j3 -O llama image vllm
+	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm
 
 # One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'
 # unit, the longest, then shares its cores three ways).  Each test file is one unit of work; the files of the

@@ -100,8 +100,9 @@ def audit(
         "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
     report: Annotated[list[ReportTo] | None, typer.Option(
-        parser=_report_to, metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable): one audit, "
-                                    "e.g. JUnit and SARIF for CI and HTML for people.")] = None,
+        parser=_report_to, metavar="FORMAT=PATH",
+        help="Also write a report in FORMAT to PATH (repeatable): one audit, e.g. JUnit and SARIF for CI and HTML "
+             "for people.")] = None,
     fail_on: FailOn = None,
     token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
     streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
