@@ -88,6 +88,11 @@ class ShapedServer:
                 pass
 
         class _Server(ThreadingHTTPServer):
+            # socketserver's listen backlog is 5: while this thread waits for the CPU on a busy machine, a
+            # seventh connection in flight (introspection opens five at once, retries add more) gets no SYN-ACK
+            # and meets the client's connect timeout.  The kernel completes queued handshakes by itself.
+            request_queue_size = 128
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # the client hung up on a fault route: expected
 
