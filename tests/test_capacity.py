@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from prober.config import CapacityHints, assemble_config
 from prober.errors import ConfigError
 from prober.ledger import open_ledger
 from prober.prompts import EndpointCounter, LocalCounter, PromptBuilder, UsageCounter, detect_counter
-from prober.targets import OpenAICompatible, Prompt, Secret, Transport
+from prober.targets import OpenAICompatible, Prompt, Secret, Transport, TransportPolicy
 from prober.targets.api import Api
 from prober.testbed import tokenizer
 from prober.types import Severity
@@ -29,9 +30,10 @@ from tests.test_targets import FAST, run
 KEY_A = Secret("testbed-key-a")
 
 
-def _introspect(url: str, secret: Secret | None = KEY_A, configured: Capacity | None = None) -> Capacity:
+def _introspect(url: str, secret: Secret | None = KEY_A, configured: Capacity | None = None,
+                policy: TransportPolicy = FAST) -> Capacity:
     async def go() -> Capacity:
-        async with Transport(FAST) as transport:
+        async with Transport(policy) as transport:
             return await introspect(transport, url, secret, configured=configured)
     return run(go())
 
@@ -107,10 +109,30 @@ def test_garbage_introspection_is_ignored() -> None:
     routes: dict[str, Any] = {"GET /server_info": lambda r, _: r.send(200, b"\xff<html>"),
                               "GET /v1/models": lambda r, _: r.send(200, {"data": "nope"}),
                               "GET /props": lambda r, _: r.send(200, [1, 2]),
-                              "GET /metrics": lambda r, _: r.send(500, b"")}
+                              "GET /metrics": lambda r, _: r.send(404, b"")}
     with ShapedServer(routes) as srv:
         capacity = _introspect(srv.url + "/v1", secret=None)
     assert capacity == Capacity() and assess(capacity)[0].severity is Severity.INFO
+
+
+def test_an_endpoint_that_fails_to_answer_is_noted() -> None:
+    """A timeout or a 5xx leaves a value unknown for a reason the user can act on; a 4xx or llama.cpp's 501 for
+    /metrics without --metrics is the engine saying "not here", and says nothing."""
+    def stall(r: Reply, _: Seen) -> None:
+        time.sleep(1.5)
+
+    routes: dict[str, Any] = {"GET /info": stall,
+                              "GET /metrics": lambda r, _: r.send(500, b"boom"),
+                              "GET /props": lambda r, _: r.send(501, {"error": "metrics not enabled"})}
+    with ShapedServer(routes) as srv:
+        capacity = _introspect(srv.url + "/v1", secret=None, policy=TransportPolicy(timeout_s=0.5, retries=0))
+    assert capacity.context_length is None and capacity.pool_tokens is None
+    metrics, info = capacity.notes  # in the readers' order
+    assert metrics == "GET /metrics failed with HTTP 500; what it would say is unknown"
+    assert re.fullmatch(r"GET /info did not answer \(timeout: .*\); what it would say is unknown", info), info
+    with ShapedServer({"GET /metrics": routes["GET /metrics"]}) as srv:
+        result = _preflight("--target", srv.url + "/v1")
+    assert result.exit_code == 0 and "note: GET /metrics failed with HTTP 500" in result.output, result.output
 
 
 def _counter(url: str, api: str, calibrate: bool) -> Any:

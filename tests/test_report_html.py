@@ -13,6 +13,7 @@ import pytest
 
 from prober.report.advice import WHAT_TO_DO
 from prober.report.html import PAIR_LEGEND, html_report, label_rows
+from prober.report.table import table_report
 from prober.types import FindingKind
 from tests.browser import Chromium
 from tests.conftest import SMALL
@@ -52,6 +53,14 @@ def test_each_incident_says_what_to_do_and_pairs_are_explained(report: dict[str,
     assert page.count('<span class="todo">') == len(report["incidents"])
     assert PAIR_LEGEND in page and "victim → observer</th>" in page
     assert "produced a finding" in page  # the plot's colours explained
+
+
+def test_capacity_notes_reach_both_reports(report: dict[str, Any]) -> None:
+    note = "GET /info did not answer (timeout: ReadTimeout after 600.0 s); what it would say is unknown"
+    target = {**report["targets"][0], "capacity": {**report["targets"][0]["capacity"], "notes": [note]}}
+    doc = {**report, "targets": [target]}
+    assert f'<li class="muted">{note}</li>' in html_report(doc)
+    assert f"  capacity note: {note}\n" in table_report(doc)
 
 
 def test_label_rows_never_put_two_overlapping_labels_on_one_row() -> None:

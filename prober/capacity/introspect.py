@@ -1,5 +1,7 @@
 """Reading capacity from what engines expose.  Every reader is optional: a 404, a refusal or an odd shape
-means "this engine does not say", never an error.  Each number is recorded with the field it came from."""
+means "this engine does not say", never an error.  An endpoint that failed to answer (timed out, hung up, 5xx)
+is different: what it would have said is unknown, and a note on the capacity says which and why.  Each number
+is recorded with the field it came from."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import httpx
 
 from prober.capacity.limits import Capacity, Known
 from prober.targets.credentials import Secret
+from prober.targets.result import ErrorKind
 from prober.targets.transport import HTTPExchange, Transport
 
 Reader = Callable[[Transport, str, str, Secret | None], Awaitable[Capacity | None]]
@@ -23,10 +26,21 @@ def origin_of(base_url: str) -> str:
     return str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
 
 
+class _Unanswered(Exception):
+    """An introspection endpoint failed instead of answering; the message is the capacity's note."""
+
+
 async def _get(transport: Transport, url: str, secret: Secret | None) -> HTTPExchange | None:
-    """The exchange when the engine answered 200, else None ("not exposed")."""
+    """The exchange when the engine answered 200, None when it said "not here" (any 4xx, or 501, which
+    llama.cpp gives for /metrics without --metrics); `_Unanswered` when it gave no answer at all."""
     exchange = await transport.exchange("GET", url, secret=secret)
-    return exchange if exchange.error is None and exchange.status == 200 else None
+    error, status = exchange.error, exchange.status
+    path = httpx.URL(url).path
+    if error is not None and error.kind is not ErrorKind.REDIRECT:
+        raise _Unanswered(f"GET {path} did not answer ({error.kind}: {error.message}); what it would say is unknown")
+    if status is not None and status >= 500 and status != 501:
+        raise _Unanswered(f"GET {path} failed with HTTP {status}; what it would say is unknown")
+    return exchange if error is None and status == 200 else None
 
 
 async def _get_json(transport: Transport, url: str, secret: Secret | None) -> Any:
@@ -150,11 +164,19 @@ async def reachability(transport: Transport, base_url: str, secret: Secret | Non
 READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_llamacpp, read_tgi)
 
 
+async def _read(reader: Reader, transport: Transport, origin: str, base_url: str,
+                secret: Secret | None) -> Capacity | None:
+    try:
+        return await reader(transport, origin, base_url, secret)
+    except _Unanswered as unanswered:
+        return Capacity(notes=(str(unanswered),))
+
+
 async def introspect(transport: Transport, base_url: str, secret: Secret | None, *,
                      introspection_url: str | None = None, configured: Capacity | None = None) -> Capacity:
     """Everything the engine says about itself, with configured values taking precedence."""
     origin = origin_of(introspection_url or base_url)
-    found = await asyncio.gather(*(reader(transport, origin, base_url, secret) for reader in READERS))
+    found = await asyncio.gather(*(_read(reader, transport, origin, base_url, secret) for reader in READERS))
     capacity = configured or Capacity()
     for part in found:
         if part is not None:

@@ -32,6 +32,7 @@ def preflight(
 
     The first tenant's key reads the introspection endpoints."""
     from prober.campaign.survey import preflight as run_preflight
+    from prober.capacity.limits import FIELDS
     from prober.config import assemble_config
     from prober.secrets import scrubber_for
 
@@ -53,11 +54,10 @@ def preflight(
         for r in results:
             for v in r.verdicts:
                 typer.echo(f"{r.target}: {v.code}: {v.message}")
-            sources = [f"{name} from {known.source}" for name in ("context_length", "pool_tokens",
-                                                                    "max_req_input_len", "page_size", "slots",
-                                                                    "accept_limit")
-                       if (known := getattr(r.capacity, name))]
+            sources = [f"{name} from {known.source}" for name in FIELDS if (known := getattr(r.capacity, name))]
             typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
+            for note in r.capacity.notes:
+                typer.echo(f"{r.target}: note: {note}", err=True)
     errors = [r for r in results if r.error]
     for r in errors:
         typer.echo(f"error: {r.target}: {r.error}", err=True)

@@ -253,11 +253,12 @@ def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:
     verdicts = "".join(f'<li><span class="sev" style="color:{SEVERITY_COLOURS.get(v["severity"], "#495057")}">'
                        f'{_esc(v["severity"])}</span> <b>{_esc(v["code"])}</b>: {_esc(v["message"])}</li>'
                        for v in t["verdicts"]) or "<li>no verdict</li>"
+    notes = "".join(f'<li class="muted">{_esc(note)}</li>' for note in cap["notes"])
     errors = "".join(f"<li>{_esc(e)}</li>" for e in t["errors"])
     own = [f for f in doc["findings"] if f["target"] == t["name"]]
     return (f'<section class="target" data-target="{_esc(t["name"])}"><div class="head"><div><h2>{_esc(t["name"])} '
             f'<small>{_esc(t["url"])}</small></h2><p>{facts}</p></div><aside class="preflight"><h3>Preflight</h3>'
-            f'<ul>{verdicts}</ul></aside></div>'
+            f'<ul>{verdicts}{notes}</ul></aside></div>'
             f"<h3>Who reached whom</h3>{matrix_table(t)}"
             f"<h3>Outcome against prompt length</h3>{outcome_plot(t)}"
             f'<h3>Incidents</h3><div class="incidents">{incident_list(doc, t["name"])}</div>'

@@ -34,6 +34,7 @@ def _target(doc: dict[str, Any], t: dict[str, Any], term: Terminal) -> str:
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "
              f"tokens sent, {'complete' if t['complete'] else 'INCOMPLETE'}\n"]
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
+    parts += [f"  capacity note: {note}\n" for note in cap["notes"]]
     m = t["matrix"]
     if len(m["tenants"]) > 1:
         rows = [[victim] + ["-" if o == victim else str(m["cells"][victim][o]) for o in m["tenants"]]
