@@ -35,12 +35,13 @@ async def _get(transport: Transport, url: str, secret: Secret | None) -> HTTPExc
     llama.cpp gives for /metrics without --metrics); `_Unanswered` when it gave no answer at all."""
     exchange = await transport.exchange("GET", url, secret=secret)
     error, status = exchange.error, exchange.status
-    path = httpx.URL(url).path
     if error is not None and error.kind is not ErrorKind.REDIRECT:
-        raise _Unanswered(f"GET {path} did not answer ({error.kind}: {error.message}); what it would say is unknown")
-    if status is not None and status >= 500 and status != 501:
-        raise _Unanswered(f"GET {path} failed with HTTP {status}; what it would say is unknown")
-    return exchange if error is None and status == 200 else None
+        failure = f"did not answer ({error.kind}: {error.message})"
+    elif status is not None and status >= 500 and status != 501:
+        failure = f"failed with HTTP {status}"
+    else:
+        return exchange if error is None and status == 200 else None
+    raise _Unanswered(f"GET {httpx.URL(url).path} {failure}; what it would say is unknown")
 
 
 async def _get_json(transport: Transport, url: str, secret: Secret | None) -> Any:
