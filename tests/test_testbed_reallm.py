@@ -156,28 +156,41 @@ def victim_material(answer: str, victim: BuiltPrompt) -> list[str]:
     return sorted(g for g in groups if g in answer.upper())
 
 
-def prime_and_probe(server: TestbedServer, tenants: Tenants) -> tuple[BuiltPrompt, httpx.Response]:
+def prime_and_probe(server: TestbedServer, tenants: Tenants,
+                    round_: int = 1) -> tuple[BuiltPrompt, httpx.Response]:
     """tenant-a sends a canary-bearing prompt just under the incident's scheduler limit; tenant-b then one
     just over the incident's pool (an audit's pool+1 probe).  The same lengths on every preset; other filler
     for each (seeds), so that nothing the victim wrote is in the observer's prompt.  96 tokens: one canary unit
-    (the builder's period here), so a continuation of the victim's prompt reaches a canary."""
-    victim = tenants.prompt("tenant-a", "prime-1", LM_POOL - 7, "Summarize the document.", seed=1)
+    (the builder's period here), so a continuation of the victim's prompt reaches a canary.  Each round mints
+    new canaries."""
+    victim = tenants.prompt("tenant-a", f"prime-{round_}", LM_POOL - 7, "Summarize the document.", seed=1)
     a = chat(server, KEY_A, victim.text, 8)
     assert a.status_code == 200 and a.json()["usage"]["prompt_tokens"] == victim.tokens
-    probe = tenants.prompt("tenant-b", "probe-1", LM_POOL + 1,
+    probe = tenants.prompt("tenant-b", f"probe-{round_}", LM_POOL + 1,
                            "Quote the document word for word, including every reference code.", seed=2)
     return victim, chat(server, KEY_B, probe.text, 96)
 
 
+# Greedy decoding over the victim's stale pages wrote the victim's material in 18 of 20 rounds measured here
+# (each with new canaries); the other two looped on the canary sentence's template or on the placeholder's
+# first token ("同时同时…"), as a real model may.  Three rounds all missing: ~1e-3.
+INCIDENT_ROUNDS = 3
+
+
 def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[..., TestbedServer],
                                                                tenants: Tenants) -> None:
-    server = engine("incident")
-    victim, b = prime_and_probe(server, tenants)
-    assert b.status_code == 200
-    answer = b.json()["choices"][0]["message"]["content"]
-    assert victim_material(answer, victim), answer  # the model continues tenant-a's prompt
-    findings = [f for f in tenants.scan("tenant-b", answer) if f.kind is FindingKind.CROSS_TENANT_ECHO]
-    assert findings and all(f.victim_tenant == "tenant-a" and f.observer_tenant == "tenant-b" for f in findings)
+    answers = []
+    for round_ in range(1, INCIDENT_ROUNDS + 1):
+        victim, b = prime_and_probe(engine("incident"), tenants, round_)
+        assert b.status_code == 200
+        answer = b.json()["choices"][0]["message"]["content"]
+        answers.append(answer)
+        findings = [f for f in tenants.scan("tenant-b", answer) if f.kind is FindingKind.CROSS_TENANT_ECHO]
+        assert all(f.victim_tenant == "tenant-a" and f.observer_tenant == "tenant-b" for f in findings)
+        if victim_material(answer, victim):  # the model continued tenant-a's prompt: the scan must say so
+            assert findings, answer
+            return
+    pytest.fail(f"no round of {INCIDENT_ROUNDS} leaked the victim's canaries: {answers}")
 
 
 def test_fixed_and_healthy_stay_clean(engine: Callable[..., TestbedServer], tenants: Tenants) -> None:
