@@ -12,6 +12,8 @@ concurrent requests of both tenants must each come back with its own canary only
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -88,6 +90,35 @@ def test_reference_engine_prefix_cache_by_timing(testbed: StartTestbed, tmp_path
     assert [d.found for d in result.decisions] == [shared, shared]
     assert {(f.victim_tenant, f.observer_tenant) for f in result.findings} == (
         {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")} if shared else set())
+
+
+# A fresh interpreter (scipy.stats not yet imported) runs a timing check and reports on which thread the
+# decision's import ran: on the event loop it held up everything else the process served for seconds (a
+# daemon's /metrics timed out under load).
+_IMPORT_THREAD = """
+import sys, threading
+from pathlib import Path
+importers = []
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy.stats":
+            importers.append(threading.current_thread() is threading.main_thread())
+
+sys.meta_path.insert(0, Spy())
+from tests.test_isolation import TESTBED_KEYS, timing
+from prober.config import TimingSettings
+timing(sys.argv[1], TESTBED_KEYS, Path(sys.argv[2]), TimingSettings(samples=10, prompt_tokens=200))
+print("on the event loop" if any(importers) else "in a worker" if importers else "never")
+"""
+
+
+def test_the_timing_decision_stays_off_the_event_loop(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
+    done = subprocess.run([sys.executable, "-c", _IMPORT_THREAD, server.url, str(tmp_path / "l.sqlite")],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "in a worker", done.stdout
 
 
 def test_reference_engine_burst_answers_are_their_own(testbed: StartTestbed, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ reports any pair is at most `false_alarm` (family-wise).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import statistics
@@ -256,7 +257,9 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
     measured = [await measure_pair(send, victim, observer, words=words, settings=settings, rng=rng,
                                    telemetry=telemetry)
                 for victim, observer in pairs(list(tenants))]
-    result = TimingResult(decide(measured, settings.false_alarm))
+    # In a worker thread: the first decision imports scipy.stats (seconds of CPU on a busy machine), which on
+    # the event loop held up everything else the process serves, a daemon's /metrics among it.
+    result = TimingResult(await asyncio.to_thread(decide, measured, settings.false_alarm))
     for decision in result.decisions:
         s = decision.samples
         if len(s.hits) < settings.samples // 2 or len(s.misses) < settings.samples // 2:
