@@ -9,12 +9,14 @@ label naming whose it was, never masked to its shape.
 
 How a form is recognised (the rule the tests check): escapes are decoded first (`%XX` runs as UTF-8,
 `&#N;`, `&#xH;`, named HTML entities, `\\uXXXX`, `\\u{H}` and `\\xHH` behind up to three backslashes, a
-backslash before punctuation as in JSON's `\\/`); then the text is *folded*: separators deleted (whitespace,
-`- _ . , : ; | / + * ~`, middle dots, dashes, soft hyphens, zero-width characters) and ASCII letters
-lowered.  The folded text is searched for the folded secret, its reversal, the hex of its UTF-8 bytes, its
-base64, and for each of the three byte alignments the base64 characters that depend on the secret alone —
-so a key anywhere inside a longer base64 or base64url string (`Bearer KEY`, `user:KEY`) is found, and the
-match swallows the neighbouring characters that carry the secret's first and last bits.
+backslash before punctuation as in JSON's `\\/`), and where that changed anything the text is read as
+written too (an escape-shaped run may be plain text: `%00` right before a key that begins `00…`); then
+each reading is *folded*: separators deleted (whitespace, `- _ . , : ; | / + * ~`, middle dots, dashes,
+soft hyphens, zero-width characters) and ASCII letters lowered.  The folded text is searched for the
+folded secret, its reversal, the hex of its UTF-8 bytes, its base64, and for each of the three byte
+alignments the base64 characters that depend on the secret alone — so a key anywhere inside a longer base64
+or base64url string (`Bearer KEY`, `user:KEY`) is found, and the match swallows the neighbouring characters
+that carry the secret's first and last bits.
 
 Speed: text is searched in windows (8 KiB, plus an overlap longer than any form of the longest secret with
 up to MAX_SEPARATORS separators between its characters), each decoded, folded and searched by one
@@ -201,17 +203,23 @@ class Scrubber:
     def _suspect(self, window: str) -> bool:
         """Whether a window may hold a secret, found with C-speed passes only (decode, translate, search)."""
         assert self._automata is not None
-        folded = decode_escapes(window).encode("utf-8", "surrogatepass").translate(_LOWER, _ASCII_SEPS)
-        if b"\xc2" in folded or b"\xe2" in folded or b"\xef" in folded:
-            folded = _WIDE_SEPS.sub(b"", folded)
-        return next(self._automata.fast.iter(folded.decode("latin-1")), None) is not None
+        decoded = decode_escapes(window)
+        return any(next(self._automata.fast.iter(_fold_fast(text)), None) is not None
+                   for text in ((decoded,) if decoded == window else (decoded, window)))
 
     def _mapped(self, window: str) -> list[Hit]:
-        """Exact spans in a window known to hold a secret: the window is decoded piece by piece (a piece is
-        plain text or one escape) and folded word by word (a word is a run without separators), so each
-        folded character maps back to where it came from without a loop over characters."""
-        assert self._automata is not None
+        """Exact spans in a window known to hold a secret, in both readings of its escapes."""
         decoded, pieces = _decode_mapped(window)
+        hits = self._mapped_reading(decoded, pieces, window)
+        if decoded != window:
+            hits += self._mapped_reading(window, _Pieces.plain(len(window)), window)
+        return hits
+
+    def _mapped_reading(self, decoded: str, pieces: _Pieces, window: str) -> list[Hit]:
+        """Spans in one reading: decoded piece by piece (a piece is plain text or one escape) and folded word
+        by word (a word is a run without separators), so each folded character maps back to where it came
+        from without a loop over characters."""
+        assert self._automata is not None
         folded: list[str] = []
         words: list[tuple[int, int]] = []  # (start in the folded text, start in the decoded text)
         at = 0
@@ -244,6 +252,13 @@ class _Pieces:
         self.starts: list[int] = []  # in the decoded text
         self.sources: list[tuple[int, int, bool]] = []  # (start, end) in the window, and whether an escape
 
+    @classmethod
+    def plain(cls, length: int) -> _Pieces:
+        """A text read as written: one plain stretch."""
+        pieces = cls()
+        pieces.add(0, 0, length, False)
+        return pieces
+
     def add(self, decoded_at: int, start: int, end: int, escape: bool) -> None:
         self.starts.append(decoded_at)
         self.sources.append((start, end, escape))
@@ -255,6 +270,14 @@ class _Pieces:
             return start, end
         at = start + index - self.starts[piece]
         return at, at + 1
+
+
+def _fold_fast(text: str) -> str:
+    """`fold` in C-speed passes, as latin-1 of the UTF-8 bytes (what the fast automaton searches)."""
+    folded = text.encode("utf-8", "surrogatepass").translate(_LOWER, _ASCII_SEPS)
+    if b"\xc2" in folded or b"\xe2" in folded or b"\xef" in folded:
+        folded = _WIDE_SEPS.sub(b"", folded)
+    return folded.decode("latin-1")
 
 
 def _decode_mapped(window: str) -> tuple[str, _Pieces]:
