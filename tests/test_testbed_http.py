@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -132,3 +134,33 @@ def test_many_tenants_concurrently_keep_pool_bookkeeping_intact(testbed: StartTe
     server.engine.check_invariants()
     assert server.engine.prefill_pool.usage().pages_used == 0
     assert server.engine.decode_pool is not None and server.engine.decode_pool.usage().pages_used == 0
+
+
+def test_stop_closes_a_connection_whose_client_stopped_reading(testbed: StartTestbed) -> None:
+    """A client that sends many requests and reads nothing (as a killed container or a stalled gateway does)
+    leaves answers unsent when the engine stops: stop() must close its socket all the same, not leave it
+    open until the garbage collector warns about it in some later test."""
+    server = testbed("healthy")
+    body = json.dumps({"prompt": "word " * 2_000, "max_tokens": 100_000, "stream": True}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: testbed\r\nContent-Type: application/json\r\n"
+               + f"Authorization: {KEY_A['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)
+        client.connect(("127.0.0.1", server.port))
+        # ~55 KB an answer: 150 of them (8 MB) are more than the kernel's buffers take (here ~2.8 MB), so the
+        # server blocks with answers still to write; it stops counting prompt tokens once it has blocked.
+        client.sendall(request * 150)
+        seen = -1
+        while server.engine.stats.prompt_tokens != seen:
+            seen = server.engine.stats.prompt_tokens
+            time.sleep(2)
+        server.stop()
+        assert not server.running
+        client.settimeout(60)  # what is buffered drains in well under a second; a socket left open never ends
+        try:
+            while client.recv(1 << 20):
+                pass
+        except ConnectionResetError:
+            pass  # an abort is a reset: the point is that the socket is closed
+        except TimeoutError:
+            pytest.fail("the engine stopped but left the connection open")

@@ -6,8 +6,10 @@ tests and `leakprobe demo` get a real HTTP target without a second process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import socket
 import threading
 import time
 import uuid
@@ -330,6 +332,21 @@ def _sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose shutdown ends by aborting the connections its graceful shutdown left open.
+
+    A client that stopped reading (or vanished: a killed container sends no FIN) never takes what is left to
+    write, so uvicorn's close waits on it forever: the socket stayed open past stop(), its transport was
+    closed by nobody, and the garbage collector warned about it later, in whichever code ran then."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        for connection in list(self.server_state.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        await asyncio.sleep(0)  # their connection_lost runs while the loop still does
+
+
 class TestbedServer:
     """The engine behind uvicorn in a background thread.
 
@@ -345,7 +362,7 @@ class TestbedServer:
         cap_arenas()  # requests run in worker threads; measured: RSS crept 177 -> 249 MB over 8 bursts without it
         self.engine = Engine(config)
         self.app = TestbedApp(self.engine)
-        self._server = uvicorn.Server(uvicorn.Config(
+        self._server = _Server(uvicorn.Config(
             self.app.app, host=host, port=port, log_level="warning", access_log=False,
             lifespan="off", timeout_graceful_shutdown=2,
         ))
