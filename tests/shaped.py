@@ -32,8 +32,14 @@ Handler = Callable[["Reply", Seen], None]
 class Reply:
     """What a route uses to answer: whole responses, or raw writes for misbehaviour."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+    def __init__(self, handler: BaseHTTPRequestHandler, closing: threading.Event) -> None:
         self.handler = handler
+        self._closing = closing
+
+    def hold(self) -> None:
+        """Send nothing more until the server closes: a stall that outlasts any client timeout however slow the
+        machine, without a sleep for the test to wait out."""
+        self._closing.wait()
 
     def send(self, status: int, body: bytes | str | dict[str, Any] | list[Any] = b"",
              headers: dict[str, str] | None = None, content_type: str = "application/json") -> None:
@@ -63,9 +69,10 @@ class Reply:
 class ShapedServer:
     routes: dict[str, Handler]
     seen: list[Seen] = field(default_factory=list)
+    closing: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        routes, seen = self.routes, self.seen
+        routes, seen, closing = self.routes, self.seen, self.closing
 
         class _H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -78,9 +85,9 @@ class ShapedServer:
                 seen.append(request)
                 handler = routes.get(f"{self.command} {self.path.split('?')[0]}")
                 if handler is None:
-                    Reply(self).send(404, {"detail": "Not Found"})
+                    Reply(self, closing).send(404, {"detail": "Not Found"})
                     return
-                handler(Reply(self), request)
+                handler(Reply(self, closing), request)
 
             do_GET = do_POST = _any
 
@@ -103,6 +110,7 @@ class ShapedServer:
         self._thread.start()
 
     def close(self) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
 
