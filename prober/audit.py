@@ -10,7 +10,7 @@ from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.secrets import scrubber_for
 from prober.targets.credentials import Secret
-from prober.types import Severity
+from prober.types import FindingKind, Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -27,7 +27,9 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
 
 
 def exit_code(result: AuditResult, fail_on: Severity) -> int:
-    """Errors outrank findings: an audit that did not finish never exits 0 or 1."""
-    if not result.complete:
+    """Errors outrank findings: an audit that did not finish, or whose answers never showed their own canary
+    (blind: it could not have seen a leak), never exits 0 or 1 — unless it saw a leak all the same."""
+    leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
+    if not result.complete or (result.blind and not leaked and not result.dry_run):
         return EXIT_ERROR
     return EXIT_FINDINGS if any(f.severity >= fail_on for f in result.findings) else EXIT_CLEAN

@@ -27,6 +27,7 @@ from pydantic import (
 from prober.capacity.limits import Capacity, Known
 from prober.errors import ConfigError, LedgerError, YAMLFileError
 from prober.ledger.location import LedgerLocation
+from prober.prompts.shape import Shape, candidates
 from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy
@@ -73,6 +74,10 @@ def _ledger(value: str) -> str:
     return value
 
 
+def _shape(value: str) -> str:
+    return Shape.parse(value).name
+
+
 def http_url(value: str) -> str:
     """An http(s) URL with a host and a valid port, and no user info: a password in a URL would be sent as
     Basic auth in place of each tenant's own key, and printed wherever the URL is."""
@@ -115,6 +120,10 @@ class CapacityHints(_Strict):
     """Tokens per KV page."""
     slots: int | None = Field(default=None, gt=0)
     """Parallel slots that share the pool (llama.cpp `--parallel`)."""
+    disaggregated: bool = False
+    """Prefill and decode run on separate instances behind this URL (SGLang's workers say so themselves): decode
+    reports the KV it received from prefill as cached, so cached tokens on a never-sent prompt are no phantom hit
+    there, and that check is off."""
 
     def capacity(self) -> Capacity:
         def known(value: int | None) -> Known | None:
@@ -122,7 +131,7 @@ class CapacityHints(_Strict):
 
         return Capacity(context_length=known(self.context_length), pool_tokens=known(self.pool_tokens),
                         max_req_input_len=known(self.max_req_input_len), page_size=known(self.page_size),
-                        slots=known(self.slots))
+                        slots=known(self.slots), disaggregation_mode="disaggregated" if self.disaggregated else None)
 
 
 class TargetConfig(_Strict):
@@ -154,6 +163,11 @@ class TargetConfig(_Strict):
     breaker: int = Field(default=6, ge=1, le=1_000)
     """Circuit breaker: after this many answers in a row that cannot be observed (no answer, a broken one, a
     refusal where the capacity says the prompt fits), probing this target stops, and the run is incomplete."""
+    probe_shapes: tuple[Annotated[str, AfterValidator(_shape)], ...] = ()
+    """Probe shapes to try, in order, before the first prompt with canaries: `chat-ask`, `chat-cue`,
+    `completions-ask`, `completions-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short prompt of its
+    own canaries in a shape until one brings them back; that shape carries every request after it.  Empty: the
+    target's own route asking, then a cue on the completions route, then a cue on its own route."""
     cache_salt: Literal["none", "per-tenant"] = "none"
     """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
     salting gateway would add; the tenants then count as cache-salted."""
@@ -162,6 +176,10 @@ class TargetConfig(_Strict):
     @classmethod
     def _http(cls, value: str | None) -> str | None:
         return None if value is None else http_url(value)
+
+    @property
+    def shapes(self) -> list[Shape]:
+        return candidates(self.api, tuple(Shape.parse(name) for name in self.probe_shapes))
 
     def policy(self) -> TransportPolicy:
         return TransportPolicy(timeout_s=self.timeout_s, deadline_s=self.deadline_s, retries=self.retries,

@@ -19,7 +19,15 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
+from prober.campaign.events import (
+    Event,
+    FindingRecorded,
+    PlanReady,
+    ShapeChosen,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+)
 
 
 class AuditProgress:
@@ -57,12 +65,15 @@ class AuditProgress:
             case StepDone(result=result):
                 s = result.step
                 if self._bar is not None and self._task is not None:
-                    self._bar.advance(self._task)
+                    if s.role != "control":  # the bar counts the plan's requests
+                        self._bar.advance(self._task)
                 else:
                     self._line(f"step {s.id} {s.role} tenant={s.tenant} tokens={result.sent_tokens:,} "
                                f"boundary={s.boundary} expect={'served' if s.expect_served else 'refused'} "
                                f"outcome={result.outcome} status={result.answer.status} "
                                f"findings={len(result.findings)}")
+            case ShapeChosen(target=target, choice=choice):
+                self._line(f"probe shape {target}: {choice.summary()}")
             case FindingRecorded(finding=finding):
                 self._line(finding.describe())
             case TargetFailed(target=target, message=message):

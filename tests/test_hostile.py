@@ -180,7 +180,8 @@ def test_a_huge_answer_is_scanned_in_bounded_memory_and_reported_in_seconds(tmp_
                                  str(tmp_path / "l.sqlite"), "-f", "html", "-o", str(tmp_path / "r.html"),
                                  "--no-concurrent", "--no-timing", "--no-crosstalk")  # the campaign's answers
         elapsed = time.monotonic() - started
-    assert run.returncode in (0, 1), run.stderr[-2000:]
+    # Its answers never repeat a canary (it echoes the first line of a prompt): blind, exit 2, report written.
+    assert run.returncode == 2 and "audit was blind" in run.stderr, run.stderr[-2000:]
     # Measured 294.8-296.5 MiB (the runtime, the detectors' indexes and a few copies of the 30 MiB body), once
     # 300.04 in two busy workers; a copy per window or per detector would be gigabytes.
     assert peak_mib < 320, f"peak {peak_mib:.0f} MiB"
@@ -373,10 +374,10 @@ def test_a_target_that_refuses_every_prompt_is_incomplete_not_clean(tmp_path: Pa
     doc = json.loads(run.stdout)
     assert doc["verdict"]["status"] == "incomplete" and not doc["complete"]
     (reason,) = doc["verdict"]["reasons"]
-    assert "0 of 36 planned requests observed (4 refused at lengths the capacity says fit, 32 not sent)" in reason
+    assert "0 of 40 planned requests observed (4 refused at lengths the capacity says fit, 36 not sent)" in reason
     assert "check the model name" in reason
     target = doc["targets"][0]
-    assert target["coverage"] == {"planned": 36, "sent": 4, "observed": 0, "unobserved": {"refused": 4}}
+    assert target["coverage"] == {"planned": 40, "sent": 4, "observed": 0, "unobserved": {"refused": 4}}
     assert any("circuit breaker: 4 answers in a row" in e for e in target["errors"])
 
 
@@ -410,8 +411,9 @@ def test_implausible_usage_is_flagged_not_trusted(tmp_path: Path) -> None:
             # No timing check: this engine streams nothing, and the check would have no TTFT to compare.
             config = _config(tmp_path, engine.url, more="timing: {audit: false}\n")
             run = leakprobe("audit", "--config", str(config), "-f", "json", "--no-semantic", "--streaming", "plain")
-        assert run.returncode == 1, run.stderr[-2000:]
+        assert run.returncode == 2, run.stderr[-2000:]  # blind: it never repeats a canary
         doc = json.loads(run.stdout)
+        assert doc["verdict"]["status"] == "blind"
         flagged = [f for f in doc["findings"] if f["kind"] == "implausible_usage"]
         assert flagged and all(f["severity"] == "warning" for f in flagged)
         assert not any(f["kind"] == "placeholder_substitution" for f in doc["findings"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prober.campaign.plan import PRIME_ANSWER_TOKENS, make_plan, pairs
+from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, make_plan, pairs
 from prober.capacity import Capacity, Known
 from prober.errors import PlanError
 
@@ -23,18 +23,30 @@ def test_incident_boundaries_and_expectations() -> None:
     assert got == [("max_req_input_len-1", 681_273, True), ("max_req_input_len", 681_274, False),
                    ("pool", 681_280, False), ("pool+1", 681_281, False), ("pool+page", 681_344, False),
                    ("advertised-1", 1_048_575, False), ("advertised", 1_048_576, False)]
-    probes = [e for e in plan.exchanges if not e.same_text and not e.concurrent]
+    probes = [e for e in plan.exchanges if not e.same_text and not e.concurrent and e.prime.boundary == "prime"]
     assert {(e.victim, e.observer) for e in probes} == {("a", "b"), ("b", "a")}
     assert {e.probe.stream for e in probes} == {True, False}
     assert all(e.prime.length == 681_273 and e.prime.expect_served for e in probes)
     assert all(e.probe.length + e.probe.max_tokens <= 1_048_576 or e.probe.max_tokens == 1 for e in plan.exchanges)
     cache = [e for e in plan.exchanges if e.same_text]
     assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
+    one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]  # pages of 64: an everyday short prime
+    assert [(e.prime.length, e.probe.boundary) for e in one_page] == [(SHORT_PRIME, "pool")] * 2
     assert [e.probe.boundary for e in plan.exchanges if e.concurrent] == ["pool", "pool"]
     # A prime alone asks for a short answer (its prompt is what counts); one beside its probe stays in flight.
     assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
     assert {(e.prime.max_tokens, e.probe.max_tokens) for e in plan.exchanges if e.concurrent} == {(160, 160)}
     assert plan.tokens == sum(e.prime.length + e.probe.length for e in plan.exchanges)
+
+
+def test_a_one_page_prime_fits_a_vllm_block_with_its_answer() -> None:
+    """vLLM gives the next request the uncached block freed last as its first: a victim's whole request in one
+    128-token block, then the observer just over the pool (the hand-off fault's threshold in the fire drill)."""
+    vllm = Capacity(engine="vllm", context_length=k(1_024), pool_tokens=k(256), page_size=k(128))
+    plan = make_plan("t", vllm, ["a", "b"], max_tokens=32)
+    one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]
+    assert [(e.victim, e.observer) for e in one_page] == [("a", "b"), ("b", "a")]
+    assert all(e.prime.length + e.prime.max_tokens < 128 and e.probe.boundary == "pool+1" for e in one_page)
 
 
 def test_slots_add_the_shared_pool_check_and_unknowns_fail() -> None:

@@ -13,8 +13,19 @@ USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max
                           "tool_calls", "content_filter"})
 
 
-def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by: str | None = None) -> list[Finding]:
-    """`primed_by`: this prompt is that tenant's, sent again by another (the prefix-cache check)."""
+def phantom_cached(answer: Completion, fresh_from: int | None) -> int | None:
+    """Cached tokens the engine reports beyond what any earlier prompt can have shared with this one (its
+    `fresh_from`): KV the engine says it reused but never computed, or None."""
+    cached = answer.usage.cached_tokens if answer.usage else None
+    if fresh_from is None or not answer.served or not cached or cached <= fresh_from:
+        return None
+    return cached
+
+
+def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by: str | None = None,
+                 fresh_from: int | None = None) -> list[Finding]:
+    """`primed_by`: this prompt is that tenant's, sent again by another (the prefix-cache check).  `fresh_from`:
+    where this prompt's never-sent content begins (the phantom cache-hit check)."""
     findings: list[Finding] = []
 
     def add(kind: FindingKind, severity: Severity, message: str, victim: str | None = None,
@@ -46,6 +57,12 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
         add(FindingKind.CROSS_TENANT_CACHE_HIT, Severity.WARNING,
             f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by {primed_by}: a timing "
             "side channel (per-tenant cache salts close it)", victim=primed_by, cached_tokens=cached)
+    phantom = phantom_cached(answer, fresh_from)
+    if phantom is not None:
+        add(FindingKind.PHANTOM_CACHE_HIT, Severity.HIGH,
+            f"{phantom:,} of {sent_tokens:,} tokens reported as cached, but no prompt sent before shares more than the "
+            f"first {fresh_from:,}: the engine attended over KV it never computed for this prompt (a hand-off or "
+            "cache tier that claims what it did not write)", cached_tokens=phantom, fresh_from=fresh_from)
     implausible = answer.implausible_usage or (answer.usage.implausible(sent_tokens=sent_tokens)
                                                if answer.usage else None)
     if implausible:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.plan import Plan
-from prober.campaign.results import StepResult
+from prober.campaign.results import ShapeChoice, StepResult
 from prober.campaign.survey import PreflightResult
 from prober.campaign.timing import TimingResult
 from prober.types import Finding
@@ -24,6 +24,14 @@ class SurveyDone:
 @dataclass(frozen=True)
 class PlanReady:
     plan: Plan
+
+
+@dataclass(frozen=True)
+class ShapeChosen:
+    """The probe shape a target's requests take from now on, and what each shape tried brought back."""
+
+    target: str
+    choice: ShapeChoice
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class BurstDone:
     result: CrosstalkResult
 
 
-Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed | TimingDone | BurstDone
+Event = SurveyDone | PlanReady | ShapeChosen | StepDone | FindingRecorded | TargetFailed | TimingDone | BurstDone
 Listener = Callable[[Event], None]
 
 

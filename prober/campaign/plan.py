@@ -20,8 +20,10 @@ CACHE_CHECK_TOKENS = 1_024
 # prime sent on its own asks for a short answer: on a CPU or a billed API each completion token costs as much
 # as the probe's.  A prime sent at the same time as its probe decodes in full, to stay in flight beside it.
 PRIME_ANSWER_TOKENS = 16
+SHORT_PRIME = 96  # a short prime where no page size says otherwise: room for one canary unit
 
 
+ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
 SENTINEL = "sentinel"
 SENTINEL_CACHE = "sentinel-cache"
 
@@ -35,10 +37,11 @@ class Boundary:
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One request: a priming prompt (victim's canaries in every page) or a probe (asks to quote)."""
+    """One request: a priming prompt (victim's canaries in every page), a probe (asks to quote), or a control
+    (a tenant's own canaries, to see whether they come back: prober/campaign/shapes.py)."""
 
     id: str
-    role: Literal["prime", "probe"]
+    role: Literal["prime", "probe", "control"]
     tenant: str
     length: int
     stream: bool
@@ -79,13 +82,14 @@ class Plan:
         return sum(e.tokens for e in self.exchanges)
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
-            same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote") -> None:
+            same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
+            prime_label: str = "prime") -> None:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer`."""
         eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
         self.exchanges.append(Exchange(
             id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text,
             prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
-                       expect_served=True, boundary="prime",
+                       expect_served=True, boundary=prime_label,
                        max_tokens=room(prime_length) if concurrent else min(room(prime_length), PRIME_ANSWER_TOKENS)),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
@@ -164,8 +168,9 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
               fact_share: float = 0.0) -> Plan:
     """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
-    acceptance limit, the prime and the probe at the same time; and, where several slots are known, two
-    prompts at 60% of the context at once (the shared-pool check)."""
+    acceptance limit, a prime of one page (`one_page`) before the probe, and the prime and the probe at the
+    same time; and, where several slots are known, two prompts at 60% of the context at once (the shared-pool
+    check)."""
     plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
     prime = prime_length(capacity)
     ctx = capacity.advertised.value if capacity.advertised else None
@@ -178,10 +183,10 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
     directions = pairs(tenants)
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
-            same_text: bool = False, first: int = prime) -> None:
+            same_text: bool = False, first: int = prime, prime_label: str = "prime") -> None:
         ask = "quote" if same_text else ASKS[len(plan.exchanges) % len(ASKS)]
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
-                 prime_length=boundary.length if same_text else first, room=room, ask=ask)
+                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label)
 
     cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
     for victim, observer in directions:
@@ -192,8 +197,12 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
             for d, (victim, observer) in enumerate(directions):
                 stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
                 add(victim, observer, boundary, stream, False)
+        above = [b for b in plan.boundaries if not b.expect_served]
+        if above:  # the victim's whole request in one page, then the observer just over the limit
+            for victim, observer in directions:
+                add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream", False,
+                    first=min(one_page(capacity), prime), prime_label=ONE_PAGE)
         if concurrent:
-            above = [b for b in plan.boundaries if not b.expect_served]
             if above:
                 for d, (victim, observer) in enumerate(directions):
                     add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
@@ -203,6 +212,15 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
                 for victim, observer in directions:
                     add(victim, observer, shared, False, True, first=shared.length)
     return plan
+
+
+def one_page(capacity: Capacity) -> int:
+    """A prime that fits one KV page with its answer.  vLLM hands the block a request freed last, if it was never
+    filled (so never cached), to the next request as its first block: an observer whose first block the engine
+    claims but never writes then reads the victim's tokens at the positions they were written for, which a real
+    model can repeat.  Engines with pages too small for a canary get an everyday short prompt."""
+    page = capacity.page_size.value if capacity.page_size else 0
+    return page - PRIME_ANSWER_TOKENS - 1 if page >= SHORT_PRIME + PRIME_ANSWER_TOKENS else SHORT_PRIME
 
 
 def shared_pool_check(capacity: Capacity) -> Boundary | None:

@@ -12,6 +12,7 @@ from prober.campaign.plan import Plan, Step
 from prober.campaign.survey import PreflightResult
 from prober.campaign.timing import TimingResult
 from prober.incidents import Incident, group
+from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, Severity
 
@@ -80,6 +81,45 @@ class StepResult:
 
 
 @dataclass
+class ShapeTrial:
+    shape: Shape
+    controls: list[StepResult] = field(default_factory=list)
+    error: str | None = None  # the shape could not be tried (no tokenizer for its route, say)
+
+    @property
+    def echoed(self) -> int:
+        return sum(1 for c in self.controls if c.own_echoes)
+
+    @property
+    def served(self) -> int:
+        return sum(1 for c in self.controls if c.answer.served)
+
+    def to_json(self) -> dict[str, object]:
+        return {"shape": self.shape.name, "sent": len(self.controls), "served": self.served, "echoed": self.echoed,
+                "error": self.error}
+
+
+@dataclass
+class ShapeChoice:
+    chosen: Shape
+    trials: list[ShapeTrial]
+
+    @property
+    def blind(self) -> bool:
+        """No control in any shape brought its own canary back."""
+        return not any(t.echoed for t in self.trials)
+
+    def summary(self) -> str:
+        tried = ", ".join(f"{t.shape.name} {t.echoed}/{len(t.controls)}" if t.error is None
+                          else f"{t.shape.name} ({t.error})" for t in self.trials)
+        return f"{self.chosen.name}{' (blind)' if self.blind else ''}; own canary back: {tried}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"chosen": self.chosen.name, "blind": self.blind, "summary": self.summary(),
+                "trials": [t.to_json() for t in self.trials]}
+
+
+@dataclass
 class TargetReport:
     name: str
     url: str
@@ -90,6 +130,7 @@ class TargetReport:
     complete: bool = False
     timing: TimingResult | None = None  # the timing check of prefix-cache isolation, where it ran
     crosstalk: CrosstalkResult | None = None  # the cross-talk burst, where it ran
+    shape: ShapeChoice | None = None  # the probe shape this run measured and took, where it chose one
 
     @property
     def findings(self) -> list[Finding]:
@@ -100,9 +141,40 @@ class TargetReport:
     def tokens_sent(self) -> int:
         return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in (self.timing, self.crosstalk) if c)
 
+    @property
+    def sight(self) -> Sight:
+        """Of the answers that came back with text to check, how many carried their own tenant's canary."""
+        answers = [s for s in self.steps if s.answer.served]
+        burst = self.crosstalk
+        return Sight(checked=len(answers) + (burst.answered if burst else 0),
+                     echoed=sum(1 for s in answers if s.own_echoes) + (burst.own_echoed if burst else 0))
+
     def coverage(self) -> Coverage:
-        planned = 2 * len(self.plan.exchanges) if self.plan else len(self.steps)
-        return Coverage(planned, len(self.steps), Counter(s.outcome for s in self.steps if not s.observed))
+        """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does."""
+        steps = [s for s in self.steps if s.step.role != "control"]
+        planned = 2 * len(self.plan.exchanges) if self.plan else len(steps)
+        return Coverage(planned, len(steps), Counter(s.outcome for s in steps if not s.observed))
+
+
+@dataclass(frozen=True)
+class Sight:
+    """Whether content checks could see: an answer that repeats its own canary shows that a canary in the
+    model's context comes out in its answer, so another tenant's would too.  With none, a clean scan means
+    nothing."""
+
+    checked: int
+    echoed: int
+
+    @property
+    def blind(self) -> bool:
+        return self.checked > 0 and self.echoed == 0
+
+    def reason(self) -> str:
+        return (f"content checks were blind: none of {self.checked} answers repeated its own tenant's canary, so "
+                "another tenant's would not have shown either")
+
+    def to_json(self) -> dict[str, object]:
+        return {"checked": self.checked, "echoed": self.echoed, "blind": self.blind}
 
 
 @dataclass(frozen=True)
@@ -152,6 +224,11 @@ class AuditResult:
     @property
     def complete(self) -> bool:
         return all(t.complete for t in self.targets)
+
+    @property
+    def blind(self) -> bool:
+        """Some target's answers never repeated their own canary: its content checks could not see."""
+        return any(t.sight.blind for t in self.targets)
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)

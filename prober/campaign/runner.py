@@ -12,22 +12,19 @@ for a disk or for a detector.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from functools import cache, partial
-from itertools import cycle, islice
 from secrets import token_hex
 
-from prober.campaign.checks import check_answer
+from prober.campaign.checks import check_answer, phantom_cached
 from prober.campaign.crosstalk import CrosstalkResult, run_burst
 from prober.campaign.events import (
     BurstDone,
     FindingRecorded,
     Listener,
     PlanReady,
+    ShapeChosen,
     StepDone,
     SurveyDone,
     TargetFailed,
@@ -35,39 +32,38 @@ from prober.campaign.events import (
     ignore,
 )
 from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
-from prober.campaign.results import AuditResult, StepResult, TargetReport
+from prober.campaign.planting import Planter
+from prober.campaign.results import AuditResult, ShapeChoice, StepResult, TargetReport
+from prober.campaign.routes import Route, Routes
 from prober.campaign.salts import salt_asserted, salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
+from prober.campaign.shapes import CONTROL_ANSWER_TOKENS, CONTROL_TOKENS, choose_shape
+from prober.campaign.shapes import planned_tokens as shape_tokens
 from prober.campaign.survey import PreflightResult, survey
 from prober.campaign.timing import TimingResult, check_timing, planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
-from prober.canaries.packs import load_pack
 from prober.capacity import origin_of, reachability
 from prober.config import CrosstalkSettings, ProberConfig, TargetConfig, TimingSettings
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger.base import Ledger
-from prober.prompts import BuiltPrompt, PromptBuilder
-from prober.prompts.builder import Facts
+from prober.prompts import BuiltPrompt
+from prober.prompts.shape import Layout, Shape
 from prober.scrub import Scrubber
-from prober.shingles import Shingler
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
-from prober.targets.factory import make_target
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, changes
 from prober.targets.transport import Transport
-from prober.types import Canary, Finding, Record
+from prober.types import Finding, Record
 
 PRIME_INSTRUCTION = "Summarize the document."
 ASKED = {"quote": "Quote the document word for word, including every reference code.",
          "summarize": "Summarize the document, keeping every name, place and number.",
          "translate": "Translate the document into {language}, keeping every name, place and number."}
 LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
-DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
-FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
 # A target's deadline when none is given: the survey's allowance, then one derived from the plan.
 SURVEY_ALLOWANCE_S = 300.0
 DEADLINE_BASE_S = 120.0
@@ -81,9 +77,10 @@ class TargetRunner:
         self.config = config
         self.transport = transport
         self.wiring = wiring
-        self.target = make_target(config.api, config.name, config.url, transport, model=config.model)
+        self.routes = Routes(config, transport)
+        self.planter = Planter(wiring)
         self.surveyed: PreflightResult | None = None
-        self._builder: PromptBuilder | None = None
+        self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing run
         self._want_telemetry = telemetry
         self._telemetry: EngineTelemetry | None = None
         self.salts = tenant_salts(config, wiring.tenants)  # tenant -> its cache_salt, where the target asks
@@ -109,7 +106,7 @@ class TargetRunner:
         on_event(SurveyDone(result))
         if result.error or counter is None:
             raise TargetUnusable(result.error or "no way to count tokens")
-        self._builder = PromptBuilder(counter)
+        self.routes.surveyed(counter, result.capacity.engine, first)
         if self._want_telemetry and self._telemetry is None and cfg.api.openai_routes:
             telemetry = EngineTelemetry(self.transport, origin_of(cfg.introspection_url or cfg.url) + "/metrics", first)
             self._telemetry = telemetry if await telemetry.snapshot() is not None else None
@@ -126,17 +123,47 @@ class TargetRunner:
         on_event(PlanReady(plan))
         return plan
 
-    async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore) -> str | None:
-        """Every exchange of the plan in order.  Stops between exchanges, and returns why (also in `errors`),
-        once `stopping` is set, the transport's deadline has passed, or the circuit breaker opens: `breaker`
-        answers in a row that could not be observed."""
+    async def choose_shape(self, plan: Plan, report: TargetReport, on_event: Listener = ignore) -> ShapeChoice:
+        """Which probe shape brings this target's own canaries back (prober/campaign/shapes.py); every request
+        after it takes that shape's route and layout.  The control requests go into `report` as steps."""
+        if self.surveyed is None:
+            raise PlanError("survey the target before choosing a probe shape")
+        limit = acceptance_limit(self.surveyed.capacity)
+        length = min(CONTROL_TOKENS, limit - 1) if limit else CONTROL_TOKENS
+        answer_tokens = min(CONTROL_ANSWER_TOKENS, max((s.max_tokens for e in plan.exchanges
+                                                        for s in (e.prime, e.probe)), default=CONTROL_ANSWER_TOKENS))
+        controls = replace(plan, fact_share=0.0)  # token canaries: the question is only whether codes come back
+
+        async def trial(shape: Shape, tenant: str) -> StepResult:
+            route = await self.routes.get(shape.api)
+            step = Step(id=f"{plan.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
+                        stream=False, expect_served=True, boundary=f"shape:{shape.name}", max_tokens=answer_tokens)
+            cue = shape.layout is Layout.CUE
+            built = await self.planter.prompt(step, ASKED["quote"], route.builder, controls, page=self._page, cue=cue,
+                                              lead=cue)
+            answer = await self.send_as(tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
+            result = await self._check(step, step.id, built, answer, None)
+            self._record(result, report, on_event)
+            return result
+
+        choice = await choose_shape(self.config.shapes, self.tenants, trial, CountError,
+                                    stopped=lambda: self._stop_reason() is not None)
+        self.shape = choice
+        on_event(ShapeChosen(self.config.name, choice))
+        return choice
+
+    async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore, *,
+                  choose: bool = False) -> str | None:
+        """Every exchange of the plan in order, after choosing a probe shape if asked to or none was chosen yet.
+        Stops between exchanges, and returns why (also in `errors`), once `stopping` is set, the transport's
+        deadline has passed, or the circuit breaker opens: `breaker` answers in a row that could not be
+        observed."""
+        if choose or self.shape is None:
+            report.shape = await self.choose_shape(plan, report, on_event)
         unobserved = 0  # in a row
         for exchange in plan.exchanges:
-            moved = self.wiring.ledger.identity_problem()  # its canaries could not be kept where they belong
-            stop = ("shutting down" if self.wiring.stopping.is_set() else moved if moved else
-                    "the audit's deadline for this target passed" if self.transport.expired() else
-                    f"circuit breaker: {unobserved} answers in a row could not be observed"
-                    if unobserved >= self.config.breaker else None)
+            stop = self._stop_reason() or (f"circuit breaker: {unobserved} answers in a row could not be observed"
+                                           if unobserved >= self.config.breaker else None)
             if stop:
                 report.errors.append(f"stopped before {exchange.id}: {stop}")
                 return stop
@@ -146,19 +173,28 @@ class TargetRunner:
                 unobserved = 0 if step.observed else unobserved + 1
         return None
 
+    def _stop_reason(self) -> str | None:
+        """Why no request may start now, if one may not."""
+        if self.wiring.stopping.is_set():
+            return "shutting down"
+        moved = self.wiring.ledger.identity_problem()  # its canaries could not be kept where they belong
+        return moved or ("the audit's deadline for this target passed" if self.transport.expired() else None)
+
     # -- one exchange ---------------------------------------------------------------------------
     async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan) -> None:
-        builder = self._builder
-        if builder is None:
-            raise PlanError("survey the target before running a plan")
+        route = await self._route()
+        builder, cue = route.builder, self.shape is not None and self.shape.chosen.layout is Layout.CUE
         if exchange.same_text:
             # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
             nonce = token_hex(6)
-            prime = probe = await builder.build(exchange.prime.length, instruction=f"[{nonce}] {ASKED['quote']}",
-                                                seed=int(nonce[:4], 16))
+            prime = await builder.build(exchange.prime.length, instruction=ASKED["quote"], nonce=nonce,
+                                        seed=int(nonce[:4], 16))
+            probe = replace(prime, fresh_from=None)  # the victim's prompt again: not new when the observer sends it
         else:
-            prime = await self._build(exchange.prime, PRIME_INSTRUCTION, builder, plan)
-            probe = await self._build(exchange.probe, self._instruction(exchange.probe), builder, plan)
+            prime = await self.planter.prompt(exchange.prime, PRIME_INSTRUCTION, builder, plan, page=self._page,
+                                              cue=cue)
+            probe = await self.planter.prompt(exchange.probe, self._instruction(exchange.probe), builder, plan,
+                                              page=self._page, cue=cue, lead=cue)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         before = await self._telemetry.snapshot() if self._telemetry else None
         if exchange.concurrent:
@@ -167,8 +203,33 @@ class TargetRunner:
             answers = [await self._send(step, built) for step, built in sends]
         after = await self._telemetry.snapshot() if self._telemetry else None
         engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
+        # The observer's resend shows a shared cache only if the victim's first send was not itself claimed
+        # from a cache that cannot have held it.
+        shared = exchange.same_text and phantom_cached(answers[0], prime.fresh_from) is None
         for (step, built), answer in zip(sends, answers, strict=True):
-            await self._judge(exchange, step, built, answer, report, engine, on_event)
+            primed_by = exchange.victim if shared and step.role == "probe" else None
+            self._record(await self._check(step, exchange.id, built, answer, engine, primed_by), report, on_event)
+
+    @staticmethod
+    def _record(result: StepResult, report: TargetReport, on_event: Listener) -> None:
+        """Into the report, then told: the step, then its findings (already durable)."""
+        report.steps.append(result)
+        if not result.observed and result.step.role != "control":
+            report.errors.append(f"{result.step.id} ({result.step.length:,} tokens): "
+                                 f"{result.answer.error or 'not observed'}")
+        on_event(StepDone(result))
+        for finding in result.findings:
+            on_event(FindingRecorded(finding))
+
+    async def _route(self) -> Route:
+        """The chosen shape's route, else the configured one (raises PlanError before a survey)."""
+        return await self.routes.get(self.shape.chosen.api if self.shape else self.config.api)
+
+    @property
+    def _page(self) -> int | None:
+        """The KV page size the last survey learned, which canaries in prompts are spaced by."""
+        known = self.surveyed.capacity.page_size if self.surveyed else None
+        return known.value if known else None
 
     def _instruction(self, step: Step) -> str:
         """A translation goes into the language the observer does not write in, so its own canaries (and any
@@ -176,53 +237,21 @@ class TargetRunner:
         other = "ko" if self.wiring.languages.get(step.tenant, "en") == "en" else "en"
         return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
 
-    async def _build(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan) -> BuiltPrompt:
-        """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
-        sentinels) reuses the segment costs the builder has already measured; only the canaries are new."""
-        wiring = self.wiring
-
-        def minting(make: Callable[[int], list[Canary]]) -> Callable[[int], Awaitable[list[Canary]]]:
-            async def mint(count: int) -> list[Canary]:
-                # Persisted by the minter before this returns: before any prompt that carries them exists.
-                distinct = await asyncio.to_thread(make, min(count, DISTINCT_PER_PROMPT))
-                wiring.scanner.add(distinct)
-                return list(islice(cycle(distinct), count))
-            return mint
-
-        language = wiring.languages.get(step.tenant, "en")
-        tokens = minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id, retention_s=plan.retention_s))
-        facts = None
-        if wiring.minter.embedder is not None and plan.fact_share > 0:
-            mint_facts = minting(partial(wiring.minter.facts, step.tenant, probe_id=step.id, language=language,
-                                         retention_s=plan.retention_s))
-            facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
-        capacity = self.surveyed.capacity if self.surveyed else None
-        page = capacity.page_size.value if capacity and capacity.page_size else None
-        built = await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
-                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF)
-        # Before it is sent, what it leaves in the ledger: keyed hashes of its word shingles (never its text), so a
-        # run of it in another tenant's answer is attributed (detection helper's hook).
-        now = time.time()
-        retention = plan.retention_s if plan.retention_s is not None else wiring.minter.retention_seconds
-        record = Shingler(wiring.minter.key).record(built.text, step.tenant, step.id, now, now + retention)
-        await asyncio.to_thread(wiring.ledger.add_prompt_shingles, [record])
-        wiring.scanner.add_prompts([record])
-        return built
-
     async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
         return await self.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream))
 
-    async def send_as(self, tenant: str, prompt: Prompt) -> Completion:
-        """As this tenant: its credential, and its own cache salt where the target asks for one."""
-        return await self.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
-                                          self.wiring.secrets.get(tenant))
+    async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion:
+        """As this tenant: its credential, and its own cache salt where the target asks for one; on the chosen
+        route unless another is given."""
+        route = route or await self._route()
+        return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
+                                           self.wiring.secrets.get(tenant))
 
     async def timing(self, settings: TimingSettings, on_event: Listener = ignore, *, run_id: str = "") -> TimingResult:
         """`cross_tenant_cache_timing` over every ordered tenant pair (prober/campaign/timing.py)."""
-        if self._builder is None:
-            raise PlanError("survey the target before the timing check")
         refused_from = acceptance_limit(self.surveyed.capacity) if self.surveyed else None
-        result = await check_timing(self.send_as, self._builder.counter, self.tenants, settings, run_id=run_id,
+        counter = (await self._route()).builder.counter
+        result = await check_timing(self.send_as, counter, self.tenants, settings, run_id=run_id,
                                     salted=self.salted, telemetry=self._telemetry,
                                     longest=refused_from - 1 if refused_from else None)
         result.findings = await self._persist(result.findings, None, on_event)
@@ -232,17 +261,10 @@ class TargetRunner:
     async def crosstalk(self, settings: CrosstalkSettings, on_event: Listener = ignore, *,
                         streaming: Streaming = "both", run_id: str = "") -> CrosstalkResult:
         """The cross-talk burst (prober/campaign/crosstalk.py): its canaries minted like any other."""
-        wiring = self.wiring
-
-        async def mint(tenant: str, request_id: str) -> Canary:
-            [canary] = await asyncio.to_thread(wiring.minter.tokens, tenant, 1, request_id)
-            wiring.scanner.add([canary])
-            return canary
-
         async def scan(record: Record) -> ScanResult:
-            return await asyncio.to_thread(wiring.scanner.scan, record)
+            return await asyncio.to_thread(self.wiring.scanner.scan, record)
 
-        result = await run_burst(self.send_as, mint, scan, self.tenants, settings, streaming=streaming,
+        result = await run_burst(self.send_as, self.planter.canary, scan, self.tenants, settings, streaming=streaming,
                                  run_id=run_id, telemetry=self._telemetry)
         result.findings = await self._persist(result.findings, None, on_event)
         on_event(BurstDone(result))
@@ -261,10 +283,13 @@ class TargetRunner:
             on_event(FindingRecorded(finding))
         return findings
 
-    async def _judge(self, exchange: Exchange, step: Step, built: BuiltPrompt, answer: Completion,
-                     report: TargetReport, engine: dict[str, dict[str, float]] | None, on_event: Listener) -> None:
-        primed_by = exchange.victim if exchange.same_text and step.role == "probe" else None
-        checked = check_answer(step, built.tokens, answer, primed_by=primed_by)
+    async def _check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion,
+                     engine: dict[str, dict[str, float]] | None, primed_by: str | None = None) -> StepResult:
+        """The envelope and the text of one answer, its findings durable."""
+        # Disaggregated: decode counts what prefill sent it as cached, so a never-sent prompt may be "cached".
+        split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
+        checked = check_answer(step, built.tokens, answer, primed_by=primed_by,
+                               fresh_from=None if split else built.fresh_from)
         findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
         if answer.text:
@@ -277,26 +302,13 @@ class TargetRunner:
                 scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
             own = len(scanned.own_echoes)
             context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
-                       "exchange": exchange.id}
+                       "exchange": exchange}
             findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
                          for f in scanned.findings]
         findings = await self._persist(findings, engine, ignore)
-        result = StepResult(step=step, exchange=exchange.id, target=report.name, sent_tokens=built.tokens,
-                            counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
-                            findings=findings, own_echoes=own)
-        report.steps.append(result)
-        if not result.observed:
-            report.errors.append(f"{step.id} ({step.length:,} tokens): {answer.error or 'not observed'}")
-        on_event(StepDone(result))
-        for finding in findings:
-            on_event(FindingRecorded(finding))
-
-
-@cache
-def fact_samples(language: str) -> tuple[str, ...]:
-    """The same few facts of a pack for every build, so the builder's measurements of them are reused."""
-    rng = random.Random(FACT_SAMPLES)
-    return tuple(load_pack(language).mint(rng).text for _ in range(FACT_SAMPLES))
+        return StepResult(step=step, exchange=exchange, target=self.config.name, sent_tokens=built.tokens,
+                          counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
+                          findings=findings, own_echoes=own)
 
 
 class Auditor:
@@ -354,14 +366,15 @@ class Auditor:
             plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
                                    rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
-            timing = planned_tokens(self.config.timing, runner.tenants) if self.config.timing.audit else 0
-            if plan.tokens + timing > self.tokens_left:
-                raise PlanError(f"the plan for {cfg.name} needs {plan.tokens + timing:,} tokens, over the remaining "
+            extra = shape_tokens(cfg.shapes, runner.tenants)
+            extra += planned_tokens(self.config.timing, runner.tenants) if self.config.timing.audit else 0
+            if plan.tokens + extra > self.tokens_left:
+                raise PlanError(f"the plan for {cfg.name} needs {plan.tokens + extra:,} tokens, over the remaining "
                                 f"budget of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
             if self.dry_run:
                 report.complete = True
                 return
-            self.tokens_left -= plan.tokens + timing
+            self.tokens_left -= plan.tokens + extra
             if given is None:
                 transport.ends_at = self._ends_at(plan_deadline(plan) + isolation_deadline(self.config, runner.tenants))
             if await runner.run(plan, report, self.on_event) is None:

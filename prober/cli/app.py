@@ -42,8 +42,11 @@ app = typer.Typer(name="leakprobe", help="Catch one tenant's data in another ten
 testbed_app = typer.Typer(help="The reference multi-tenant paged-KV engine (a real HTTP target).",
                           no_args_is_help=True)
 canaries_app = typer.Typer(help="Mint and inspect canaries.", no_args_is_help=True)
+drill_app = typer.Typer(help="Fire drills: the incident's fault in an engine of your own (staging only).",
+                        no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(canaries_app, name="canaries")
+app.add_typer(drill_app, name="drill")
 
 
 @app.callback()

@@ -166,7 +166,8 @@ def audit(
         typer.echo(rendered(output_format, Terminal.of(sys.stdout)), nl=False)
     code = exit_code(result, threshold)
     if code == 2:
-        typer.echo("error: the audit did not finish; see the errors above", err=True)
+        typer.echo("error: the audit did not finish; see the errors above" if not result.complete else
+                   "error: the audit was blind: no answer repeated its own canary (see why above)", err=True)
     raise typer.Exit(code)
 
 

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prober.campaign import TargetReport, TargetRunner, crosstalk, sentinel_plan, timing
+from prober.campaign import TargetReport, TargetRunner, crosstalk, sentinel_plan, shapes, timing
 from prober.campaign.events import Listener, PlanReady
 from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
@@ -66,6 +66,7 @@ class JobOutcome:
     skip: Skip | None = None
     message: str = ""
     tokens: int = 0
+    blind: bool | None = None  # answers came back and none carried its own canary (None: not a content check)
 
     @property
     def ok(self) -> bool:
@@ -134,7 +135,7 @@ class TargetSession:
             a = self.audit
             plan = runner.campaign(on_event, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
                                    max_tokens=a.max_tokens, run_id=run_id)
-        return await self._spend(plan, on_event)
+        return await self._spend(plan, on_event, choose=job is Job.CAMPAIGN)
 
     async def _isolation(self, job: Job, on_event: Listener, run_id: str) -> JobOutcome:
         """The timing check or the cross-talk burst, budgeted like a plan: incomplete where answers went
@@ -154,26 +155,33 @@ class TargetSession:
                                                      run_id=run_id)
         finally:
             await self.budget.release(self.name, day, tokens - (result.tokens if result else 0))
+        blind = result.blind if isinstance(result, crosstalk.CrosstalkResult) else None
         if result.errors:
             more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
-            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=result.tokens)
-        return JobOutcome(tokens=result.tokens)
+            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=result.tokens, blind=blind)
+        return JobOutcome(tokens=result.tokens, blind=blind)
 
     async def _over_budget(self, tokens: int) -> JobOutcome:
         left = await self.budget.left(self.name)
         return JobOutcome(skip=Skip.BUDGET, message=f"needs {tokens:,} tokens, {left:,} left today of "
                           f"{self.budget.per_day:,}")
 
-    async def _spend(self, plan: Plan, on_event: Listener) -> JobOutcome:
-        day = await self.budget.reserve(self.name, plan.tokens)
+    async def _spend(self, plan: Plan, on_event: Listener, *, choose: bool) -> JobOutcome:
+        # A campaign measures the probe shape again (the model behind the URL may have changed); a sentinel takes
+        # the last one, once there is one.
+        choose = choose or self.runner.shape is None
+        tokens = plan.tokens + (shapes.planned_tokens(self.config.shapes, self.runner.tenants) if choose else 0)
+        day = await self.budget.reserve(self.name, tokens)
         if day is None:
-            return await self._over_budget(plan.tokens)
+            return await self._over_budget(tokens)
         report = TargetReport(self.name, self.config.url, plan=plan)
         try:
-            await self.runner.run(plan, report, on_event)
+            await self.runner.run(plan, report, on_event, choose=choose)
         finally:
-            await self.budget.release(self.name, day, plan.tokens - report.tokens_sent)
+            await self.budget.release(self.name, day, tokens - report.tokens_sent)
+        blind = report.sight.blind
         if report.errors:
             more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
-            return JobOutcome(Failure.INCOMPLETE, message=report.errors[0] + more, tokens=report.tokens_sent)
-        return JobOutcome(tokens=report.tokens_sent)
+            return JobOutcome(Failure.INCOMPLETE, message=report.errors[0] + more, tokens=report.tokens_sent,
+                              blind=blind)
+        return JobOutcome(tokens=report.tokens_sent, blind=blind)

@@ -24,6 +24,7 @@ from prober.campaign.events import (
     FindingRecorded,
     Listener,
     PlanReady,
+    ShapeChosen,
     StepDone,
     SurveyDone,
     TimingDone,
@@ -149,13 +150,23 @@ class Metrics:
         self.burst_answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own "
                                      "canary came back), foreign (another request's canary), unanswered.",
                                      ["target", "outcome"], registry=registry)
+        self.blind = Gauge("leakprobe_probes_blind", "1 when the job's last run got answers and none repeated its own "
+                           "tenant's canary: its content checks could not have seen a leak; 0 when some did.",
+                           target_job, registry=registry)
+        self.shape = Gauge("leakprobe_probe_shape_own_echo_ratio", "Of the last probe-shape choice's control prompts "
+                           "in each shape tried, the share that brought their own canary back.", ["target", "shape"],
+                           registry=registry)
+        self.shape_chosen = Gauge("leakprobe_probe_shape_info", "1 for the probe shape a target's requests take "
+                                  "(route and layout, measured before each campaign).", ["target", "shape"],
+                                  registry=registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
         self._per_target: list[Counter | Gauge | Histogram] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool, self.input_limit, self.verdict,
             self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success,
-            self.interval, self.timing_p, self.timing_ttft, self.burst_answers]
+            self.interval, self.timing_p, self.timing_ttft, self.burst_answers, self.blind, self.shape,
+            self.shape_chosen]
 
     # -- what runs report -----------------------------------------------------------------------
     def listener(self, target: str, job: str) -> Listener:
@@ -180,6 +191,12 @@ class Metrics:
                         for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
                             if ttfts:
                                 self.timing_ttft.labels(target, s.victim, s.observer, prompts).set(median(ttfts))
+                case ShapeChosen(choice=choice):
+                    for trial in choice.trials:
+                        name = trial.shape.name
+                        self.shape_chosen.labels(target, name).set(int(trial.shape == choice.chosen))
+                        if trial.controls:
+                            self.shape.labels(target, name).set(trial.echoed / len(trial.controls))
                 case BurstDone(result=burst):
                     for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
                                            ("unanswered", burst.requests - burst.answered)):

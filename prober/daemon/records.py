@@ -79,6 +79,11 @@ class JobRecords:
         status = self.of(target, job) or JobStatus()
         status.last_run = now
         self.metrics.last_run.labels(target, job).set(now)
+        if outcome.blind is not None:
+            self.metrics.blind.labels(target, job).set(int(outcome.blind))
+            if outcome.blind:
+                log.warning("%s %s: blind: no answer repeated its own canary, so none could show another tenant's",
+                            job, target)
         await self._remember(f"last_run/{target}/{job}", started)
         if outcome.failure is None:
             status.last_success, status.last_error = now, None

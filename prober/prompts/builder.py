@@ -1,7 +1,9 @@
 """Prompts of an exact token length, optionally with a complete canary in every KV page.
 
-Layout: `instruction\\n` (the probe's request, on the first line) + body + tail padding.  The body is a
-unit repeated: a filler block, or, with canaries, a filler stretch plus one canary sentence.  Segment
+Layout: `instruction\\n` (the probe's request, on the first line) + body + tail padding (+ a cue line).  The
+body is a unit repeated: a filler block, or, with canaries, a filler stretch plus one canary sentence.  A cue
+is an unfinished canary sentence at the very end: a base model that reads no instruction continues it from
+what it attends over, which is how a real model shows a code sitting in its KV cache.  Segment
 costs are measured through the target's counter as differences against the header, so the chat template
 and BOS cancel out; lengths are then assembled arithmetically, and with a tokenizer endpoint the whole
 prompt is counted once more and the tail padding corrected until the count is exact.
@@ -12,6 +14,7 @@ which keeps costs additive across tokenizers that split on whitespace (BPE, Sent
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +27,7 @@ from prober.types import Canary
 PAD_CANDIDATES = (" the", " and", " a", " of", " to")
 FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."
+CUE = CANARY_SENTENCE.split("{code}", 1)[0].rstrip()  # the same sentence, left for the model to finish
 CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
 # A filler's next guess aims a little short of what the tokens per word measured so far say, so that it seldom
@@ -42,6 +46,9 @@ class BuiltPrompt:
     counter: str
     canaries: tuple[Canary, ...] = ()
     canary_period: int | None = None  # every aligned window of this many tokens holds a complete canary
+    # Tokens at the start that another prompt may share (template, instruction, the first filler); everything
+    # after them is new, so no honest prefix cache can hold more of this prompt.  None: not known to be new.
+    fresh_from: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -132,51 +139,65 @@ class PromptBuilder:
         return text.removesuffix("\n") + pad * (tokens - cost) + "\n"
 
     async def build(self, tokens: int, *, instruction: str, mint: MintCanaries | None = None,
-                    facts: Facts | None = None, page_size: int | None = None, seed: int = 0) -> BuiltPrompt:
+                    facts: Facts | None = None, page_size: int | None = None, seed: int = 0,
+                    cue: bool = False, lead: bool = False, nonce: str | None = None) -> BuiltPrompt:
         """`mint` makes token canaries (one in every canary unit); `facts`, fact canaries that open every
-        1/share-th unit in place of the same number of filler tokens."""
-        header = instruction.strip() + "\n"
+        1/share-th unit in place of the same number of filler tokens.  `cue`: end with `CUE`, for the model to
+        finish.  `lead`: canaries in the first unit only, filler after it, so that a model finishing the cue
+        finds a code only at the start (where a request's stale first page sits).  `nonce`: lead with it
+        (unique to this prompt), so that nothing after the first line can have been sent before."""
+        header = (f"[{nonce}] " if nonce else "") + instruction.strip() + "\n"
         pad = await self.pad(header)
         overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
-        if tokens < overhead:
-            raise BuildError(f"{tokens} tokens is below the {overhead} that the instruction alone costs")
-        budget = tokens - overhead
+        ending = "\n" + CUE if cue else ""
+        tail = await self._cost(header + pad, ending) if ending else 0
+        if tokens < overhead + tail:
+            raise BuildError(f"{tokens} tokens is below the {overhead + tail} that the instruction alone costs")
+        budget = tokens - overhead - tail
         minted: tuple[Canary, ...] = ()
         unit_of: list[int] = []  # for each canary, the unit that carries it (units may be dropped below)
         period: int | None = None
-        if mint is None:
-            block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, budget), seed)
-            unit_cost = float(await self._cost(header, block)) if block else 0.0
-            parts = [block] * (int(budget // unit_cost) if unit_cost else 0)
-        else:
-            body = await self._canary_body(header, budget, overhead, mint, page_size or 16, seed, facts)
-            parts, unit_cost, minted, period = body.parts, body.unit_cost, body.canaries, body.period
+        fresh: int | None = overhead if nonce else None
+        parts: list[str] = []
+        costs: list[float] = []  # of each part
+        if mint is not None:
+            body = await self._canary_body(header, budget, overhead, mint, page_size or 16, seed, facts,
+                                           units=1 if lead else None)
+            parts, costs, minted, period = body.parts, [body.unit_cost] * len(body.parts), body.canaries, body.period
             unit_of = list(range(len(minted)))
+            fresh = min(fresh or tokens, overhead + math.ceil(body.unit_cost) + 4)  # the first canary is new
             if facts is not None and facts.share > 0:
                 planted = await self._with_facts(header, body, facts, seed)
                 minted += tuple(fact for _, fact in planted)
                 unit_of += [index for index, _ in planted]
-        pads = tokens - overhead - round(len(parts) * unit_cost)
+        if mint is None or lead:
+            room = budget - round(sum(costs))
+            block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, room), seed) if room > 0 else ""
+            block_cost = float(await self._cost(header, block)) if block else 0.0
+            blocks = int(room // block_cost) if block_cost else 0
+            parts, costs = parts + [block] * blocks, costs + [block_cost] * blocks
+        pads = budget - round(sum(costs))
         if not self.counter.free:
-            return BuiltPrompt(header + "".join(parts) + pad * max(0, pads), tokens, tokens, False,
-                               self.counter.source, _kept(minted, unit_of, len(parts)), period)
+            return BuiltPrompt(header + "".join(parts) + pad * max(0, pads) + ending, tokens, tokens, False,
+                               self.counter.source, _kept(minted, unit_of, len(parts)), period, fresh)
         actual = 0
         for _ in range(VERIFY_ROUNDS):
             while pads < 0 and parts:  # over: drop whole units from the end, never cut into a canary
                 parts.pop()
-                pads += round(unit_cost)
-            text = header + "".join(parts) + pad * max(0, pads)
+                pads += round(costs.pop())
+            text = header + "".join(parts) + pad * max(0, pads) + ending
             actual = await self.counter.count(text)
             if actual == tokens:
                 break
             pads += tokens - actual
-        return BuiltPrompt(text, tokens, actual, True, self.counter.source, _kept(minted, unit_of, len(parts)), period)
+        return BuiltPrompt(text, tokens, actual, True, self.counter.source, _kept(minted, unit_of, len(parts)), period,
+                           fresh)
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
-                           seed: int, facts: Facts | None) -> _Body:
+                           seed: int, facts: Facts | None, *, units: int | None = None) -> _Body:
         """Units of filler + one canary sentence, short enough that every aligned page (or every run of
         k pages, when one canary is longer than half a page) holds a complete canary, and with filler long
-        enough to give way to a fact where facts are planted."""
+        enough to give way to a fact where facts are planted; as many as fit, or at most `units`."""
         # Costs measured on look-alikes, so that only canaries that go into the prompt are minted (a short
         # sentinel prompt holds one) and a repeated build reuses the measurements.
         costs = [await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes]
@@ -191,7 +212,7 @@ class PromptBuilder:
         filler = await self._filler_of(header, unit - canary_cost, seed)
         filler_cost = await self._cost(header, filler) if filler else 0
         mean_unit = filler_cost + sum(costs) / len(costs)
-        count = int(budget // mean_unit)
+        count = int(budget // mean_unit) if units is None else min(units, int(budget // mean_unit))
         if count == 0:  # shorter than one unit (a sentinel): one canary after a shorter lead-in
             if budget < canary_cost:
                 raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")

@@ -18,6 +18,10 @@ WHAT_TO_DO: dict[FindingKind, str] = {
                                         "slots, or turn prompt caching off for untrusted tenants.",
     FindingKind.CROSS_TENANT_CACHE_TIMING: "The prefix cache is shared between these tenants (their prompts answer "
                                            "sooner): salt it per tenant, and check that the gateway sends the salt.",
+    FindingKind.PHANTOM_CACHE_HIT: "Treat it as a data breach: the engine skipped computing KV it never had and "
+                                   "decoded over whatever its pages held. Check the KV connector or hand-off that "
+                                   "reported these tokens as received (the engine's external-hit counters are in "
+                                   "the evidence), and route around it.",
     FindingKind.CROSS_REQUEST_ECHO: "Answers were mixed between concurrent requests: check the engine's batching and "
                                     "the gateway's response routing before another tenant's answer is mixed in.",
     FindingKind.FOREIGN_CONTENT: "Read the masked excerpt: data that is not a canary (another tenant's real text), or "

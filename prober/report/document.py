@@ -23,12 +23,15 @@ class Status(StrEnum):
     LEAK = "leak"
     NO_LEAK = "no_leak"
     INCOMPLETE = "incomplete"
+    BLIND = "blind"
     DRY_RUN = "dry_run"
 
 
 HEADLINES = {
     Status.LEAK: "LEAK: another tenant's canary appeared in an answer",
     Status.INCOMPLETE: "INCOMPLETE: not every planned request was observed; no leak in those that were",
+    Status.BLIND: "BLIND: no answer repeated its own canary, so none could have shown another tenant's; "
+                  "what was still checked is listed below",
     Status.NO_LEAK: "NO LEAK: no tenant's canary reached another tenant",
     Status.DRY_RUN: "DRY RUN: the plan and its cost only; nothing was sent",
 }
@@ -43,14 +46,28 @@ def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]
 
 def verdict(result: AuditResult) -> dict[str, Any]:
     leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
-    status = (Status.DRY_RUN if result.dry_run else Status.LEAK if leaked else Status.NO_LEAK if result.complete
-              else Status.INCOMPLETE)
+    status = (Status.DRY_RUN if result.dry_run else Status.LEAK if leaked else Status.INCOMPLETE
+              if not result.complete else Status.BLIND if result.blind else Status.NO_LEAK)
     worst = result.worst()
     # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
     reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]
+    reasons += [f"{t.name}: {t.sight.reason()}; still checked: {', '.join(still_checked(t))}"
+                for t in result.targets if t.sight.blind and not result.dry_run]
     return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
             "complete": result.complete, "reasons": reasons, "tokens_sent": sum(t.tokens_sent for t in result.targets),
             "duration_s": round(max(0.0, result.finished - result.started), 1)}
+
+
+def still_checked(report: TargetReport) -> list[str]:
+    """What a target's run observed without reading answers for canaries: envelopes, caches, timing."""
+    probes = [s for s in report.steps if s.step.role == "probe" and s.observed]
+    cache = [s for s in report.steps if s.step.boundary == "prefix-cache" and s.answer.served]
+    checked = [f"boundaries ({len(probes)} probes: refusals, usage, finish reasons)"] if probes else []
+    if cache:
+        checked.append(f"prefix cache ({len(cache)} requests: cached_tokens, phantom hits)")
+    if report.timing and report.timing.decisions:
+        checked.append(f"timing ({len(report.timing.decisions)} tenant pairs)")
+    return checked or ["nothing"]
 
 
 def matrix(report: TargetReport) -> dict[str, Any]:
@@ -85,7 +102,8 @@ def target_json(report: TargetReport) -> dict[str, Any]:
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
             "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
-            "coverage": report.coverage().to_json(),
+            "coverage": report.coverage().to_json(), "sight": report.sight.to_json(),
+            "shape": report.shape.to_json() if report.shape else None,
             "plan": report.plan.to_json() if report.plan else None,
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}
 

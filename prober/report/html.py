@@ -21,8 +21,8 @@ from prober.types import FindingKind
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
-VERDICT_COLOURS = {Status.LEAK: "#c92a2a", Status.INCOMPLETE: "#e67700", Status.NO_LEAK: "#2b8a3e",
-                   Status.DRY_RUN: "#495057"}
+VERDICT_COLOURS = {Status.LEAK: "#c92a2a", Status.INCOMPLETE: "#e67700", Status.BLIND: "#e67700",
+                   Status.NO_LEAK: "#2b8a3e", Status.DRY_RUN: "#495057"}
 W, H, PAD = 720, 220, 48
 LABEL_FONT, LABEL_CHAR, LABEL_ROW = 9, 5.4, 10  # boundary labels: px per character at that size, px per row
 PAIR_LEGEND = ("<b>victim → observer</b>: a canary planted in the victim's prompts came back in an answer to the "
@@ -249,7 +249,8 @@ def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:
     pool = (cap.get("pool_tokens") or {}).get("value")
     facts = (f"engine {_esc(cap['engine'] or '?')}; advertised context {f'{ctx:,}' if ctx else '?'} tokens; "
              f"KV pool {f'{pool:,}' if pool else '?'} tokens; tokens counted by {_esc(t['tokenizer'])}; "
-             f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}.")
+             f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}."
+             + (f" Probe shape {_esc(t['shape']['summary'])}." if t["shape"] else ""))
     verdicts = "".join(f'<li><span class="sev" style="color:{SEVERITY_COLOURS.get(v["severity"], "#495057")}">'
                        f'{_esc(v["severity"])}</span> <b>{_esc(v["code"])}</b>: {_esc(v["message"])}</li>'
                        for v in t["verdicts"]) or "<li>no verdict</li>"

@@ -9,8 +9,8 @@ from typing import Any
 from prober.report.document import Status
 from prober.report.terminal import Terminal
 
-STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.NO_LEAK: "bold green",
-                Status.DRY_RUN: "bold"}
+STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.BLIND: "bold yellow",
+                Status.NO_LEAK: "bold green", Status.DRY_RUN: "bold"}
 
 
 def table_report(doc: dict[str, Any], terminal: Terminal | None = None) -> str:
@@ -34,6 +34,8 @@ def _target(doc: dict[str, Any], t: dict[str, Any], term: Terminal) -> str:
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "
              f"tokens sent, {'complete' if t['complete'] else 'INCOMPLETE'}\n"]
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
+    if t["shape"]:
+        parts.append(f"  probe shape {t['shape']['summary']}\n")
     parts += [f"  capacity note: {note}\n" for note in cap["notes"]]
     m = t["matrix"]
     if len(m["tenants"]) > 1:

@@ -3,7 +3,7 @@
 A leak is an HTTP 200 like any other; what the engine counted meanwhile often says why: an abort the
 hand-off did not see (SGLang `num_aborted_requests`), KV usage, preemptions, prefix-cache hits.  Only the
 series that can explain a leak are kept, summed over their labels (model, engine, rank), except where a
-label is the point (vLLM's `finished_reason`).
+label is the point (vLLM's `finished_reason` and `source`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ EXPLAINING = frozenset({
     "vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
     "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:num_requests_running",
     "vllm:num_requests_waiting", "vllm:request_success_total",
+    # vLLM's KV connectors: blocks a connector says it received rather than computed
+    "vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
+    "vllm:prompt_tokens_by_source_total",
     # llama.cpp (--metrics)
     "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens", "llamacpp:requests_processing",
     "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",
 })
-KEPT_LABELS = frozenset({"finished_reason"})
+KEPT_LABELS = frozenset({"finished_reason", "source"})
 PREFIXES = ("sglang:", "vllm:", "llamacpp:")
 
 

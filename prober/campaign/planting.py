@@ -1,0 +1,77 @@
+"""Planting canaries: minted and persisted before any prompt carries them, indexed for the scanner, built into
+a prompt whose word shingles are in the ledger before it is sent.  Everything a request carries of its tenant
+passes through here first."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from functools import cache, partial
+from itertools import cycle, islice
+
+from prober.campaign.plan import Plan, Step
+from prober.campaign.wiring import Wiring
+from prober.canaries.packs import load_pack
+from prober.prompts import BuiltPrompt, PromptBuilder
+from prober.prompts.builder import Facts
+from prober.shingles import Shingler
+from prober.types import Canary
+
+DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
+FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
+
+
+class Planter:
+    def __init__(self, wiring: Wiring) -> None:
+        self.wiring = wiring
+
+    async def prompt(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan, *, page: int | None,
+                     cue: bool, lead: bool = False) -> BuiltPrompt:
+        """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
+        sentinels) reuses the segment costs the builder has already measured; only the canaries are new.  A cue
+        layout's probe carries its tenant's canary in its first unit only (`PromptBuilder.build`'s `lead`): on a
+        sound engine the model finishes the cue with it, over a stale first page with the victim's."""
+        wiring = self.wiring
+        language = wiring.languages.get(step.tenant, "en")
+        tokens = self._minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id,
+                                       retention_s=plan.retention_s))
+        facts = None
+        if wiring.minter.embedder is not None and plan.fact_share > 0:
+            mint_facts = self._minting(partial(wiring.minter.facts, step.tenant, probe_id=step.id, language=language,
+                                               retention_s=plan.retention_s))
+            facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
+        built = await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
+                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF, cue=cue,
+                                    lead=lead)
+        # Before it is sent, what it leaves in the ledger: keyed hashes of its word shingles (never its text), so a
+        # run of it in another tenant's answer is attributed (detection helper's hook).
+        now = time.time()
+        retention = plan.retention_s if plan.retention_s is not None else wiring.minter.retention_seconds
+        record = Shingler(wiring.minter.key).record(built.text, step.tenant, step.id, now, now + retention)
+        await asyncio.to_thread(wiring.ledger.add_prompt_shingles, [record])
+        wiring.scanner.add_prompts([record])
+        return built
+
+    async def canary(self, tenant: str, request_id: str) -> Canary:
+        """One token canary for one request (the cross-talk burst's)."""
+        [canary] = await asyncio.to_thread(self.wiring.minter.tokens, tenant, 1, request_id)
+        self.wiring.scanner.add([canary])
+        return canary
+
+    def _minting(self, make: Callable[[int], list[Canary]]) -> Callable[[int], Awaitable[list[Canary]]]:
+        async def mint(count: int) -> list[Canary]:
+            # Persisted by the minter before this returns: before any prompt that carries them exists.
+            distinct = await asyncio.to_thread(make, min(count, DISTINCT_PER_PROMPT))
+            self.wiring.scanner.add(distinct)
+            return list(islice(cycle(distinct), count))
+        return mint
+
+
+@cache
+def fact_samples(language: str) -> tuple[str, ...]:
+    """The same few facts of a pack for every build, so the builder's measurements of them are reused."""
+    rng = random.Random(FACT_SAMPLES)
+    return tuple(load_pack(language).mint(rng).text for _ in range(FACT_SAMPLES))
