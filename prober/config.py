@@ -455,13 +455,14 @@ _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "sema
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,
-                    api: str | None = None,
+                    api: str | None = None, probe_shapes: list[str] | None = None,
                     tenants: list[str] | None = None, environ: dict[str, str] | None = None,
                     **flags: Any) -> ProberConfig:
     """File, then LEAKPROBE_* environment variables, then flags: later wins.
 
-    `target` replaces the file's targets with one (`--target URL`); `tenants` are `NAME=ENVVAR` pairs
-    that replace the file's tenants; `flags` are audit settings, `ledger` or `listen` (None = not given)."""
+    `target` replaces the file's targets with one (`--target URL`); `probe_shapes` replace every target's;
+    `tenants` are `NAME=ENVVAR` pairs that replace the file's tenants; `flags` are audit settings, `ledger` or
+    `listen` (None = not given)."""
     data = load_config(path) if path else {}
     origin = str(path) if path else "flags"
     for var, where in ENV_OVERRIDES.items():
@@ -485,6 +486,10 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
             _put(data, _TOP_LEVEL_FLAGS.get(key, ("audit", key)), value)
     if "targets" not in data:
         raise ConfigError(f"{origin}: targets: give --target URL or a config file with `targets:`")
+    if probe_shapes:
+        for entry in data["targets"] if isinstance(data["targets"], list) else []:
+            if isinstance(entry, dict):
+                entry["probe_shapes"] = list(probe_shapes)
     return parse_config(data, origin)
 
 

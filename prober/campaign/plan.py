@@ -24,6 +24,8 @@ SHORT_PRIME = 96  # a short prime where no page size says otherwise: room for on
 
 
 ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
+STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line past the last whole block
+STALE_TAIL = 16
 SENTINEL = "sentinel"
 SENTINEL_CACHE = "sentinel-cache"
 
@@ -198,10 +200,12 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
                 stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
                 add(victim, observer, boundary, stream, False)
         above = [b for b in plan.boundaries if not b.expect_served]
-        if above:  # the victim's whole request in one page, then the observer just over the limit
-            for victim, observer in directions:
-                add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream", False,
-                    first=min(one_page(capacity), prime), prime_label=ONE_PAGE)
+        if above:  # the victim's whole request in one page, then the observer over the limit: plain and streamed
+            stale = stale_page_check(above[min(1, len(above) - 1)])
+            for stream in ((False, True) if streaming == "both" else (streaming == "stream",)):
+                for victim, observer in directions:
+                    add(victim, observer, stale, stream, False, first=min(one_page(capacity), prime),
+                        prime_label=ONE_PAGE)
         if concurrent:
             if above:
                 for d, (victim, observer) in enumerate(directions):
@@ -221,6 +225,13 @@ def one_page(capacity: Capacity) -> int:
     model can repeat.  Engines with pages too small for a canary get an everyday short prompt."""
     page = capacity.page_size.value if capacity.page_size else 0
     return page - PRIME_ANSWER_TOKENS - 1 if page >= SHORT_PRIME + PRIME_ANSWER_TOKENS else SHORT_PRIME
+
+
+def stale_page_check(over: Boundary) -> Boundary:
+    """The observer's probe after a one-page prime: over the limit by `STALE_TAIL` more tokens than `over`, so that
+    an engine that claims every whole block of the prompt without writing it (the hand-off fault) still computes
+    the prompt's last line, the request the model answers."""
+    return Boundary(STALE_PAGE, over.length + STALE_TAIL, False)
 
 
 def shared_pool_check(capacity: Capacity) -> Boundary | None:

