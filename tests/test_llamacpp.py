@@ -90,11 +90,12 @@ def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
 
 
 def _audit(server: LlamaServer, ledger: Path, *, complete: bool = True, api: Api = Api.COMPLETIONS,
-           shapes: list[str] | None = None) -> Any:
+           shapes: list[str] | None = None, concurrent: bool = True) -> Any:
     # The campaign alone: the timing check and the cross-talk burst on llama.cpp are tests/test_isolation.py's.
     cfg = assemble_config(None, target=server.url + "/v1", api=api, probe_shapes=shapes, ledger=str(ledger),
                           tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32, timing=False,
-                          crosstalk=False, target_deadline="30m")  # the derived deadline assumes an accelerator
+                          crosstalk=False, concurrent=concurrent,
+                          target_deadline="30m")  # the derived deadline assumes an accelerator
     result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete is complete, result.targets[0].errors
     steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
@@ -106,8 +107,11 @@ def _audit(server: LlamaServer, ledger: Path, *, complete: bool = True, api: Api
 
 def test_shared_prompt_cache_is_reported(llama: LlamaServer, tmp_path: Path) -> None:
     """llama.cpp reuses a slot's cached prefix for whoever sends it next: behind a multi-tenant gateway that
-    is a cross-tenant timing channel, and the audit says so (the over-context 400 is no finding)."""
-    result = _audit(llama, tmp_path / "l.sqlite")
+    is a cross-tenant timing channel, and the audit says so (the over-context 400 is no finding).  Given the chat
+    route, where this GGUF's model babbles, the audit measures its way to the completions route with a cue."""
+    result = _audit(llama, tmp_path / "l.sqlite", api=Api.CHAT)
+    shape = result.targets[0].shape
+    assert shape is not None and shape.chosen.name == "completions-cue" and not result.blind, shape.summary()
     warnings = {f.kind for f in result.findings if f.severity >= Severity.WARNING}
     assert warnings == {FindingKind.CROSS_TENANT_CACHE_HIT}, [(f.kind, f.excerpt) for f in result.findings]
     hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
@@ -117,17 +121,14 @@ def test_shared_prompt_cache_is_reported(llama: LlamaServer, tmp_path: Path) -> 
 def test_an_audit_that_never_sees_its_own_canary_is_blind_not_clean(llama: LlamaServer, tmp_path: Path) -> None:
     """Gemma's GGUF carries no chat template: llama.cpp falls back to ChatML and the base model babbles (0 of 46
     answers repeated the prompt's code, measured).  Held to the chat route, the audit could not have seen a leak by
-    content: `blind`, exit 2, naming what it still checked.  Left to choose, it measures the completions route
-    with a cue, which this model answers with its code, and is not blind."""
-    held = _audit(llama, tmp_path / "held.sqlite", api=Api.CHAT, shapes=["chat-ask"])
+    content: `blind`, exit 2, naming what it still checked."""
+    held = _audit(llama, tmp_path / "held.sqlite", api=Api.CHAT, shapes=["chat-ask"], concurrent=False)
     doc = document(held)
     assert held.blind and doc["verdict"]["status"] == "blind" and exit_code(held, Severity.CRITICAL) == 2
     (reason,) = doc["verdict"]["reasons"]
     assert "repeated its own tenant's canary" in reason and "still checked: boundaries" in reason, reason
     assert doc["targets"][0]["shape"] == {**doc["targets"][0]["shape"], "chosen": "chat-ask", "blind": True}
-    chosen = _audit(llama, tmp_path / "chosen.sqlite", api=Api.CHAT)
-    shape = chosen.targets[0].shape
-    assert shape is not None and shape.chosen.name == "completions-cue" and not chosen.blind, shape.summary()
+    # Left to choose: test_shared_prompt_cache_is_reported.
 
 
 def test_clean_audit_with_two_tenants(llama_install: Installation, tmp_path: Path) -> None:

@@ -112,7 +112,8 @@ def test_an_audit_of_the_fault_engine_reports_the_leak_and_the_phantom_hits(pair
     code, doc = audit(pair.decode.url, tmp_path)
     assert code == 1 and doc["verdict"]["status"] == "leak", doc["verdict"]
     assert echoes(doc) and echoes(doc) <= BOTH_WAYS, [(f["kind"], f["record_id"]) for f in doc["findings"]]
-    assert all(f["severity"] == "critical" for f in doc["findings"] if f["kind"] == "cross_tenant_echo")
+    # Critical where the whole code came back (exact, fuzzy), high where only a fragment did.
+    assert {f["severity"] for f in doc["findings"] if f["kind"] == "cross_tenant_echo"} <= {"critical", "high"}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
     phantom = [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"]
     over = [s for s in steps.values() if s["role"] == "probe" and s["outcome"] == "served"
