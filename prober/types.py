@@ -46,6 +46,7 @@ class FindingKind(StrEnum):
     CROSS_TENANT_CACHE_TIMING = "cross_tenant_cache_timing"  # another tenant's prompts came back sooner (TTFT)
     CROSS_REQUEST_ECHO = "cross_request_echo"  # another concurrent request's canary (same tenant) in this answer
     PHANTOM_CACHE_HIT = "phantom_cache_hit"  # cached tokens claimed for a prompt no one had sent: KV never computed
+    COUNTED_FAILURE = "counted_failure"  # the engine counted an abort or a failed transfer while this answer was 200
 
 
 @dataclass(frozen=True, slots=True)  # slots: a daemon or a log scan may hold 100,000+ of them

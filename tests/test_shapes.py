@@ -11,7 +11,7 @@ import pytest
 
 from prober.audit import EXIT_ERROR, EXIT_FINDINGS, exit_code
 from prober.campaign import AuditResult, StepResult, TargetReport
-from prober.campaign.checks import check_answer
+from prober.campaign.checks import check_answer, counted_failure
 from prober.campaign.plan import Step
 from prober.campaign.shapes import choose_shape
 from prober.errors import CountError
@@ -154,3 +154,14 @@ def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -
                    severity=Severity.CRITICAL, score=1.0, observer_tenant="b", victim_tenant="a")
     leaked = audit_of(probe, findings=[echo])  # a leak seen is seen, even by an audit otherwise blind
     assert document(leaked)["verdict"]["status"] == "leak" and exit_code(leaked, Severity.WARNING) == EXIT_FINDINGS
+
+
+def test_an_abort_counted_while_the_answer_was_served_is_a_finding() -> None:
+    """The engine's counters rose by more than the window's refusals explain; a refusal's own abort is no finding."""
+    aborts = {"sglang:num_aborted_requests_total": 1.0}
+    found = counted_failure(step("probe", "b"), 300, SERVED, aborts, unserved=0)
+    assert found is not None and found.kind is FindingKind.COUNTED_FAILURE and found.severity is Severity.HIGH
+    assert found.details["counters"] == aborts and "sglang:num_aborted_requests_total +1" in found.excerpt
+    assert counted_failure(step("probe", "b"), 300, SERVED, aborts, unserved=1) is None  # the refused one's abort
+    refused = Completion(status=400, error=TargetError(ErrorKind.REFUSED, "too long", 400))
+    assert counted_failure(step("probe", "b"), 300, refused, aborts, unserved=0) is None

@@ -3,6 +3,8 @@ The scanner judges the text; these judge status, usage and finish reason."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prober.campaign.plan import Step
 from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, FindingKind, Severity
@@ -77,3 +79,20 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
         add(FindingKind.ODD_FINISH_REASON, Severity.WARNING,
             f"finish_reason {answer.finish_reason!r} on an HTTP-200 answer", finish_reason=answer.finish_reason)
     return findings
+
+
+def counted_failure(step: Step, sent_tokens: int, answer: Completion, failures: Mapping[str, float],
+                    unserved: int) -> Finding | None:
+    """The engine's abort or transfer-failure counters rose by more than the requests in the same window that
+    were refused or failed (whose aborts it counts rightly) while this answer came back served: the engine gave
+    up on a request its client was told succeeded (the incident's abort, counted by the scheduler, HTTP 200)."""
+    rose = {name: delta for name, delta in failures.items() if delta > unserved}
+    if not answer.served or not rose:
+        return None
+    named = ", ".join(f"{name} +{delta:g}" for name, delta in sorted(rose.items()))
+    return Finding(record_id=step.id, kind=FindingKind.COUNTED_FAILURE, detector="engine_counters",
+                   severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
+                   excerpt=f"{named} while this answer came back HTTP 200 ({unserved} other requests in the same "
+                           "window were refused or failed): the engine gave up on a request it answered",
+                   details={"prompt_tokens": sent_tokens, "boundary": step.boundary, "status": answer.status,
+                            "counters": rose, "unserved_in_window": unserved})

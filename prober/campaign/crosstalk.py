@@ -16,13 +16,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.plan import Streaming
+from prober.campaign.checks import counted_failure
+from prober.campaign.plan import Step, Streaming
 from prober.campaign.timing import Send
 from prober.config import CrosstalkSettings
 from prober.detect.scanner import ScanResult
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
-from prober.targets.telemetry import EngineTelemetry, changes
+from prober.targets.telemetry import EngineTelemetry, window
 from prober.types import Canary, Finding, FindingKind, Record, Severity
 
 ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
@@ -76,17 +77,24 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
             rid = f"{run_id}ct{len(requests) + 1:03d}"
             stream = streaming == "stream" or (streaming == "both" and len(requests) % 2 == 1)
             requests.append(BurstRequest(rid, tenant, await mint(tenant, rid), stream=stream))
-    before = await telemetry.snapshot() if telemetry else None
-    answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
-                                                           max_tokens=settings.max_tokens, stream=r.stream))
-                                     for r in requests))
-    after = await telemetry.snapshot() if telemetry else None
-    engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
+    async with window(telemetry) as engine:
+        answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
+                                                               max_tokens=settings.max_tokens, stream=r.stream))
+                                         for r in requests))
     result = CrosstalkResult(requests=len(requests))
+    served = [(r, a) for r, a in zip(requests, answers, strict=True) if a.served]
+    if served:  # a failure the engine counted during the burst, named on its first served answer
+        first, answer = served[0]
+        step = Step(id=first.id, role="probe", tenant=first.tenant, length=PROMPT_TOKENS, stream=first.stream,
+                    expect_served=True, boundary="crosstalk")
+        failed = counted_failure(step, (answer.usage.prompt_tokens or 0) if answer.usage else 0, answer,
+                                 engine.failures(), len(requests) - len(served))
+        result.findings += [failed] if failed else []
     for request, answer in zip(requests, answers, strict=True):
-        found = await _judge(request, answer, scan, result)
-        result.findings += [replace(f, details={**f.details, "engine_telemetry": engine}) if engine else f
-                            for f in found]
+        result.findings += await _judge(request, answer, scan, result)
+    evidence = engine.evidence()
+    result.findings = [replace(f, details={**f.details, "engine_telemetry": evidence}) if evidence else f
+                       for f in result.findings]
     return result
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from secrets import token_hex
 
-from prober.campaign.checks import check_answer, phantom_cached
+from prober.campaign.checks import check_answer, counted_failure, phantom_cached
 from prober.campaign.crosstalk import CrosstalkResult, run_burst
 from prober.campaign.events import (
     BurstDone,
@@ -55,7 +55,7 @@ from prober.scrub import Scrubber
 from prober.targets.base import Prompt
 from prober.targets.credentials import Secret
 from prober.targets.result import Completion
-from prober.targets.telemetry import EngineTelemetry, changes
+from prober.targets.telemetry import EngineTelemetry, window
 from prober.targets.transport import Transport
 from prober.types import Finding, Record
 
@@ -196,19 +196,23 @@ class TargetRunner:
             probe = await self.planter.prompt(exchange.probe, self._instruction(exchange.probe), builder, plan,
                                               page=self._page, cue=cue, lead=cue)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
-        before = await self._telemetry.snapshot() if self._telemetry else None
-        if exchange.concurrent:
-            answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
-        else:
-            answers = [await self._send(step, built) for step, built in sends]
-        after = await self._telemetry.snapshot() if self._telemetry else None
-        engine = {n: c.to_json() for n, c in changes(before, after).items()} if before and after else None
+        async with window(self._telemetry) as engine:
+            if exchange.concurrent:
+                answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
+            else:
+                answers = [await self._send(step, built) for step, built in sends]
         # The observer's resend shows a shared cache only if the victim's first send was not itself claimed
         # from a cache that cannot have held it.
         shared = exchange.same_text and phantom_cached(answers[0], prime.fresh_from) is None
-        for (step, built), answer in zip(sends, answers, strict=True):
+        # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
+        named = 1 if answers[1].served else 0
+        unserved = sum(not answer.served for answer in answers)
+        for i, ((step, built), answer) in enumerate(zip(sends, answers, strict=True)):
             primed_by = exchange.victim if shared and step.role == "probe" else None
-            self._record(await self._check(step, exchange.id, built, answer, engine, primed_by), report, on_event)
+            failed = counted_failure(step, built.tokens, answer, engine.failures(), unserved) if i == named else None
+            result = await self._check(step, exchange.id, built, answer, engine.evidence(), primed_by,
+                                       [failed] if failed else [])
+            self._record(result, report, on_event)
 
     @staticmethod
     def _record(result: StepResult, report: TargetReport, on_event: Listener) -> None:
@@ -284,13 +288,14 @@ class TargetRunner:
         return findings
 
     async def _check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion,
-                     engine: dict[str, dict[str, float]] | None, primed_by: str | None = None) -> StepResult:
-        """The envelope and the text of one answer, its findings durable."""
+                     engine: dict[str, dict[str, float]] | None, primed_by: str | None = None,
+                     also: list[Finding] | None = None) -> StepResult:
+        """The envelope and the text of one answer (and `also`, what its window showed), its findings durable."""
         # Disaggregated: decode counts what prefill sent it as cached, so a never-sent prompt may be "cached".
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
         checked = check_answer(step, built.tokens, answer, primed_by=primed_by,
                                fresh_from=None if split else built.fresh_from)
-        findings = [salt_asserted(f, self.salted) for f in checked]
+        findings = [salt_asserted(f, self.salted) for f in checked] + (also or [])
         own = 0
         if answer.text:
             record = Record(step.id, step.tenant, answer.text, built.text)

@@ -25,7 +25,7 @@ import random
 import statistics
 import string
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prober.campaign.plan import pairs
 from prober.campaign.salts import salt_asserted
@@ -34,7 +34,7 @@ from prober.errors import PlanError
 from prober.prompts.counter import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
-from prober.targets.telemetry import EngineTelemetry, changes
+from prober.targets.telemetry import EngineTelemetry, window
 from prober.types import Finding, FindingKind, Severity
 
 TEST = "one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), Holm across pairs"
@@ -147,7 +147,14 @@ async def measure_pair(send: Send, victim: str, observer: str, *, words: int, se
     n = settings.samples
     texts = [random_text(words, rng) for _ in range(2 * n)]
     hit_texts = set(rng.sample(range(2 * n), n))  # which fresh prompts become would-be hits: drawn at random
-    before = await telemetry.snapshot() if telemetry else None
+    async with window(telemetry) as engine:
+        samples = await _sample(send, victim, observer, texts, hit_texts, rng)
+    return replace(samples, engine=engine.evidence())
+
+
+async def _sample(send: Send, victim: str, observer: str, texts: list[str], hit_texts: set[int],
+                  rng: random.Random) -> PairSamples:
+    n = len(hit_texts)
     warm: list[float] = []
     lost, tokens = 0, 0
     unwarmed: set[int] = set()
@@ -174,11 +181,8 @@ async def measure_pair(send: Send, victim: str, observer: str, *, words: int, se
             lost += 1
         else:
             (hits if i in hit_texts else misses).append(ttft)
-    after = await telemetry.snapshot() if telemetry else None
-    changed = changes(before, after) if before and after else None
     return PairSamples(victim, observer, tuple(hits), tuple(misses), tuple(warm),
-                       statistics.fmean(served) if served else None, lost, n + len(order), tokens,
-                       {name: c.to_json() for name, c in changed.items()} if changed else None)
+                       statistics.fmean(served) if served else None, lost, n + len(order), tokens)
 
 
 def _prompt(text: str) -> Prompt:

@@ -22,6 +22,9 @@ WHAT_TO_DO: dict[FindingKind, str] = {
                                    "decoded over whatever its pages held. Check the KV connector or hand-off that "
                                    "reported these tokens as received (the engine's external-hit counters are in "
                                    "the evidence), and route around it.",
+    FindingKind.COUNTED_FAILURE: "The engine aborted a request (or lost its KV transfer) while the client got HTTP "
+                                 "200: find where the abort is not passed on (the scheduler to the hand-off, the "
+                                 "hand-off to the answer), and treat the answers of that window as suspect.",
     FindingKind.CROSS_REQUEST_ECHO: "Answers were mixed between concurrent requests: check the engine's batching and "
                                     "the gateway's response routing before another tenant's answer is mixed in.",
     FindingKind.FOREIGN_CONTENT: "Read the masked excerpt: data that is not a canary (another tenant's real text), or "

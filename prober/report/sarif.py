@@ -22,6 +22,8 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
     FindingKind.CROSS_TENANT_CACHE_TIMING: ("LEAK004", "Another tenant's prompts answered sooner: prefix cache "
                                                        "shared (timing)", "6.0"),
     FindingKind.CROSS_REQUEST_ECHO: ("LEAK005", "Another concurrent request's canary in an answer", "9.0"),
+    FindingKind.COUNTED_FAILURE: ("API005", "The engine counted an abort or failed transfer during an HTTP-200 "
+                                           "answer", "6.5"),
     FindingKind.PHANTOM_CACHE_HIT: ("LEAK006", "Cached tokens reported for a prompt no one had sent: KV never "
                                                "computed", "8.5"),
 }

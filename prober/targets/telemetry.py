@@ -8,7 +8,8 @@ label is the point (vLLM's `finished_reason` and `source`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,17 +24,25 @@ EXPLAINING = frozenset({
     # SGLang (--enable-metrics)
     "sglang:num_aborted_requests_total", "sglang:token_usage", "sglang:num_running_reqs",
     "sglang:num_queue_reqs", "sglang:cache_hit_rate", "sglang:cached_tokens_total",
-    "sglang:num_retracted_reqs", "sglang:prompt_tokens_total",
+    "sglang:num_retracted_reqs", "sglang:prompt_tokens_total", "sglang:num_transfer_failed_reqs_total",
+    "sglang:num_bootstrap_failed_reqs_total",
     # vLLM
     "vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
     "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:num_requests_running",
     "vllm:num_requests_waiting", "vllm:request_success_total",
     # vLLM's KV connectors: blocks a connector says it received rather than computed
     "vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
-    "vllm:prompt_tokens_by_source_total",
+    "vllm:prompt_tokens_by_source_total", "vllm:nixl_num_failed_transfers_total",
     # llama.cpp (--metrics)
     "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens", "llamacpp:requests_processing",
     "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",
+})
+# Counters that rise when the engine gave up on a request or its KV transfer: one that rose while every answer in
+# the window came back served says the engine failed a request that its client was told succeeded.
+FAILURES = frozenset({
+    "sglang:num_aborted_requests_total", "sglang:num_transfer_failed_reqs_total",
+    "sglang:num_bootstrap_failed_reqs_total", 'vllm:request_success_total{finished_reason="abort"}',
+    "vllm:nixl_num_failed_transfers_total",
 })
 KEPT_LABELS = frozenset({"finished_reason", "source"})
 PREFIXES = ("sglang:", "vllm:", "llamacpp:")
@@ -71,6 +80,31 @@ class Change:
 
 def changes(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Change]:
     return {name: Change(before[name], after[name]) for name in sorted(before.keys() & after.keys())}
+
+
+@dataclass
+class Window:
+    """What the engine counted while some requests ran: filled in when the window closes (empty where the engine
+    exposes nothing)."""
+
+    changed: dict[str, Change] | None = None
+
+    def evidence(self) -> dict[str, dict[str, float]] | None:
+        return {name: change.to_json() for name, change in self.changed.items()} if self.changed else None
+
+    def failures(self) -> dict[str, float]:
+        """The failure counters that rose, by how much."""
+        return {name: c.delta for name, c in (self.changed or {}).items() if name in FAILURES and c.delta > 0}
+
+
+@asynccontextmanager
+async def window(telemetry: EngineTelemetry | None) -> AsyncIterator[Window]:
+    """The engine's counters read right before and right after the block: every probe's evidence comes from here."""
+    opened = Window()
+    before = await telemetry.snapshot() if telemetry else None
+    yield opened
+    after = await telemetry.snapshot() if telemetry and before else None
+    opened.changed = changes(before, after) if before and after else None
 
 
 class EngineTelemetry:

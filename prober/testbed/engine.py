@@ -100,6 +100,7 @@ class EngineStats:
     """What the engine counts about itself, exported under SGLang's metric names (see server.py)."""
 
     aborted: int = 0  # scheduler aborts (gate 2), whether or not the abort reached every stage
+    transfer_failed: int = 0  # hand-offs that delivered fewer pages than decode reserved, answered or not
     running: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -256,6 +257,8 @@ class Engine:
             prefill.free(prefill_pages, req.request_id)
         try:
             expected = decode.pages_for(n)
+            if sent != expected:
+                self._count(transfer_failed=1)
             if sent != expected and not self.config.faults.decode_skips_page_check:
                 raise EngineError(
                     500,

@@ -51,9 +51,9 @@ class HTTPProblem(Exception):
 
 
 class _PoolCollector(Collector):
-    """The engine's own pools, plus SGLang's names for what `--enable-metrics` exports (aborts, KV usage,
-    running requests, prompt and cached tokens), so a prober's engine telemetry reads them as it would
-    read SGLang."""
+    """The engine's own pools, plus SGLang's names for what `--enable-metrics` exports (aborts, failed
+    transfers, KV usage, running requests, prompt and cached tokens), so a prober's engine telemetry reads them
+    as it would read SGLang."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -68,6 +68,8 @@ class _PoolCollector(Collector):
         for family, value in (
             (CounterMetricFamily("sglang:num_aborted_requests", "Requests aborted by the scheduler.",
                                  labels=["model_name"]), stats.aborted),
+            (CounterMetricFamily("sglang:num_transfer_failed_reqs", "Prefill-to-decode transfers that failed.",
+                                 labels=["model_name"]), stats.transfer_failed),
             (CounterMetricFamily("sglang:prompt_tokens", "Prompt tokens received.", labels=["model_name"]),
              stats.prompt_tokens),
             (CounterMetricFamily("sglang:cached_tokens", "Prompt tokens served from the prefix cache.",
