@@ -61,7 +61,8 @@ class AuditProgress:
                 self._line(f"plan {plan.target}: {len(plan.boundaries)} boundaries, {len(plan.exchanges)} "
                            f"exchanges, {plan.tokens:,} tokens")
                 if self._bar is not None:
-                    self._task = self._bar.add_task(f"auditing {plan.target}", total=2 * len(plan.exchanges))
+                    self._task = self._bar.add_task(f"auditing {plan.target}",
+                                                    total=sum(len(e.steps) for e in plan.exchanges))
             case StepDone(result=result):
                 s = result.step
                 if self._bar is not None and self._task is not None:

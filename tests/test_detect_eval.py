@@ -64,23 +64,30 @@ OWN_FACTS = ("Reportedly, appointment with Selsia Quistbrook is set for chamber 
              "archive. As noted, the delivery for Kaikenix Tullholl is reserved on barge BS-168 to Quenlyford.")
 
 
-def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]]) -> Scanner:
+def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]], own: str = "") -> Scanner:
+    """The victim's fact in the ledger, and (`own`) the observer's fact the answer quotes, whose values it shares."""
     canary = Canary(id="cn_victim", tenant="tenant-b", kind=CanaryKind.FACT, text=fact[0], pack="en",
                     slots=fact[1], created_at=0, expires_at=2**40)
-    return Scanner([canary], embedder=embedder, foreign=False)
+    observer = [Canary(id="cn_own", tenant="tenant-a", kind=CanaryKind.FACT, text=own, pack="en",
+                       slots=tuple(v for v in fact[1] if v in own), created_at=0, expires_at=2**40)] if own else []
+    return Scanner([canary, *observer], embedder=embedder, foreign=False)
 
 
-@pytest.mark.parametrize(("fact", "answer"), [
-    (KAIKEN, OWN_FACTS),
-    (WENDRU, "It is recorded that the meeting with Mormar Brackwyn is set for room 7729-604 of the Enlystead "
-             "archive."),
+MORMAR = "It is recorded that the meeting with Mormar Brackwyn is set for room 7729-604 of the Enlystead archive."
+
+
+@pytest.mark.parametrize(("fact", "answer", "own"), [
+    (KAIKEN, OWN_FACTS, OWN_FACTS),
+    (WENDRU, MORMAR, MORMAR),
     # the victim's name and place, each in its own unrelated sentence far apart
     (KAIKEN, f"Kaiken Thornridge opened the shop. {'The farmer carries the gate past the mill. ' * 12}"
-             "A letter reached Banellthorpe asking for the ledger."),
+             "A letter reached Banellthorpe asking for the ledger.", ""),
 ])
 def test_shared_values_out_of_place_are_not_the_fact(embedder: Embedder, fact: tuple[str, tuple[str, ...]],
-                                                       answer: str) -> None:
-    findings = _victim(embedder, fact).scan(Record("r", "tenant-a", answer)).findings
+                                                       answer: str, own: str) -> None:
+    """The observer quotes its own fact, which shares a place with the victim's (both in the ledger, as in the
+    runs these come from): the place attributes nothing."""
+    findings = _victim(embedder, fact, own).scan(Record("r", "tenant-a", answer)).findings
     # Not the fact: at most the victim's name in full where it stands alone, reported as that (a fragment).
     assert [(f.detector, answer[f.start : f.end]) for f in findings] == (
         [("fragment", fact[1][0])] if answer.startswith(fact[1][0]) else [])

@@ -97,6 +97,26 @@ def test_one_full_name_of_a_fact_is_a_high_finding(minted: dict[str, list[Canary
     assert scan.scan(Record("r", "tenant-b", f"{given} said hello to {name}ix.")).findings == []
 
 
+def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
+    """Real models retell a fact with its place alone ("...in Brackenfold"): a made-up word name of another
+    tenant's fact, long enough to be rare, is attributed at warning; a short one, the observer's own, one in the
+    answer's prompt, or one two tenants' facts share is not."""
+    def fact(cid: str, tenant: str, place: str, pet: str) -> Canary:
+        return Canary(id=cid, tenant=tenant, kind=CanaryKind.FACT, slots=(place, pet), expires_at=2**40,
+                      text=f"The shipment is booked on barge KX-417 to {place}, with a lynx called {pet} aboard.")
+    victim, own = fact("cn_v", "tenant-a", "Brackenfold", "Quilbra"), fact("cn_o", "tenant-b", "Ashvenwick", "Kenthal")
+    scan = Scanner([victim, own], key=KEY, foreign=False)
+    for answer in ("The report says she was born in Brackenfold.", "The Brackenfold archive is closed."):
+        findings = scan.scan(Record("r", "tenant-b", answer)).findings
+        assert [(f.kind, f.severity, f.victim_tenant, f.canary_id) for f in findings] == [
+            (FindingKind.CROSS_TENANT_ECHO, Severity.WARNING, "tenant-a", "cn_v")], answer
+    quiet = ["Her pet Quilbra is fine.", "Born in Ashvenwick.", "Brackenfolds everywhere.", "Old Brackenfold Hall."]
+    assert all(scan.scan(Record("r", "tenant-b", answer)).findings == [] for answer in quiet)
+    assert scan.scan(Record("r", "tenant-b", "in Brackenfold", prompt="Brackenfold is far.")).findings == []
+    shared = Scanner([victim, fact("cn_c", "tenant-c", "Brackenfold", "Dru")], key=KEY, foreign=False)
+    assert shared.scan(Record("r", "tenant-b", "She was born in Brackenfold.")).findings == []
+
+
 def test_a_korean_name_and_its_romanization_count_alike(minted: dict[str, list[Canary]]) -> None:
     fact = minted["victim_ko"][0]
     spelled = dict(fact.aliases)

@@ -26,6 +26,7 @@ SHORT_PRIME = 96  # a short prime where no page size says otherwise: room for on
 ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
 STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line past the last whole block
 STALE_TAIL = 16
+REPEAT = "repeat"  # the label of an A, X, A exchange's steps
 SENTINEL = "sentinel"
 SENTINEL_CACHE = "sentinel-cache"
 
@@ -39,11 +40,12 @@ class Boundary:
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One request: a priming prompt (victim's canaries in every page), a probe (asks to quote), or a control
-    (a tenant's own canaries, to see whether they come back: prober/campaign/shapes.py)."""
+    """One request: a priming prompt (victim's canaries in every page), a probe (asks to quote), the observer's
+    first send of a probe it repeats (a lead), or a control (a tenant's own canaries, to see whether they come
+    back: prober/campaign/shapes.py)."""
 
     id: str
-    role: Literal["prime", "probe", "control"]
+    role: Literal["prime", "probe", "lead", "control"]
     tenant: str
     length: int
     stream: bool
@@ -55,7 +57,8 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class Exchange:
-    """Prime as the victim, then probe as the observer (or both at once when `concurrent`)."""
+    """Prime as the victim, then probe as the observer (or both at once when `concurrent`); with a `lead`, the
+    observer sends its probe once before the prime and again after it (A, X, A)."""
 
     id: str
     victim: str
@@ -64,10 +67,16 @@ class Exchange:
     probe: Step
     concurrent: bool = False
     same_text: bool = False  # the observer resends the victim's (canary-free) prompt: prefix-cache isolation
+    lead: Step | None = None
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """In the order they are sent."""
+        return (self.lead, self.prime, self.probe) if self.lead else (self.prime, self.probe)
 
     @property
     def tokens(self) -> int:
-        return self.prime.length + self.probe.length
+        return sum(step.length for step in self.steps)
 
 
 @dataclass
@@ -85,11 +94,15 @@ class Plan:
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
             same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
-            prime_label: str = "prime") -> None:
-        """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer`."""
+            prime_label: str = "prime", repeat: bool = False) -> None:
+        """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
+        observer sends the probe's prompt before the prime too)."""
         eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
+        lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
+                    expect_served=boundary.expect_served, boundary=boundary.label,
+                    max_tokens=min(room(boundary.length), PRIME_ANSWER_TOKENS), ask=ask) if repeat else None
         self.exchanges.append(Exchange(
-            id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text,
+            id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text, lead=lead,
             prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
                        expect_served=True, boundary=prime_label,
                        max_tokens=room(prime_length) if concurrent else min(room(prime_length), PRIME_ANSWER_TOKENS)),
@@ -102,7 +115,7 @@ class Plan:
                 "boundaries": [{"label": b.label, "length": b.length, "expect": _expect(b.expect_served)}
                                for b in self.boundaries],
                 "exchanges": [{"id": e.id, "victim": e.victim, "observer": e.observer, "concurrent": e.concurrent,
-                               "same_text": e.same_text,
+                               "same_text": e.same_text, "repeat": e.lead is not None,
                                "prime_tokens": e.prime.length, "probe_tokens": e.probe.length,
                                "boundary": e.probe.boundary, "stream": e.probe.stream, "ask": e.probe.ask,
                                "expect": _expect(e.probe.expect_served)} for e in self.exchanges],
@@ -168,7 +181,8 @@ def pairs(tenants: list[str]) -> list[tuple[str, str]]:
 def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
               concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
               fact_share: float = 0.0) -> Plan:
-    """First the prefix-cache check (the observer resends the victim's canary-free prompt); then every
+    """First the prefix-cache check (the observer resends the victim's canary-free prompt) and the repeat check
+    (the observer's prompt, the victim's, the observer's again); then every
     boundary in every direction, alternating plain and streaming when both are asked for; then, above the
     acceptance limit, a prime of one page (`one_page`) before the probe, and the prime and the probe at the
     same time; and, where several slots are known, two prompts at 60% of the context at once (the shared-pool
@@ -185,14 +199,20 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
     directions = pairs(tenants)
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
-            same_text: bool = False, first: int = prime, prime_label: str = "prime") -> None:
-        ask = "quote" if same_text else ASKS[len(plan.exchanges) % len(ASKS)]
+            same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False) -> None:
+        ask = "quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)]
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
-                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label)
+                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
+                 repeat=repeat)
 
     cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
     for victim, observer in directions:
         add(victim, observer, cache, False, False, same_text=True)
+    # A, X, A: the observer's prompt, another tenant's of the same length, the observer's again (vLLM #50630,
+    # llama.cpp #28056: the repeat carried the intervening request's content).
+    repeat = Boundary(REPEAT, cache.length, True)
+    for victim, observer in directions:
+        add(victim, observer, repeat, False, False, first=repeat.length, repeat=True)
 
     for _ in range(rounds):
         for i, boundary in enumerate(plan.boundaries):

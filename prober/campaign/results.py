@@ -152,7 +152,7 @@ class TargetReport:
     def coverage(self) -> Coverage:
         """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does."""
         steps = [s for s in self.steps if s.step.role != "control"]
-        planned = 2 * len(self.plan.exchanges) if self.plan else len(steps)
+        planned = sum(len(e.steps) for e in self.plan.exchanges) if self.plan else len(steps)
         return Coverage(planned, len(steps), Counter(s.outcome for s in steps if not s.observed))
 
 

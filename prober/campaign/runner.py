@@ -130,8 +130,8 @@ class TargetRunner:
             raise PlanError("survey the target before choosing a probe shape")
         limit = acceptance_limit(self.surveyed.capacity)
         length = min(CONTROL_TOKENS, limit - 1) if limit else CONTROL_TOKENS
-        answer_tokens = min(CONTROL_ANSWER_TOKENS, max((s.max_tokens for e in plan.exchanges
-                                                        for s in (e.prime, e.probe)), default=CONTROL_ANSWER_TOKENS))
+        answer_tokens = min(CONTROL_ANSWER_TOKENS, max((s.max_tokens for e in plan.exchanges for s in e.steps),
+                                                       default=CONTROL_ANSWER_TOKENS))
         controls = replace(plan, fact_share=0.0)  # token canaries: the question is only whether codes come back
 
         async def trial(shape: Shape, tenant: str) -> StepResult:
@@ -196,6 +196,8 @@ class TargetRunner:
             probe = await self.planter.prompt(exchange.probe, self._instruction(exchange.probe), builder, plan,
                                               page=self._page, cue=cue, lead=cue)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
+        if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
+            sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
         async with window(self._telemetry) as engine:
             if exchange.concurrent:
                 answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
@@ -205,7 +207,7 @@ class TargetRunner:
         # from a cache that cannot have held it.
         shared = exchange.same_text and phantom_cached(answers[0], prime.fresh_from) is None
         # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
-        named = 1 if answers[1].served else 0
+        named = len(answers) - 1 if answers[-1].served else len(answers) - 2
         unserved = sum(not answer.served for answer in answers)
         for i, ((step, built), answer) in enumerate(zip(sends, answers, strict=True)):
             primed_by = exchange.victim if shared and step.role == "probe" else None
@@ -408,7 +410,7 @@ def plan_deadline(plan: Plan) -> float:
     """How long a target's plan may take when no deadline is given: generous for a slow engine (prompt
     tokens at PREFILL_FLOOR a second, each request's completion at DECODE_FLOOR a second), finite for a
     stalling one."""
-    steps = [step for exchange in plan.exchanges for step in (exchange.prime, exchange.probe)]
+    steps = [step for exchange in plan.exchanges for step in exchange.steps]
     return (DEADLINE_BASE_S + plan.tokens / PREFILL_FLOOR
             + sum(step.max_tokens for step in steps) / DECODE_FLOOR)
 

@@ -37,7 +37,7 @@ class RunEvidence:
             case StepDone(result=result):
                 self._steps += 1
                 exchange = self._exchanges.get(result.exchange)
-                if result.observed and exchange is not None:
+                if result.observed and exchange is not None and result.step.role in ("prime", "probe"):
                     step = result.step
                     other = exchange.victim if step.role == "probe" else exchange.observer
                     self._observations.add(Observation(step.boundary, step.tenant, other))

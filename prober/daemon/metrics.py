@@ -173,7 +173,7 @@ class Metrics:
         def on_event(event: Event) -> None:
             match event:
                 case PlanReady(plan=plan):
-                    for boundary in {step.boundary for e in plan.exchanges for step in (e.prime, e.probe)}:
+                    for boundary in {step.boundary for e in plan.exchanges for step in e.steps}:
                         for outcome in ("served", "refused"):
                             self.probes.labels(target, job, boundary, outcome)
                 case StepDone(result=result):

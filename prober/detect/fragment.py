@@ -15,8 +15,10 @@ A token body is four 8-character groups: tag, two random groups (80 bits), MAC. 
   probability P x 2**-40, and only at the few places an answer writes a token;
 * **a full name of a fact** (high): a person's name of another tenant's fact, as whole words, in either order
   (or a Korean name, or its romanization) -- never one that the answer's own prompt holds, that one of the
-  observer's facts has, or that facts of two tenants share.  Places, numbers and amounts recur or are
-  mistyped; a name from a pack's made-up syllables is as rare as a number and survives retelling.
+  observer's facts has, or that facts of two tenants share.  Numbers and amounts are mistyped; a name from a
+  pack's made-up syllables is as rare as a number and survives retelling;
+* **a made-up word name of a fact** (warning): a place or pet name of one word, long enough to be rare
+  (`values.MIN_WORD_NAME`), under the same rules: real models retell a fact with its place alone.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ SLACK = 2  # compact characters a model may add or drop between two groups it co
 _TAG = 0
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)[\s-]+$")
 _WORD_AFTER = re.compile(r"[\s-]+([A-Za-z]+)")
-_TITLES = frozenset("mr mrs ms miss dr prof sir madam mister".split())
+# Capitalised words that never make a name longer: titles, and words that open a sentence before one.
+_NOT_NAME_PARTS = frozenset("mr mrs ms miss dr prof sir madam mister the a an in at of to from for by on near and "
+                            "with".split())
 _NEXT_GROUP = re.compile(r"[-\u2010-\u2013][0-9A-Za-z]{4}")
 
 
@@ -123,7 +127,10 @@ class FragmentDetector(Detector):
                     continue  # the answer's own prompt holds it: the model read it there
                 start, stop = original_span(record.text, value.start, value.end)
                 if whole_word(record.text, start, stop) and not _in_longer_name(record.text, start, stop):
-                    hits[index] = Hit(self.name, 0.5, start, stop, canary=canary, details={"fragment": "fact_name"})
+                    word = (index, value.slot) in self.values.word_names
+                    hits[index] = Hit(self.name, 0.4 if word else 0.5, start, stop, canary=canary,
+                                      severity=Severity.WARNING if word else None,
+                                      details={"fragment": "fact_word_name" if word else "fact_name"})
         return list(hits.values())
 
     def _compact_prompt(self, prompt: str | None) -> str:
@@ -161,11 +168,11 @@ def _written_as_token(text: str, compacted: str, position: int) -> bool:
 
 
 def _in_longer_name(text: str, start: int, stop: int) -> bool:
-    """Whether a Latin name sits in a longer one: a capitalised word (not a title) right before or after it
-    ("Hah Kook" in "Ohn Hah Kook" is someone else)."""
+    """Whether a Latin name sits in a longer one: a capitalised word (not a title, not "The" opening a sentence)
+    right before or after it ("Hah Kook" in "Ohn Hah Kook" is someone else)."""
     before = _WORD_BEFORE.search(text, 0, start)
     after = _WORD_AFTER.match(text, stop)
-    return any(m is not None and m.group(1)[0].isupper() and m.group(1).lower() not in _TITLES
+    return any(m is not None and m.group(1)[0].isupper() and m.group(1).lower() not in _NOT_NAME_PARTS
                for m in (before, after))
 
 

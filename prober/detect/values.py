@@ -27,6 +27,9 @@ from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet
 
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
+# A one-word made-up name (a place, a pet) this long or longer is as rare as a person's name: "Brackenfold" is one
+# of 4,000 places a pack can make, a pet of three syllables one of 27,000; two syllables ("Morwen") are too few.
+MIN_WORD_NAME = 8
 MIN_KEY = 3  # a romanization key shorter than this matches too much to look for
 AROUND = 2  # words before or after a given name where its family name may be
 _WORD = re.compile(r"[A-Za-z]+")
@@ -41,7 +44,7 @@ class ValueHit(NamedTuple):
     start: int
     end: int
     strong: bool  # a number, a name in full, a Korean value: rare enough to attribute on
-    name: bool = False  # a person's name in full
+    name: bool = False  # a name: a person's in full, or a made-up word (`SlotValues.word_names`)
     near: bool = False  # written with an edit or two, next to values found as they are (semantic.py)
 
 
@@ -56,6 +59,11 @@ def is_name(value: str, alias: str = "") -> bool:
         return len(alias.split()) == 2
     words = value.split()
     return len(words) == 2 and all(w.isalpha() for w in words)
+
+
+def is_word_name(value: str) -> bool:
+    """A made-up one-word name (a place, a pet): capitalised letters, long enough to be rare."""
+    return value.isascii() and value.isalpha() and value[:1].isupper() and len(compact(value)) >= MIN_WORD_NAME
 
 
 def family_length(value: str, alias: str) -> int:
@@ -81,14 +89,17 @@ class SlotValues:
         self.canaries = canaries
         self._automaton = ahocorasick.Automaton()
         self._latin = ahocorasick.Automaton()
-        self.names: set[tuple[int, int]] = set()  # (fact, slot) of every person's name
+        self.names: set[tuple[int, int]] = set()  # (fact, slot) of every name: a person's, a made-up word's
+        self.word_names: set[tuple[int, int]] = set()  # of those, the one-word names
         for index in canaries.facts():
             canary = canaries.canaries[index]
             spelled = dict(canary.aliases)
             for slot, value in enumerate(canary.slots):
                 alias = spelled.get(slot, "")
-                if is_name(value, alias):
+                if is_name(value, alias) or is_word_name(value):
                     self.names.add((index, slot))
+                if is_word_name(value):
+                    self.word_names.add((index, slot))
                 self._add_value(index, slot, value)
                 if alias:
                     self._add_value(index, slot, alias)

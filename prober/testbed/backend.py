@@ -67,8 +67,9 @@ class QuotingPages:
     def __init__(self, regions: int) -> None:
         self.model = QuotingModel(regions)
 
-    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
-        pool.write(pages, ids)
+    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
+                start: int = 0) -> int | None:
+        pool.write(pages, ids[start:], start=start)
         return None
 
     def transfer(self, source: PagePool, source_pages: list[int], target: PagePool, target_pages: list[int],

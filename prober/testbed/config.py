@@ -51,8 +51,18 @@ class Faults(BaseModel):
     """An aborted request is reported as a completion: HTTP 200, usage.prompt_tokens = 1 and
     finish_reason "length", instead of as an error."""
     shared_prefix_cache: bool = False
-    """The prefix cache is keyed by content only, so tenants hit each other's cached prefixes
-    (reported in usage.prompt_tokens_details.cached_tokens, and answered faster)."""
+    """The prefix cache is keyed by content (and the request's `cache_salt`, as vLLM's) instead of by tenant, so
+    unsalted tenants hit each other's cached prefixes (reported in usage.prompt_tokens_details.cached_tokens, and
+    answered faster)."""
+    cache_hit_reads_stale_pages: bool = False
+    """A prefix-cache hit skips computing the cached part, but the cache never kept its pages: they went to the
+    requests in between, so decode reads the intervening request's KV where this prompt's should be (vLLM #50630:
+    an identical request after one with another prefix; llama.cpp #28056: P1, X, P2 = P1 carries X)."""
+    storage_tier_ignores_salt: bool = False
+    """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
+    by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or
+    no salt (SGLang's HiCache L3 without the namespace, #26747; the SGLang-to-LMCache path that drops
+    `cache_salt`, #37160)."""
 
 
 class PageReuse(StrEnum):

@@ -54,21 +54,29 @@ class GenerationResult:
 
 
 class PrefixCache:
-    """Which page-aligned prompt prefixes were seen, keyed per tenant unless the fault shares them.
+    """Which page-aligned prompt prefixes were seen, keyed by tenant and cache salt; by salt alone where the fault
+    shares it (vLLM's rule: equal salts, or none, share); by content alone for the storage tier.
 
     It records hashes only (no pages are pinned), enough to report cached_tokens and to skip the
     simulated prefill cost of a hit.
     """
 
-    def __init__(self, page_size: int, capacity: int, shared: bool) -> None:
+    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False) -> None:
         self.page_size = page_size
         self.capacity = capacity
         self.shared = shared
+        self.content_only = content_only
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _chain(self, tenant: str, ids: TokenIds) -> list[bytes]:
-        digest = hashlib.blake2b(b"" if self.shared else tenant.encode(), digest_size=16)
+    def _namespace(self, tenant: str, salt: str | None) -> bytes:
+        if self.content_only:
+            return b""
+        salted = b"\0" + salt.encode() if salt is not None else b""
+        return salted if self.shared else tenant.encode() + salted
+
+    def _chain(self, tenant: str, salt: str | None, ids: TokenIds) -> list[bytes]:
+        digest = hashlib.blake2b(self._namespace(tenant, salt), digest_size=16)
         full = len(ids) // self.page_size
         keys = []
         for page in np.split(ids[: full * self.page_size], full) if full else []:
@@ -76,11 +84,11 @@ class PrefixCache:
             keys.append(digest.copy().digest())
         return keys
 
-    def lookup_and_insert(self, tenant: str, ids: TokenIds) -> int:
+    def lookup_and_insert(self, tenant: str, salt: str | None, ids: TokenIds) -> int:
         """Cached prefix length in tokens (never the whole prompt), then remember this prompt."""
         if self.capacity == 0:
             return 0
-        keys = self._chain(tenant, ids)
+        keys = self._chain(tenant, salt, ids)
         with self._lock:
             hits = 0
             for key in keys:
@@ -121,6 +129,8 @@ class Engine:
         self.prefix_cache = PrefixCache(
             config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
         )
+        self.storage_tier = (PrefixCache(config.page_size, config.prefix_cache_entries, False, content_only=True)
+                             if config.faults.storage_tier_ignores_salt else None)
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
 
@@ -199,19 +209,22 @@ class Engine:
                     return GenerationResult("", 1, 0, 0, "length")
                 raise EngineError(400, self._abort_message(n), "BadRequestError", in_scheduler=True)
             written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
-            cached = 0
+            cached = skipped = 0
         else:
             written = req.prompt_ids
             # A real model prefills every token (the cache is counted, its pages are not reused).
-            cached = self.prefix_cache.lookup_and_insert(req.tenant, written)
+            cached = self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written)
+            if self.storage_tier is not None:  # consulted by every request, whoever wrote the prefix
+                cached = max(cached, self.storage_tier.lookup_and_insert(req.tenant, req.cache_salt, written))
             self._count(cached_tokens=cached)
+            skipped = cached if cfg.faults.cache_hit_reads_stale_pages else 0  # computed by nobody
             if model.simulates_prefill:
                 self._simulate_prefill(len(written) - cached)
 
         if self.decode_pool is None:
-            result = self._serve_monolithic(model, req, written, n)
+            result = self._serve_monolithic(model, req, written, n, skipped)
         else:
-            result = self._serve_disaggregated(model, req, written, n)
+            result = self._serve_disaggregated(model, req, written, n, skipped)
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
         return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
@@ -229,23 +242,23 @@ class Engine:
                               in_scheduler=True) from None
 
     def _serve_monolithic(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
-                          n: int) -> GenerationResult:
+                          n: int, skipped: int) -> GenerationResult:
         pool = self.prefill_pool
         pages = self._allocate(pool, pool.pages_for(n + req.max_tokens), req.request_id)
         try:
-            first = model.prefill(pool, pages, written, req)
+            first = model.prefill(pool, pages, written, req, skipped)
             return self._decode(model, pool, pages, req, n, first)
         finally:
             pool.free(pages, req.request_id)
 
     def _serve_disaggregated(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
-                             n: int) -> GenerationResult:
+                             n: int, skipped: int) -> GenerationResult:
         prefill, decode = self.prefill_pool, self.decode_pool
         assert decode is not None
         sent = prefill.pages_for(len(written))
         prefill_pages = self._allocate(prefill, sent, req.request_id)
         try:
-            first = model.prefill(prefill, prefill_pages, written, req)
+            first = model.prefill(prefill, prefill_pages, written, req, skipped)
             # Hand-off: decode reserves room for the length it was told about, plus the output.
             reserved = self._allocate(decode, decode.pages_for(n + req.max_tokens), req.request_id)
             try:

@@ -31,15 +31,17 @@ class GenerationRequest:
     style: QuoteStyle
     max_tokens: int
     sampling: Sampling = Sampling(0.0, 1.0, 0)
+    cache_salt: str | None = None
 
 
 class PagedModel(Protocol):
     simulates_prefill: bool
     """True when prefill costs no real time, so the engine sleeps `prefill_ms_per_1k_tokens` for it."""
 
-    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
-        """Write the entries of `ids` at positions 0.. of the page table; the first answer token, if the model
-        draws it at prefill (a real one does, from the last prompt position)."""
+    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
+                start: int = 0) -> int | None:
+        """Write the entries of `ids` from position `start` on (what lies before it is taken as written); the first
+        answer token, if the model draws it at prefill (a real one does, from the last prompt position)."""
 
     def transfer(self, source: PagePool, source_pages: list[int], target: PagePool, target_pages: list[int],
                  num_tokens: int) -> None:

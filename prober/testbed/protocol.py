@@ -39,6 +39,7 @@ class _Generation(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     quote_style: QuoteStyle | None = None  # testbed extension: how the model renders quotes
+    cache_salt: str | None = Field(None, max_length=256)  # vLLM's: only requests with equal salts share the cache
     # Honoured by a real model (the quoting model is deterministic): null temperature = the engine's default.
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)

@@ -117,12 +117,13 @@ class GemmaPages:
         with self._lock:
             return self.model.forward(torch.as_tensor(list(ids), dtype=torch.long), kv)
 
-    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest) -> int | None:
-        pool.write(pages, ids)
-        kv = RequestKV(self.store(pool), pages, 0)
+    def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
+                start: int = 0) -> int | None:
+        pool.write(pages, ids[start:], start=start)
+        kv = RequestKV(self.store(pool), pages, start)
         logits = None
-        for start in range(0, len(ids), PREFILL_CHUNK):
-            logits = self._step(ids[start : start + PREFILL_CHUNK].tolist(), kv)
+        for chunk in range(start, len(ids), PREFILL_CHUNK):
+            logits = self._step(ids[chunk : chunk + PREFILL_CHUNK].tolist(), kv)
         assert logits is not None, "the engine never prefills an empty prompt"
         return sample(logits, req.sampling, 0)
 

@@ -1,0 +1,30 @@
+"""mkdocs hook: the engine-bug table, rendered from prober/testbed/bugs.py at build time.
+
+A page asks for it with `<!-- bugs -->` on a line of its own and gets one row per public bug: what went wrong,
+the reference engine's faults that reproduce it, the probe that catches it and the finding it reports.  The
+same rows drive tests/test_engine_bugs.py, so a documented row is a tested one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prober.testbed.bugs import BUGS
+
+MARKER = re.compile(r"^<!-- bugs -->$", re.M)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    return MARKER.sub(lambda _: table(), markdown)
+
+
+def table() -> str:
+    rows = ["| public bug | what went wrong | reference-engine fault | the probe that catches it | finding |",
+            "| --- | --- | --- | --- | --- |"]
+    for bug in BUGS:
+        faults = ", ".join(f"`{name}`" for name, on in bug.faults.items() if on)
+        needs = "".join(f" (with `{key}: {value}`)" for key, value in bug.audit.items())
+        lm = "; also with a real model" if bug.real_lm else ""
+        rows.append(f"| {bug.public} | {bug.what} | {faults} | {bug.probe}{needs} | `{bug.kind.value}`{lm} |")
+    return "\n".join(rows)

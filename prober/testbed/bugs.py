@@ -1,0 +1,49 @@
+"""How serving engines have leaked one request's state into another, as the reference engine reproduces each: the
+public bug, the fault that models it, the probe of leakprobe's plan that catches it, and what it reports.
+
+One table, read by the docs (docs/hooks/bugs.py renders it into docs/testbed.md) and by the tests
+(tests/test_engine_bugs.py runs every row against its fault and against the fault-free engine), so a row
+cannot be documented without being tested.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prober.types import FindingKind
+
+
+@dataclass(frozen=True)
+class EngineBug:
+    public: str  # the engines' own trackers: repository and issue or PR numbers
+    what: str  # what went wrong, in one line
+    faults: dict[str, bool]  # the reference engine's `faults:` that reproduce it
+    probe: str  # the part of leakprobe's plan that catches it
+    kind: FindingKind
+    audit: dict[str, Any] = field(default_factory=dict)  # what the audit needs beyond its defaults
+    real_lm: bool = False  # the real-LM mode shows it too (tests/test_testbed_reallm.py)
+
+
+BUGS = (
+    EngineBug("SGLang #30233, #38704, #38935", "an over-long prompt aborted into a 1-token placeholder that the "
+              "prefill-to-decode hand-off forwards; decode attends over pages it never received (the incident)",
+              {"abort_flag_unsynced": True, "decode_skips_page_check": True},
+              "boundary probes just over the KV pool, primed by a canary-dense prompt", FindingKind.CROSS_TENANT_ECHO,
+              real_lm=True),
+    EngineBug("SGLang #33507, #35421", "an aborted request answered HTTP 200 with `finish_reason: length` (or "
+              "garbage) instead of an error", {"usage_reports_placeholder": True},
+              "boundary probes over the pool, with the engine's counters read around each",
+              FindingKind.COUNTED_FAILURE),
+    EngineBug("vLLM #16016, CVE-2025-46570", "one prefix cache for every tenant: another tenant's prompt is served "
+              "from cache, and answers sooner", {"shared_prefix_cache": True},
+              "the prefix-cache check: the observer resends the victim's prompt", FindingKind.CROSS_TENANT_CACHE_HIT),
+    EngineBug("SGLang #26747 → #37058 → #38577, #37160; LMCache #4825", "a storage tier keyed without the tenant's "
+              "namespace or cache salt: tenant B reads tenant A's pages back", {"storage_tier_ignores_salt": True},
+              "the prefix-cache check with a cache salt per tenant", FindingKind.CROSS_TENANT_CACHE_HIT,
+              audit={"cache_salt": "per-tenant"}),
+    EngineBug("vLLM #50630, llama.cpp #28056", "an identical request after one with another prefix carries the "
+              "intervening request's content (A, X, A)", {"cache_hit_reads_stale_pages": True},
+              "the repeat check: the observer's prompt, the victim's, the observer's again",
+              FindingKind.CROSS_TENANT_ECHO),
+)
