@@ -23,13 +23,17 @@ def test_incident_boundaries_and_expectations() -> None:
     assert got == [("max_req_input_len-1", 681_273, True), ("max_req_input_len", 681_274, False),
                    ("pool", 681_280, False), ("pool+1", 681_281, False), ("pool+page", 681_344, False),
                    ("advertised-1", 1_048_575, False), ("advertised", 1_048_576, False)]
-    probes = [e for e in plan.exchanges if not e.same_text and not e.concurrent and e.prime.boundary == "prime"]
+    probes = [e for e in plan.exchanges if not e.same_text and not e.concurrent and e.prime.boundary == "prime"
+              and e.lead is None]
     assert {(e.victim, e.observer) for e in probes} == {("a", "b"), ("b", "a")}
     assert {e.probe.stream for e in probes} == {True, False}
     assert all(e.prime.length == 681_273 and e.prime.expect_served for e in probes)
     assert all(e.probe.length + e.probe.max_tokens <= 1_048_576 or e.probe.max_tokens == 1 for e in plan.exchanges)
     cache = [e for e in plan.exchanges if e.same_text]
     assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
+    repeats = [e for e in plan.exchanges if e.lead is not None]  # A, X, A at the cache check's length
+    assert [(e.observer, [s.tenant for s in e.steps], [s.length for s in e.steps]) for e in repeats] == [
+        ("b", ["b", "a", "b"], [1_024] * 3), ("a", ["a", "b", "a"], [1_024] * 3)]
     one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]  # pages of 64: an everyday short prime
     assert [(e.prime.length, e.probe.boundary, e.probe.length, e.probe.stream) for e in one_page] == [
         (SHORT_PRIME, "stale-page", 681_280 + 16, stream) for stream in (False, False, True, True)]
