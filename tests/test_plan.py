@@ -41,7 +41,7 @@ def test_incident_boundaries_and_expectations() -> None:
     # A prime alone asks for a short answer (its prompt is what counts); one beside its probe stays in flight.
     assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
     assert {(e.prime.max_tokens, e.probe.max_tokens) for e in plan.exchanges if e.concurrent} == {(160, 160)}
-    assert plan.tokens == sum(e.prime.length + e.probe.length for e in plan.exchanges)
+    assert plan.tokens == sum(s.length for e in plan.exchanges for s in e.steps)
 
 
 def test_a_one_page_prime_fits_a_vllm_block_with_its_answer() -> None:
