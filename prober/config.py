@@ -258,6 +258,21 @@ class CrosstalkSettings(_Strict):
     """Completion tokens per request (enough to repeat a canary)."""
 
 
+class SlotSettings(_Strict):
+    """Idle slots (llama.cpp #27148): each tenant's conversations left in every slot, then another tenant's cold
+    prompts, one at a time and all at once."""
+
+    audit: bool = True
+    """Run the idle-slot check in `leakprobe audit`."""
+    width: int | None = Field(default=None, ge=1, le=64)
+    """Slots to fill and probe; null: the engine's own count (llama.cpp's `total_slots`, or `capacity.slots`), and
+    no check where that is unknown (an engine without slots)."""
+    tokens: int = Field(default=128, ge=32, le=8192)
+    """Prompt length of each request."""
+    max_tokens: int = Field(default=48, ge=8, le=1024)
+    """Completion tokens per request (enough to repeat a canary)."""
+
+
 class DetectionSettings(_Strict):
     semantic: bool = True
     """Plant fact canaries and look for them reworded or translated (loads an embedding model)."""
@@ -403,6 +418,8 @@ class ProberConfig(_Strict):
     """The timing check of prefix-cache isolation (`cross_tenant_cache_timing`)."""
     crosstalk: CrosstalkSettings = Field(default_factory=CrosstalkSettings)
     """The cross-talk burst: concurrent requests of every tenant, each answer checked for others' canaries."""
+    slots: SlotSettings = Field(default_factory=SlotSettings)
+    """The idle-slot check: cold prompts of one tenant after another's conversations in every slot."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     """Settings of `leakprobe daemon`."""
 
@@ -451,7 +468,7 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
                     "model": ("detection", "model"), "timing": ("timing", "audit"),
-                    "crosstalk": ("crosstalk", "audit")}
+                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

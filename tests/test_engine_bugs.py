@@ -12,7 +12,7 @@ import pytest
 
 from prober.audit import run_audit
 from prober.campaign import AuditResult
-from prober.config import assemble_config
+from prober.config import TargetConfig, assemble_config
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
 from prober.types import FindingKind
@@ -26,26 +26,21 @@ PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # 
 def audit(url: str, ledger: Path, target: dict[str, Any]) -> AuditResult:
     cfg = assemble_config(None, target=url + "/v1", tenants=["tenant-a=LP_A", "tenant-b=LP_B"], ledger=str(ledger),
                           semantic=False, timing=False, crosstalk=False)
-    cfg = cfg.model_copy(update={"targets": [cfg.targets[0].model_copy(update=target)]})
+    cfg = cfg.model_copy(update={"targets": [TargetConfig.model_validate({**cfg.targets[0].model_dump(), **target})]})
     return asyncio.run(run_audit(cfg, {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}))
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.public.split(",")[0].replace(" ", "-") for b in BUGS])
 def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path: Path, bug: EngineBug) -> None:
-    server = testbed("fixed", **SMALL, faults=bug.faults)
-    result = audit(server.url, tmp_path / "l.sqlite", bug.audit)
+    faulty = testbed("fixed", **{**SMALL, **bug.engine}, faults=bug.faults)
+    result = audit(faulty.url, tmp_path / "faulty.sqlite", bug.audit)
     found = [f for f in result.findings if f.kind is bug.kind]
     assert found, sorted({f.kind.value for f in result.findings})
     for finding in found:
         assert finding.observer_tenant in TENANTS and finding.target
         if bug.kind in PAIRED:
             assert finding.victim_tenant in TENANTS - {finding.observer_tenant}, finding.describe()
-
-
-@pytest.mark.parametrize("target", [{}, {"cache_salt": "per-tenant"}], ids=["plain", "salted"])
-def test_the_fault_free_engine_reports_none_of_them(testbed: StartTestbed, tmp_path: Path,
-                                                    target: dict[str, Any]) -> None:
-    server = testbed("fixed", **SMALL)
-    result = audit(server.url, tmp_path / "l.sqlite", target)
-    assert not [f for f in result.findings if f.kind in {b.kind for b in BUGS}], [f.describe() for f in result.findings]
-    assert result.complete and not result.blind
+    fixed = testbed("fixed", **{**SMALL, **bug.engine})
+    clean = audit(fixed.url, tmp_path / "fixed.sqlite", bug.audit)
+    assert not [f for f in clean.findings if f.kind is bug.kind], [f.describe() for f in clean.findings]
+    assert clean.complete and not clean.blind

@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from prober.campaign.crosstalk import CrosstalkResult
+from prober.campaign.results import SlotCheck
 from prober.campaign.runner import TargetRunner
 from prober.campaign.scanning import RunScanner
 from prober.campaign.timing import TimingResult
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
-from prober.config import CrosstalkSettings, TargetConfig, TimingSettings
+from prober.config import CrosstalkSettings, SlotSettings, TargetConfig, TimingSettings
 from prober.ledger import open_ledger
 from prober.targets import Secret
 from prober.targets.transport import Transport
@@ -148,6 +149,19 @@ def test_llamacpp_concurrent_requests_get_their_own_answers(llama_install: Insta
         result = burst(server.url, NO_KEYS, tmp_path / "l.sqlite")
     assert result.requests == result.answered == 8, result.errors
     assert result.own_echoed >= 6 and result.foreign == 0 and not result.findings
+
+
+def test_llamacpp_slots_keep_nobody_elses_conversation(llama_install: Installation, tmp_path: Path) -> None:
+    """The idle-slot check on a real llama.cpp with two slots (their number read off /props): each tenant's
+    conversations in both slots, the other's cold prompts one at a time and then at once; nothing crosses
+    (llama.cpp #27148 did not reproduce with this model: its sliding-window guard re-processes the prompt)."""
+    async def go() -> SlotCheck | None:
+        async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite") as runner:
+            return await runner.idle_slots(SlotSettings(tokens=96, max_tokens=24))
+    with LlamaServer(llama_install, ctx_size=2048, parallel=2) as server:
+        result = asyncio.run(go())
+    assert result is not None and result.width == 2 and len(result.steps) == 16 and not result.errors
+    assert not [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO], result.findings
 
 
 def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed, tmp_path: Path) -> None:

@@ -116,8 +116,8 @@ def test_a_cue_ends_the_prompt_and_a_lead_keeps_canaries_to_its_first_unit() -> 
     first = lead.text.index(lead.canaries[0].text)
     assert lead.fresh_from is not None and tokenizer.count(lead.text[:first]) < lead.fresh_from < 600
     nonce = run(builder.build(300, instruction="Quote the document.", nonce="0a1b2c"))
-    assert nonce.text.startswith("[0a1b2c] ")
-    assert nonce.fresh_from == tokenizer.count("[0a1b2c] Quote the document.\n the") - 1
+    assert nonce.text.startswith("0a1b2c ")
+    assert nonce.fresh_from == tokenizer.count("0a1b2c Quote the document.\n the") - 1
 
 
 @pytest.mark.parametrize(("cached", "fresh_from", "phantom"), [

@@ -23,7 +23,8 @@ def table() -> str:
     rows = ["| public bug | what went wrong | reference-engine fault | the probe that catches it | finding |",
             "| --- | --- | --- | --- | --- |"]
     for bug in BUGS:
-        faults = ", ".join(f"`{name}`" for name, on in bug.faults.items() if on)
+        faults = ", ".join([f"`{name}`" for name, on in bug.faults.items() if on]
+                           + [f"`{key}: {value}`" for key, value in bug.engine.items()])
         needs = "".join(f" (with `{key}: {value}`)" for key, value in bug.audit.items())
         lm = "; also with a real model" if bug.real_lm else ""
         rows.append(f"| {bug.public} | {bug.what} | {faults} | {bug.probe}{needs} | `{bug.kind.value}`{lm} |")

@@ -211,8 +211,9 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
     # A, X, A: the observer's prompt, another tenant's of the same length, the observer's again (vLLM #50630,
     # llama.cpp #28056: the repeat carried the intervening request's content).
     repeat = Boundary(REPEAT, cache.length, True)
-    for victim, observer in directions:
-        add(victim, observer, repeat, False, False, first=repeat.length, repeat=True)
+    for d, (victim, observer) in enumerate(directions):
+        add(victim, observer, repeat, streaming == "stream" or (streaming == "both" and d % 2 == 1), False,
+            first=repeat.length, repeat=True)
 
     for _ in range(rounds):
         for i, boundary in enumerate(plan.boundaries):

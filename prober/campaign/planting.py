@@ -29,7 +29,7 @@ class Planter:
         self.wiring = wiring
 
     async def prompt(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan, *, page: int | None,
-                     cue: bool, lead: bool = False) -> BuiltPrompt:
+                     cue: bool, lead: bool = False, nonce: str | None = None) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new.  A cue
         layout's probe carries its tenant's canary in its first unit only (`PromptBuilder.build`'s `lead`): on a
@@ -45,7 +45,7 @@ class Planter:
             facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
         built = await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
                                     seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF, cue=cue,
-                                    lead=lead)
+                                    lead=lead, nonce=nonce)
         # Before it is sent, what it leaves in the ledger: keyed hashes of its word shingles (never its text), so a
         # run of it in another tenant's answer is attributed (detection helper's hook).
         now = time.time()

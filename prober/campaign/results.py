@@ -120,6 +120,25 @@ class ShapeChoice:
 
 
 @dataclass
+class SlotCheck:
+    width: int
+    steps: list[StepResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.steps for f in s.findings]
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.sent_tokens for s in self.steps)
+
+    def to_json(self) -> dict[str, object]:
+        return {"width": self.width, "requests": len(self.steps), "findings": len(self.findings),
+                "errors": self.errors}
+
+
+@dataclass
 class TargetReport:
     name: str
     url: str
@@ -131,20 +150,22 @@ class TargetReport:
     timing: TimingResult | None = None  # the timing check of prefix-cache isolation, where it ran
     crosstalk: CrosstalkResult | None = None  # the cross-talk burst, where it ran
     shape: ShapeChoice | None = None  # the probe shape this run measured and took, where it chose one
+    slots: SlotCheck | None = None  # the idle-slot check, where it ran
 
     @property
     def findings(self) -> list[Finding]:
-        extra = [f for check in (self.timing, self.crosstalk) if check for f in check.findings]
+        extra = [f for check in (self.timing, self.crosstalk, self.slots) if check for f in check.findings]
         return [f for s in self.steps for f in s.findings] + extra
 
     @property
     def tokens_sent(self) -> int:
-        return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in (self.timing, self.crosstalk) if c)
+        checks = (self.timing, self.crosstalk, self.slots)
+        return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in checks if c)
 
     @property
     def sight(self) -> Sight:
         """Of the answers that came back with text to check, how many carried their own tenant's canary."""
-        answers = [s for s in self.steps if s.answer.served]
+        answers = [s for s in self.steps + (self.slots.steps if self.slots else []) if s.answer.served]
         burst = self.crosstalk
         return Sight(checked=len(answers) + (burst.answered if burst else 0),
                      echoed=sum(1 for s in answers if s.own_echoes) + (burst.own_echoed if burst else 0))

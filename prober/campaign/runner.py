@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from secrets import token_hex
 
-from prober.campaign.checks import check_answer, counted_failure, phantom_cached
+from prober.campaign.checks import counted_failure, phantom_cached
 from prober.campaign.crosstalk import CrosstalkResult, run_burst
 from prober.campaign.events import (
     BurstDone,
@@ -31,20 +31,23 @@ from prober.campaign.events import (
     TimingDone,
     ignore,
 )
+from prober.campaign.judging import Judge
 from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
 from prober.campaign.planting import Planter
-from prober.campaign.results import AuditResult, ShapeChoice, StepResult, TargetReport
+from prober.campaign.results import AuditResult, ShapeChoice, SlotCheck, StepResult, TargetReport
 from prober.campaign.routes import Route, Routes
-from prober.campaign.salts import salt_asserted, salted_tenants, tenant_salts
+from prober.campaign.salts import salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
 from prober.campaign.shapes import CONTROL_ANSWER_TOKENS, CONTROL_TOKENS, choose_shape
 from prober.campaign.shapes import planned_tokens as shape_tokens
+from prober.campaign.slots import check_idle_slots, width_of
+from prober.campaign.slots import planned_tokens as slot_tokens
 from prober.campaign.survey import PreflightResult, survey
 from prober.campaign.timing import TimingResult, check_timing, planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.capacity import origin_of, reachability
-from prober.config import CrosstalkSettings, ProberConfig, TargetConfig, TimingSettings
+from prober.config import CrosstalkSettings, ProberConfig, SlotSettings, TargetConfig, TimingSettings
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
@@ -69,7 +72,6 @@ SURVEY_ALLOWANCE_S = 300.0
 DEADLINE_BASE_S = 120.0
 PREFILL_FLOOR = 1_000.0  # prompt tokens a second
 DECODE_FLOOR = 10.0  # completion tokens a second
-CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
 
 
 class TargetRunner:
@@ -85,6 +87,7 @@ class TargetRunner:
         self._telemetry: EngineTelemetry | None = None
         self.salts = tenant_salts(config, wiring.tenants)  # tenant -> its cache_salt, where the target asks
         self.salted = salted_tenants(config, wiring.tenants, wiring.cache_salted)
+        self.judge = Judge(config.name, wiring, transport.scrubber, self.salted)
 
     @property
     def tenants(self) -> list[str]:
@@ -142,7 +145,7 @@ class TargetRunner:
             built = await self.planter.prompt(step, ASKED["quote"], route.builder, controls, page=self._page, cue=cue,
                                               lead=cue)
             answer = await self.send_as(tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
-            result = await self._check(step, step.id, built, answer, None)
+            result = await self._check(step, step.id, built, answer)
             self._record(result, report, on_event)
             return result
 
@@ -212,8 +215,8 @@ class TargetRunner:
         for i, ((step, built), answer) in enumerate(zip(sends, answers, strict=True)):
             primed_by = exchange.victim if shared and step.role == "probe" else None
             failed = counted_failure(step, built.tokens, answer, engine.failures(), unserved) if i == named else None
-            result = await self._check(step, exchange.id, built, answer, engine.evidence(), primed_by,
-                                       [failed] if failed else [])
+            result = await self._check(step, exchange.id, built, answer, engine=engine.evidence(),
+                                       primed_by=primed_by, also=[failed] if failed else [])
             self._record(result, report, on_event)
 
     @staticmethod
@@ -230,6 +233,15 @@ class TargetRunner:
     async def _route(self) -> Route:
         """The chosen shape's route, else the configured one (raises PlanError before a survey)."""
         return await self.routes.get(self.shape.chosen.api if self.shape else self.config.api)
+
+    async def _check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
+                     engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
+                     also: list[Finding] | None = None) -> StepResult:
+        """The judge's verdict on one answer; no phantom check where prefill and decode are split (decode counts
+        what prefill sent it as cached)."""
+        split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
+        return await self.judge.answer(step, exchange, built, answer, engine=engine, primed_by=primed_by,
+                                       fresh=not split, also=also)
 
     @property
     def _page(self) -> int | None:
@@ -260,7 +272,7 @@ class TargetRunner:
         result = await check_timing(self.send_as, counter, self.tenants, settings, run_id=run_id,
                                     salted=self.salted, telemetry=self._telemetry,
                                     longest=refused_from - 1 if refused_from else None)
-        result.findings = await self._persist(result.findings, None, on_event)
+        result.findings = await self.judge.persist(result.findings, None, on_event)
         on_event(TimingDone(result))
         return result
 
@@ -272,50 +284,33 @@ class TargetRunner:
 
         result = await run_burst(self.send_as, self.planter.canary, scan, self.tenants, settings, streaming=streaming,
                                  run_id=run_id, telemetry=self._telemetry)
-        result.findings = await self._persist(result.findings, None, on_event)
+        result.findings = await self.judge.persist(result.findings, None, on_event)
         on_event(BurstDone(result))
         return result
 
-    async def _persist(self, findings: list[Finding], engine: dict[str, dict[str, float]] | None,
-                       on_event: Listener) -> list[Finding]:
-        """Stamped with target and time, scrubbed, the engine's telemetry added; durable, then announced."""
-        now, scrub = time.time(), self.transport.scrubber
-        findings = [replace(f, target=self.config.name, found_at=now, excerpt=scrub.text(f.excerpt),
-                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
-                    for f in findings]
-        if findings:
-            await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
-        for finding in findings:
-            on_event(FindingRecorded(finding))
-        return findings
+    async def idle_slots(self, settings: SlotSettings, on_event: Listener = ignore, *,
+                         run_id: str = "") -> SlotCheck | None:
+        """The idle-slot check (prober/campaign/slots.py), where the target has slots: every prompt led by a fresh
+        nonce, so that none shares a prefix with anything a slot holds (the victim's take a slot each)."""
+        known = self.surveyed.capacity.slots if self.surveyed else None
+        width = width_of(settings, known.value if known else None)
+        if width is None:
+            return None
+        route = await self._route()
+        plan = Plan(self.config.name, [], run_id=run_id)
 
-    async def _check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion,
-                     engine: dict[str, dict[str, float]] | None, primed_by: str | None = None,
-                     also: list[Finding] | None = None) -> StepResult:
-        """The envelope and the text of one answer (and `also`, what its window showed), its findings durable."""
-        # Disaggregated: decode counts what prefill sent it as cached, so a never-sent prompt may be "cached".
-        split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
-        checked = check_answer(step, built.tokens, answer, primed_by=primed_by,
-                               fresh_from=None if split else built.fresh_from)
-        findings = [salt_asserted(f, self.salted) for f in checked] + (also or [])
-        own = 0
-        if answer.text:
-            record = Record(step.id, step.tenant, answer.text, built.text)
-            scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
-            if scanned.unindexed:
-                # A token that verifies but is not in our index: another replica minted it moments ago.
-                recent = await asyncio.to_thread(self.wiring.ledger.active_canaries, None, time.time() - CATCH_UP_S)
-                self.wiring.scanner.add(recent)
-                scanned = await asyncio.to_thread(self.wiring.scanner.scan, record)
-            own = len(scanned.own_echoes)
-            context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
-                       "exchange": exchange}
-            findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
-                         for f in scanned.findings]
-        findings = await self._persist(findings, engine, ignore)
-        return StepResult(step=step, exchange=exchange, target=self.config.name, sent_tokens=built.tokens,
-                          counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
-                          findings=findings, own_echoes=own)
+        async def run(step: Step) -> StepResult:
+            ask = ASKED["quote"] if step.role == "probe" else PRIME_INSTRUCTION
+            built = await self.planter.prompt(step, ask, route.builder, plan, page=self._page, cue=False,
+                                              nonce=token_hex(6))
+            answer = await self.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
+            result = await self._check(step, step.id, built, answer)
+            on_event(StepDone(result))
+            for finding in result.findings:
+                on_event(FindingRecorded(finding))
+            return result
+
+        return await check_idle_slots(run, self.tenants, settings, width=width, run_id=run_id)
 
 
 class Auditor:
@@ -373,8 +368,11 @@ class Auditor:
             plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
                                    rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
+            slots = runner.surveyed.capacity.slots if runner.surveyed else None
             extra = shape_tokens(cfg.shapes, runner.tenants)
             extra += planned_tokens(self.config.timing, runner.tenants) if self.config.timing.audit else 0
+            extra += (slot_tokens(self.config.slots, runner.tenants, slots.value if slots else None)
+                      if self.config.slots.audit else 0)
             if plan.tokens + extra > self.tokens_left:
                 raise PlanError(f"the plan for {cfg.name} needs {plan.tokens + extra:,} tokens, over the remaining "
                                 f"budget of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
@@ -396,6 +394,9 @@ class Auditor:
         if self.config.timing.audit:
             report.timing = await runner.timing(self.config.timing, self.on_event)
             report.errors += report.timing.errors
+        if self.config.slots.audit:
+            report.slots = await runner.idle_slots(self.config.slots, self.on_event)
+            report.errors += report.slots.errors if report.slots else []
         if self.config.crosstalk.audit:
             report.crosstalk = await runner.crosstalk(self.config.crosstalk, self.on_event,
                                                       streaming=self.config.audit.streaming)
@@ -416,13 +417,18 @@ def plan_deadline(plan: Plan) -> float:
 
 
 def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
-    """What the timing check and the cross-talk burst add to a target's deadline, at the same floors: one
-    request at a time for the timing check, one concurrent burst for cross-talk."""
+    """What the timing check, the idle-slot check and the cross-talk burst add to a target's deadline, at the same
+    floors: one request at a time for the timing and idle-slot checks, one concurrent burst for cross-talk."""
     timing = config.timing
     seconds = 0.0
     if timing.audit:
         requests = 3 * timing.samples * len(pairs(tenants))
         seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + requests / DECODE_FLOOR
+    if config.slots.audit:  # the configured width, or llama.cpp's usual four
+        slots = config.slots
+        width = width_of(slots, 4) or 4
+        seconds += (slot_tokens(slots, tenants, width) / PREFILL_FLOOR
+                    + 4 * len(pairs(tenants)) * width * slots.max_tokens / DECODE_FLOOR)
     if config.crosstalk.audit:
         seconds += config.crosstalk.max_tokens / DECODE_FLOOR
     return seconds

@@ -146,7 +146,7 @@ class PromptBuilder:
         finish.  `lead`: canaries in the first unit only, filler after it, so that a model finishing the cue
         finds a code only at the start (where a request's stale first page sits).  `nonce`: lead with it
         (unique to this prompt), so that nothing after the first line can have been sent before."""
-        header = (f"[{nonce}] " if nonce else "") + instruction.strip() + "\n"
+        header = (f"{nonce} " if nonce else "") + instruction.strip() + "\n"
         pad = await self.pad(header)
         overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
         ending = "\n" + CUE if cue else ""

@@ -21,7 +21,8 @@ class EngineBug:
     faults: dict[str, bool]  # the reference engine's `faults:` that reproduce it
     probe: str  # the part of leakprobe's plan that catches it
     kind: FindingKind
-    audit: dict[str, Any] = field(default_factory=dict)  # what the audit needs beyond its defaults
+    engine: dict[str, Any] = field(default_factory=dict)  # the reference engine's other settings it needs
+    audit: dict[str, Any] = field(default_factory=dict)  # what the target's config needs beyond its defaults
     real_lm: bool = False  # the real-LM mode shows it too (tests/test_testbed_reallm.py)
 
 
@@ -46,4 +47,11 @@ BUGS = (
               "intervening request's content (A, X, A)", {"cache_hit_reads_stale_pages": True},
               "the repeat check: the observer's prompt, the victim's, the observer's again",
               FindingKind.CROSS_TENANT_ECHO),
+    EngineBug("llama.cpp #27148, #27624", "a fresh request for an unrelated prompt served from a slot that still "
+              "holds an earlier, finished conversation, with 0 tokens reported cached",
+              {"idle_slot_keeps_conversation": True},
+              "the idle-slot check: the victim's conversations in every slot, then the observer's cold prompts one "
+              "at a time and all at once", FindingKind.CROSS_TENANT_ECHO,
+              engine={"mode": "monolithic", "slots": 2, "context_length": 4_096, "pool_tokens": 8_192},
+              audit={"capacity": {"slots": 2}}),
 )

@@ -58,6 +58,10 @@ class Faults(BaseModel):
     """A prefix-cache hit skips computing the cached part, but the cache never kept its pages: they went to the
     requests in between, so decode reads the intervening request's KV where this prompt's should be (vLLM #50630:
     an identical request after one with another prefix; llama.cpp #28056: P1, X, P2 = P1 carries X)."""
+    idle_slot_keeps_conversation: bool = False
+    """With `slots`: a request that shares no prefix with any idle slot's kept prompt is put in one without
+    clearing it, and is answered over that earlier conversation followed by its own prompt, with 0 tokens
+    reported cached (llama.cpp #27148: a prompt-cache `load()` that succeeded with nothing selected, #27624)."""
     storage_tier_ignores_salt: bool = False
     """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
     by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or
@@ -111,6 +115,10 @@ class EngineConfig(BaseModel):
     pool_wait_seconds: float = Field(30.0, gt=0)
     """How long a request waits for free KV pages before it fails."""
     prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
+    slots: int = Field(0, ge=0, le=64)
+    """Conversation slots with a prompt cache, as llama.cpp's `--parallel` (monolithic mode only): each keeps its
+    last prompt, and a request reuses the idle slot that shares the longest prefix with it, from a page on
+    (0: no slots)."""
     prefix_cache_entries: int = Field(65_536, ge=0)
     """Page-aligned prefixes the prefix cache remembers (0: no prefix cache)."""
     page_reuse: PageReuse = PageReuse.IN_ORDER
@@ -144,6 +152,8 @@ class EngineConfig(BaseModel):
             raise ValueError("two tenants share one API key")
         if self.mode == "disaggregated" and self.decode_tokens < self.context_length:
             raise ValueError("decode_pool_tokens must hold a full advertised context")
+        if self.slots and self.mode != "monolithic":
+            raise ValueError("slots are llama.cpp's: give mode monolithic with them")
         return self
 
     @property

@@ -30,6 +30,7 @@ from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 
 
@@ -129,6 +130,8 @@ class Engine:
         self.prefix_cache = PrefixCache(
             config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
         )
+        self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
+                                keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
         self.storage_tier = (PrefixCache(config.page_size, config.prefix_cache_entries, False, content_only=True)
                              if config.faults.storage_tier_ignores_salt else None)
         self.stats = EngineStats()
@@ -213,7 +216,8 @@ class Engine:
         else:
             written = req.prompt_ids
             # A real model prefills every token (the cache is counted, its pages are not reused).
-            cached = self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written)
+            # With slots, their prompt cache counts instead (below).
+            cached = self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written) if not self.slots else 0
             if self.storage_tier is not None:  # consulted by every request, whoever wrote the prefix
                 cached = max(cached, self.storage_tier.lookup_and_insert(req.tenant, req.cache_salt, written))
             self._count(cached_tokens=cached)
@@ -221,6 +225,8 @@ class Engine:
             if model.simulates_prefill:
                 self._simulate_prefill(len(written) - cached)
 
+        if self.slots is not None:
+            return self._serve_in_slot(self.slots, model, req, written)
         if self.decode_pool is None:
             result = self._serve_monolithic(model, req, written, n, skipped)
         else:
@@ -228,6 +234,21 @@ class Engine:
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
         return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
+
+    def _serve_in_slot(self, slots: SlotTable, model: PagedModel, req: GenerationRequest,
+                       written: TokenIds) -> GenerationResult:
+        """The slot's prompt cache counts instead of the prefix cache; a fault leaves an earlier conversation in
+        front of the prompt, with nothing counted for it."""
+        try:
+            with slots.take(written, self.config.pool_wait_seconds) as lease:
+                self._count(cached_tokens=lease.cached)
+                attended = np.concatenate([lease.carried, written]) if lease.carried.size else written
+                result = self._serve_monolithic(model, req, attended, len(attended), 0)
+        except TimeoutError as exc:
+            raise EngineError(503, f"all slots are busy, retry later ({exc})", "ServiceUnavailable",
+                              in_scheduler=True) from None
+        return GenerationResult(result.text, len(written), result.completion_tokens, lease.cached,
+                                result.finish_reason)
 
     def _simulate_prefill(self, tokens: int) -> None:
         seconds = tokens * self.config.prefill_ms_per_1k_tokens / 1e6

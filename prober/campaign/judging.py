@@ -1,0 +1,71 @@
+"""Judging answers: the envelope checked against what a correct engine does, the text scanned for every tenant's
+canaries, and the findings stamped, scrubbed and made durable before anyone hears of them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+
+from prober.campaign.checks import check_answer
+from prober.campaign.events import FindingRecorded, Listener, ignore
+from prober.campaign.plan import Step
+from prober.campaign.results import StepResult
+from prober.campaign.salts import salt_asserted
+from prober.campaign.wiring import Wiring
+from prober.prompts import BuiltPrompt
+from prober.scrub import Scrubber
+from prober.targets.result import Completion
+from prober.types import Finding, Record
+
+CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
+
+
+@dataclass(frozen=True)
+class Judge:
+    target: str
+    wiring: Wiring
+    scrubber: Scrubber
+    salted: frozenset[str]  # tenants whose prefix cache on this target is meant to be salted
+
+    async def persist(self, findings: list[Finding], engine: dict[str, dict[str, float]] | None,
+                      on_event: Listener) -> list[Finding]:
+        """Stamped with target and time, scrubbed, the engine's telemetry added; durable, then announced."""
+        now, scrub = time.time(), self.scrubber
+        findings = [replace(f, target=self.target, found_at=now, excerpt=scrub.text(f.excerpt),
+                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
+                    for f in findings]
+        if findings:
+            await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
+        for finding in findings:
+            on_event(FindingRecorded(finding))
+        return findings
+
+    async def answer(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
+                     engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
+                     fresh: bool = True, also: list[Finding] | None = None) -> StepResult:
+        """One answer's envelope and text (and `also`, what its window showed), its findings durable.  `fresh`:
+        cached tokens past the prompt's fresh start are a phantom hit (off where decode counts what a prefill
+        instance sent it as cached)."""
+        checked = check_answer(step, built.tokens, answer, primed_by=primed_by,
+                               fresh_from=built.fresh_from if fresh else None)
+        findings = [salt_asserted(f, self.salted) for f in checked] + (also or [])
+        own = 0
+        if answer.text:
+            record = Record(step.id, step.tenant, answer.text, built.text)
+            scanner = self.wiring.scanner
+            scanned = await asyncio.to_thread(scanner.scan, record)
+            if scanned.unindexed:
+                # A token that verifies but is not in our index: another replica minted it moments ago.
+                recent = await asyncio.to_thread(self.wiring.ledger.active_canaries, None, time.time() - CATCH_UP_S)
+                scanner.add(recent)
+                scanned = await asyncio.to_thread(scanner.scan, record)
+            own = len(scanned.own_echoes)
+            context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
+                       "exchange": exchange}
+            findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
+                         for f in scanned.findings]
+        findings = await self.persist(findings, engine, ignore)
+        return StepResult(step=step, exchange=exchange, target=self.target, sent_tokens=built.tokens,
+                          counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
+                          findings=findings, own_echoes=own)

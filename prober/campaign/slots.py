@@ -1,0 +1,57 @@
+"""Idle slots: does a cold prompt land in a slot that still holds another tenant's conversation?
+
+llama.cpp's server keeps each slot's last conversation for its prompt cache (`--cache-ram` and
+`--cache-idle-slots`, on by default).  In llama.cpp #27148 a fresh request for an unrelated prompt was served from
+a slot that still held an earlier, finished conversation, and the model continued that conversation, with
+`cached_tokens` 0 in every corrupted answer.  So, for each ordered tenant pair: the victim leaves a conversation
+in every slot (canary prompts sent one at a time), then the observer sends as many prompts of its own that share
+no prefix with them, one at a time; then the victim fills every slot again and the observer sends as many at
+once.  Every answer is scanned.  The victim's canary in
+the observer's answer is a `cross_tenant_echo` like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from prober.campaign.plan import Step, pairs
+from prober.campaign.results import SlotCheck, StepResult
+from prober.config import SlotSettings
+
+Run = Callable[[Step], Awaitable[StepResult]]  # plant, send and check one request
+
+
+def width_of(settings: SlotSettings, slots: int | None) -> int | None:
+    """How many slots to fill: the configured number, else the engine's own (llama.cpp reports `total_slots`);
+    None where neither is known (an engine without slots: nothing to check)."""
+    return settings.width or slots
+
+
+def planned_tokens(settings: SlotSettings, tenants: Sequence[str], slots: int | None) -> int:
+    """Per ordered pair: the victim's fill before each of the observer's two rounds."""
+    return len(pairs(list(tenants))) * 4 * (width_of(settings, slots) or 0) * settings.tokens
+
+
+async def check_idle_slots(run: Run, tenants: Sequence[str], settings: SlotSettings, *, width: int,
+                           run_id: str = "") -> SlotCheck:
+    result = SlotCheck(width)
+
+    def step(kind: str, tenant: str, i: int) -> Step:
+        return Step(id=f"{run_id}sl{len(result.steps) + i + 1:03d}-{kind}", role="prime" if kind == "fill" else "probe",
+                    tenant=tenant, length=settings.tokens, stream=False, expect_served=True, boundary="idle-slot",
+                    max_tokens=settings.max_tokens)
+
+    async def fill(victim: str) -> None:
+        for _ in range(result.width):  # one at a time: each request takes the slot idle longest
+            result.steps.append(await run(step("fill", victim, 0)))
+
+    for victim, observer in pairs(list(tenants)):
+        await fill(victim)
+        for _ in range(result.width):
+            result.steps.append(await run(step("cold", observer, 0)))
+        await fill(victim)
+        burst = [step("burst", observer, i) for i in range(result.width)]
+        result.steps += await asyncio.gather(*(run(s) for s in burst))
+    result.errors = [f"{s.step.id}: {s.answer.error or 'not served'}" for s in result.steps if not s.answer.served]
+    return result
