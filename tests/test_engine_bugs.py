@@ -25,7 +25,7 @@ PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # 
 
 def audit(url: str, ledger: Path, target: dict[str, Any]) -> AuditResult:
     cfg = assemble_config(None, target=url + "/v1", tenants=["tenant-a=LP_A", "tenant-b=LP_B"], ledger=str(ledger),
-                          semantic=False, timing=False, crosstalk=False)
+                          semantic=False, timing=False)
     cfg = cfg.model_copy(update={"targets": [TargetConfig.model_validate({**cfg.targets[0].model_dump(), **target})]})
     return asyncio.run(run_audit(cfg, {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}))
 

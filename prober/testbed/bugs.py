@@ -47,6 +47,10 @@ BUGS = (
               "intervening request's content (A, X, A)", {"cache_hit_reads_stale_pages": True},
               "the repeat check: the observer's prompt, the victim's, the observer's again",
               FindingKind.CROSS_TENANT_ECHO),
+    EngineBug("SGLang #24527, #35049, #38961", "decode freed KV pages while a write to them was in flight: the next "
+              "request held the first one's KV, with no error anywhere", {"frees_pages_while_written": True},
+              "the cross-talk burst: every tenant's short requests at once, each answer checked for the others' "
+              "canaries", FindingKind.CROSS_TENANT_ECHO),
     EngineBug("llama.cpp #27148, #27624", "a fresh request for an unrelated prompt served from a slot that still "
               "holds an earlier, finished conversation, with 0 tokens reported cached",
               {"idle_slot_keeps_conversation": True},

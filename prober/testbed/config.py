@@ -62,6 +62,10 @@ class Faults(BaseModel):
     """With `slots`: a request that shares no prefix with any idle slot's kept prompt is put in one without
     clearing it, and is answered over that earlier conversation followed by its own prompt, with 0 tokens
     reported cached (llama.cpp #27148: a prompt-cache `load()` that succeeded with nothing selected, #27624)."""
+    frees_pages_while_written: bool = False
+    """A request's KV pages go back to the pool while its write is still in flight (50 ms here), so a request
+    running beside it is handed the same pages, and each reads what the other wrote (SGLang #24527, #35049,
+    #38961: decode freed pages during a prefill write; the next request held the first one's KV, with no error)."""
     storage_tier_ignores_salt: bool = False
     """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
     by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or

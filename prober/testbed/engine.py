@@ -22,6 +22,8 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +34,8 @@ from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
 from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
+
+WRITE_IN_FLIGHT_S = 0.05  # how long a freed page's write still runs, with `frees_pages_while_written`
 
 
 class EngineError(Exception):
@@ -266,11 +270,29 @@ class Engine:
                           n: int, skipped: int) -> GenerationResult:
         pool = self.prefill_pool
         pages = self._allocate(pool, pool.pages_for(n + req.max_tokens), req.request_id)
-        try:
+        with self._held(pool, pages, req) as racing:
             first = model.prefill(pool, pages, written, req, skipped)
+            racing()
             return self._decode(model, pool, pages, req, n, first)
+
+    @contextmanager
+    def _held(self, pool: PagePool, pages: list[int], req: GenerationRequest) -> Iterator[Callable[[], None]]:
+        """Pages freed when the block ends, or, with the fault, as soon as the write is handed off: the block
+        calls what it yields there, and goes on with pages that may be another request's by then."""
+        freed = False
+
+        def racing() -> None:
+            nonlocal freed
+            if self.config.faults.frees_pages_while_written:
+                pool.free(pages, req.request_id)
+                freed = True
+                time.sleep(WRITE_IN_FLIGHT_S)
+
+        try:
+            yield racing
         finally:
-            pool.free(pages, req.request_id)
+            if not freed:
+                pool.free(pages, req.request_id)
 
     def _serve_disaggregated(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
                              n: int, skipped: int) -> GenerationResult:
@@ -289,21 +311,15 @@ class Engine:
                 raise
         finally:
             prefill.free(prefill_pages, req.request_id)
-        try:
-            expected = decode.pages_for(n)
+        expected = decode.pages_for(n)
+        with self._held(decode, reserved, req) as racing:
             if sent != expected:
                 self._count(transfer_failed=1)
-            if sent != expected and not self.config.faults.decode_skips_page_check:
-                raise EngineError(
-                    500,
-                    f"KV transfer incomplete for request {req.request_id}: received {sent} of "
-                    f"{expected} pages",
-                    "InternalServerError",
-                    in_scheduler=True,
-                )
+                if not self.config.faults.decode_skips_page_check:
+                    raise EngineError(500, f"KV transfer incomplete for request {req.request_id}: received {sent} "
+                                      f"of {expected} pages", "InternalServerError", in_scheduler=True)
+            racing()
             return self._decode(model, decode, reserved, req, n, first)
-        finally:
-            decode.free(reserved, req.request_id)
 
     def _decode(self, model: PagedModel, pool: PagePool, pages: list[int], req: GenerationRequest, n: int,
                 first: int | None) -> GenerationResult:
