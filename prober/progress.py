@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import TextIO
+from typing import TextIO, assert_never
 
 from rich.console import Console
 from rich.progress import (
@@ -20,6 +20,7 @@ from rich.progress import (
 )
 
 from prober.campaign.events import (
+    BurstDone,
     Event,
     FindingRecorded,
     PlanReady,
@@ -27,6 +28,7 @@ from prober.campaign.events import (
     StepDone,
     SurveyDone,
     TargetFailed,
+    TimingDone,
 )
 
 
@@ -79,8 +81,10 @@ class AuditProgress:
                 self._line(finding.describe())
             case TargetFailed(target=target, message=message):
                 self._line(f"error: {target}: {message}")
-            case SurveyDone():
-                pass
+            case SurveyDone() | TimingDone() | BurstDone():
+                pass  # their findings are announced one by one; their results are in the report
+            case _:
+                assert_never(event)
 
 
 class ScanProgress:

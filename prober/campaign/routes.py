@@ -11,7 +11,7 @@ from prober.config import TargetConfig
 from prober.errors import PlanError
 from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
-from prober.targets.api import Api
+from prober.targets.api import Api, Engine
 from prober.targets.base import HTTPTarget
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
@@ -30,14 +30,14 @@ class Routes:
         self.config = config
         self.transport = transport
         self._routes: dict[Api, Route] = {}
-        self._engine: str | None = None
+        self._engine: Engine | None = None
         self._secret: Secret | None = None
 
     def _target(self, api: Api) -> HTTPTarget:
         cfg = self.config
         return make_target(api, cfg.name, cfg.url, self.transport, model=cfg.model)
 
-    def surveyed(self, counter: TokenCounter, engine: str | None, secret: Secret | None) -> Route:
+    def surveyed(self, counter: TokenCounter, engine: Engine | None, secret: Secret | None) -> Route:
         """What a survey learned replaces every route: the configured one counts with `counter`."""
         self._engine, self._secret = engine, secret
         route = Route(self.config.api, self._target(self.config.api), PromptBuilder(counter))

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from prober.capacity.limits import Capacity, Known
+from prober.targets.api import Engine
 from prober.targets.credentials import Secret
 from prober.targets.result import ErrorKind
 from prober.targets.transport import HTTPExchange, Transport
@@ -81,7 +82,7 @@ async def read_sglang(transport: Transport, origin: str, base_url: str, secret: 
     if dp and dp > 1:
         notes = (f"dp_size {dp}: the pool is per data-parallel rank",)
     return Capacity(
-        engine="sglang",
+        engine=Engine.SGLANG,
         context_length=known(_int(flat, "context_length"), "context_length"),
         pool_tokens=known(pool, pool_name),
         max_req_input_len=known(_int(flat, "max_req_input_len"), "max_req_input_len"),
@@ -112,14 +113,14 @@ async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Se
     blocks, block = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
     tokens = labels.get("kv_cache_size_tokens", "")
     if not (blocks.isdigit() and block.isdigit()):
-        return Capacity(engine="vllm", notes=("vllm:cache_config_info has no num_gpu_blocks yet",))
+        return Capacity(engine=Engine.VLLM, notes=("vllm:cache_config_info has no num_gpu_blocks yet",))
     page = Known(int(block), "vllm /metrics cache_config_info block_size")
     if tokens.isdigit():
         # The engine's own token count: with sliding-window layers (Gemma 3) blocks are shared between KV
         # groups, and num_gpu_blocks x block_size overstates it (measured: 2,730 x 128 = 349,440 vs 55,356).
-        return Capacity(engine="vllm", page_size=page,
+        return Capacity(engine=Engine.VLLM, page_size=page,
                         pool_tokens=Known(int(tokens), "vllm /metrics cache_config_info kv_cache_size_tokens"))
-    return Capacity(engine="vllm", page_size=page,
+    return Capacity(engine=Engine.VLLM, page_size=page,
                     pool_tokens=Known(int(blocks) * int(block), "vllm /metrics cache_config_info "
                                                                  "num_gpu_blocks x block_size"))
 
@@ -131,7 +132,7 @@ async def read_llamacpp(transport: Transport, origin: str, base_url: str, secret
     n_ctx = _int(props, "default_generation_settings", "n_ctx")
     slots = _int(props, "total_slots")
     return Capacity(
-        engine="llama.cpp",
+        engine=Engine.LLAMACPP,
         context_length=Known(n_ctx, "llama.cpp /props default_generation_settings.n_ctx (per slot)") if n_ctx else None,
         slots=Known(slots, "llama.cpp /props total_slots") if slots else None,
         notes=("llama.cpp does not expose its KV pool size; with --kv-unified every slot advertises the whole "
@@ -145,7 +146,7 @@ async def read_tgi(transport: Transport, origin: str, base_url: str, secret: Sec
     total, inputs = _int(info, "max_total_tokens"), _int(info, "max_input_tokens") or _int(info, "max_input_length")
     batch = _int(info, "max_batch_total_tokens")  # removed in TGI 2.3.0
     return Capacity(
-        engine="tgi",
+        engine=Engine.TGI,
         context_length=Known(total, "tgi /info max_total_tokens") if total else None,
         max_req_input_len=Known(inputs + 1, "tgi /info max_input_tokens + 1") if inputs else None,
         pool_tokens=Known(batch, "tgi /info max_batch_total_tokens") if batch else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from prober.targets.api import Engine
 from prober.types import Severity
 
 FIELDS = ("context_length", "pool_tokens", "max_req_input_len", "page_size", "slots", "accept_limit")
@@ -23,7 +24,7 @@ class Capacity:
     """`context_length` is what the API advertises per request; `pool_tokens` is the KV cache that must
     hold it; `accept_limit` is the longest prompt seen served (bisection)."""
 
-    engine: str | None = None
+    engine: Engine | None = None
     context_length: Known | None = None
     pool_tokens: Known | None = None
     max_req_input_len: Known | None = None

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import assert_never
 
-from prober.campaign.events import Event, FindingRecorded, PlanReady, StepDone
+from prober.campaign.events import (
+    BurstDone,
+    Event,
+    FindingRecorded,
+    PlanReady,
+    ShapeChosen,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+    TimingDone,
+)
 from prober.campaign.plan import Exchange
 from prober.incidents import Observation, RunChecks, Sighting
 
@@ -45,6 +56,10 @@ class RunEvidence:
                 self._unwritten.append(Sighting.of(finding))
                 if self._writing is None or self._writing.done():
                     self._writing = asyncio.ensure_future(self._sightings())
+            case SurveyDone() | ShapeChosen() | TargetFailed() | TimingDone() | BurstDone():
+                pass  # a probe's re-check is its steps; the timing and burst checks re-check nothing
+            case _:
+                assert_never(event)
 
     async def _sightings(self) -> None:
         while self._unwritten:

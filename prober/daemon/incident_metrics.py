@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from enum import IntEnum
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -23,7 +24,7 @@ from prober.types import Finding
 KEY_LABELS = ["target", "kind", "victim", "observer"]
 
 
-class AlertState:
+class AlertState(IntEnum):
     """Values of `leakprobe_incident_alerting`."""
 
     CLOSED = 0

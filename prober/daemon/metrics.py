@@ -13,7 +13,9 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Iterable, Sequence
+from enum import IntEnum
 from statistics import median
+from typing import assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -27,6 +29,7 @@ from prober.campaign.events import (
     ShapeChosen,
     StepDone,
     SurveyDone,
+    TargetFailed,
     TimingDone,
 )
 from prober.campaign.results import StepResult
@@ -49,7 +52,7 @@ REQUEST_ERRORS = tuple(kind for kind in ErrorKind if kind is not ErrorKind.REFUS
 DOWN_STATUSES = (None, 502, 503, 504)
 
 
-class BoundaryOutcome:
+class BoundaryOutcome(IntEnum):
     """Values of `leakprobe_boundary_last_outcome` (a state timeline maps them to words and colours)."""
 
     NO_ANSWER = 0  # timeout, connection, malformed, 5xx: the engine gave no verdict
@@ -59,7 +62,7 @@ class BoundaryOutcome:
     REFUSED_UNDER_LIMIT = 4  # refused a prompt the capacity says fits
 
     @classmethod
-    def of(cls, result: StepResult) -> int:
+    def of(cls, result: StepResult) -> BoundaryOutcome:
         answer, expected = result.answer, result.step.expect_served
         if answer.served:
             return cls.SERVED if expected else cls.SERVED_OVER_LIMIT
@@ -201,6 +204,10 @@ class Metrics:
                     for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
                                            ("unanswered", burst.requests - burst.answered)):
                         self.burst_answers.labels(target, outcome).inc(count)
+                case TargetFailed():
+                    pass  # a job's failure is its outcome's (JobRecords)
+                case _:
+                    assert_never(event)
         return on_event
 
     def exchanged(self, target: str, exchange: HTTPExchange) -> None:

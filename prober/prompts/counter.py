@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prober.errors import CountError
-from prober.targets.api import Api
+from prober.targets.api import Api, Engine
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
@@ -34,18 +34,18 @@ class TokenCounter(ABC):
 class _Dialect:
     """One engine's tokenizer endpoint: path, body shape, and where the count is in the answer."""
 
-    engine: str
+    engine: Engine
     path: str
     chat: bool
 
     def body(self, text: str) -> dict[str, Any]:
         messages = [{"role": "user", "content": text}]
-        if self.engine == "sglang":
+        if self.engine is Engine.SGLANG:
             return {"messages": messages} if self.chat else {"prompt": text}
-        if self.engine == "vllm":
+        if self.engine is Engine.VLLM:
             return ({"messages": messages, "add_generation_prompt": True, "add_special_tokens": False} if self.chat
                     else {"prompt": text, "add_special_tokens": True})
-        if self.engine == "llama.cpp":
+        if self.engine is Engine.LLAMACPP:
             return {"content": text, "add_special": True, "parse_special": True}
         return {"inputs": text} if not self.chat else {"messages": messages}  # TGI
 
@@ -66,10 +66,10 @@ def dialects(api: Api) -> list[_Dialect]:
     `/tokenize`, handled in `EndpointCounter`."""
     chat = api is Api.CHAT
     return [
-        _Dialect("sglang", "/v1/tokenize", chat),
-        _Dialect("vllm", "/tokenize", chat),
-        _Dialect("llama.cpp", "/tokenize", chat),
-        _Dialect("tgi", "/chat_tokenize" if chat else "/tokenize", chat),
+        _Dialect(Engine.SGLANG, "/v1/tokenize", chat),
+        _Dialect(Engine.VLLM, "/tokenize", chat),
+        _Dialect(Engine.LLAMACPP, "/tokenize", chat),
+        _Dialect(Engine.TGI, "/chat_tokenize" if chat else "/tokenize", chat),
     ]
 
 
@@ -85,7 +85,7 @@ class EndpointCounter(TokenCounter):
 
     async def count(self, text: str) -> int:
         self.requests += 1
-        if self.dialect.engine == "llama.cpp" and self.dialect.chat:
+        if self.dialect.engine is Engine.LLAMACPP and self.dialect.chat:
             text = await self._apply_template(text)
         obj = await self._post(self.dialect.path, self.dialect.body(text))
         return self.dialect.read(obj)
@@ -107,7 +107,7 @@ class EndpointCounter(TokenCounter):
 
 
 async def detect_counter(transport: Transport, origin: str, api: Api, secret: Secret | None,
-                         engine: str | None = None) -> EndpointCounter | None:
+                         engine: Engine | None = None) -> EndpointCounter | None:
     """The first tokenizer endpoint that counts a probe text sensibly, or None."""
     candidates = [d for d in dialects(api) if engine is None or d.engine == engine]
     for dialect in candidates:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from prober.errors import CountError
 from prober.prompts.counter import TokenCounter, UsageCounter, detect_counter
-from prober.targets.api import Api
+from prober.targets.api import Api, Engine
 from prober.targets.base import Target
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
@@ -14,7 +14,7 @@ from prober.targets.transport import Transport
 
 async def select_counter(transport: Transport, target: Target, origin: str, *, api: Api,
                          mode: Literal["auto", "endpoint", "usage"], secret: Secret | None,
-                         engine: str | None = None) -> TokenCounter:
+                         engine: Engine | None = None) -> TokenCounter:
     if mode != "usage" and api.openai_routes:
         found = await detect_counter(transport, origin, api, secret, engine)
         if found is not None:

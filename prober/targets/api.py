@@ -5,6 +5,15 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+class Engine(StrEnum):
+    """Serving engines leakprobe knows the endpoints of (introspection, tokenizers, error shapes, counters)."""
+
+    SGLANG = "sglang"
+    VLLM = "vllm"
+    LLAMACPP = "llama.cpp"
+    TGI = "tgi"
+
+
 class Api(StrEnum):
     CHAT = "chat"  # OpenAI-compatible /v1/chat/completions
     COMPLETIONS = "completions"  # OpenAI-compatible /v1/completions
