@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck builds unit llama vllm image bench fuzz docs clean
+.PHONY: setup tools demo test check lint typecheck builds unit llama vllm image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,12 @@ unit: builds
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
 test: lint typecheck unit
+
+# The hermetic tier, for the edit-test loop: lint, typecheck and every test that needs no engine build, PostgreSQL,
+# browser or container (their markers: tests/conftest.py), with no one-time build first.
+HERMETIC := not engine and not postgres and not browser and not container
+check: lint typecheck
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "$(HERMETIC)" --durations=10
 
 bench: setup llama
 	$(PY) bench/detect.py

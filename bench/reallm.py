@@ -292,7 +292,13 @@ def material(answer: str, truth: dict[str, Any], prompt: str) -> dict[str, bool]
     value = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["slots"] if len(v) >= 4)
     runs = _runs(answer, RUN_WORDS) & _runs(truth["stale_text"], RUN_WORDS)
     verbatim = bool(runs - _runs(prompt, RUN_WORDS))
-    return {"token_group": group, "fact_value": value, "verbatim_run": verbatim}
+    # A fact retold with its made-up one-word name alone (a place, a pet) and nothing else of the victim's.
+    words = {v.lower() for c in facts for v in c["slots"] if v.isalpha() and len(v) >= 8}
+    named = any(re.search(rf"\b{re.escape(w)}\b", lower) for w in words)
+    others = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["slots"]
+                 if len(v) >= 4 and v.lower() not in words)
+    return {"token_group": group, "fact_value": value, "verbatim_run": verbatim,
+            "name_only": named and not group and not others}
 
 
 def summarize(rows: list[tuple[Condition, dict[str, bool], float]], *axes: str) -> None:

@@ -9,7 +9,8 @@ nothing of the detectors (`truth.jsonl`; `material()` of bench/reallm.py: an 8-c
 victim token, a distinctive value of a stale victim fact, a run of words of the stale text).  Prints, per
 condition:
 
-    carrying   answers whose text holds the victim's canary material (token or fact), by the truth
+    carrying   answers whose text holds the victim's canary material (token or fact), by the truth; of them,
+               the name-only ones (a fact's made-up one-word name, a place or a pet, and nothing else)
     caught     of those, answers with a cross-tenant finding that names the victim
     runs       answers that hold only a run of the victim's prompt text (no canary material), and caught
     extra      answers without canary material that drew a cross-tenant finding anyway (read them: a leak the
@@ -47,6 +48,8 @@ class Tally:
     answers: int = 0
     carrying: int = 0
     caught: int = 0
+    names: int = 0  # of those carrying, a fact's made-up name alone
+    names_caught: int = 0
     runs: int = 0
     runs_caught: int = 0
     extra: int = 0
@@ -134,6 +137,8 @@ def main() -> None:
         if found["token_group"] or found["fact_value"]:
             tally.carrying += 1
             tally.caught += caught
+            tally.names += found["name_only"]
+            tally.names_caught += found["name_only"] and caught
             if not caught:
                 tally.misses.append(f"{row['id']} {sorted(k for k, v in found.items() if v)}: {row['text'][:300]!r}")
         elif found["verbatim_run"]:
@@ -152,12 +157,14 @@ def main() -> None:
         recall = f"{t.caught / t.carrying:.2f}" if t.carrying else "-"
         print(f"{condition:<36} {t.answers:>7} {t.carrying:>8} {t.caught:>6} {recall:>6} "
               f"{t.runs_caught:>4}/{t.runs:<4} {t.extra:>5} {t.warned:>6}")
-        for name in ("answers", "carrying", "caught", "runs", "runs_caught", "extra", "warned"):
+        for name in ("answers", "carrying", "caught", "names", "names_caught", "runs", "runs_caught", "extra",
+                     "warned"):
             setattr(total, name, getattr(total, name) + getattr(t, name))
     controls = sum(t.answers for c, t in tallies.items() if not c.startswith("stale"))
     control_warned = sum(t.warned for c, t in tallies.items() if not c.startswith("stale"))
     print(f"\nrecall on answers carrying canary material: {total.caught}/{total.carrying}"
-          f" ({total.caught / max(1, total.carrying):.3f}); prompt runs only: {total.runs_caught}/{total.runs}")
+          f" ({total.caught / max(1, total.carrying):.3f}); of them a fact's made-up name alone: "
+          f"{total.names_caught}/{total.names}; prompt runs only: {total.runs_caught}/{total.runs}")
     print(f"cross-tenant findings on {controls} control answers: {len(control_findings)}")
     print(f"foreign-content warnings on control answers: {control_warned}/{controls}"
           f" ({control_warned / max(1, controls):.1%})")

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from prober.embeddings import Embedder, make_embedder
+from prober.ledger import Ledger, open_ledger
 from prober.testbed import TestbedServer, build_config
 from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
 from tests.postgres import PostgresServer, postgres_server
+from tests.support.keys import KEYS
+from tests.support.ledgers import OpenLedger
+from tests.support.testbed import StartTestbed
 
-KEY_A = {"Authorization": "Bearer testbed-key-a"}
-KEY_B = {"Authorization": "Bearer testbed-key-b"}
-
-# A scaled-down incident: same shape (pool < advertised context, pages of 16), small enough that a
-# prompt over the pool costs a few thousand tokens.
-SMALL = {"context_length": 16_384, "pool_tokens": 4_096, "page_size": 16, "prefill_ms_per_1k_tokens": 0}
-
-StartTestbed = Callable[..., TestbedServer]
 # The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
 ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_vllm_fault.py", "tests/test_llamacpp.py",
                           "tests/test_isolation.py", "tests/test_testbed_reallm.py"})
@@ -47,9 +44,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return EnginesTogether(config, log)
 
 
+# What a test needs beyond the checkout and `.venv`, told by the fixtures it uses (`make check` leaves these out).
+NEEDS = {"llama_install": "engine", "postgres": "postgres"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest units first (the engines, then files with a `slow` test; run with --no-loadscope-reorder),
-    so that none starts last and finishes alone; in one process only the order changes."""
+    """Markers for what each test needs, from the fixtures in NEEDS (modules whose own fixtures start vLLM or the
+    real model mark themselves); then the longest units first (the engines, then files with a `slow` test; run
+    with --no-loadscope-reorder), so that none starts last and finishes alone; in one process only the order
+    changes."""
+    for item in items:
+        for need in sorted({NEEDS[f] for f in getattr(item, "fixturenames", ()) if f in NEEDS}):
+            item.add_marker(need)
     slow = {unit_of(i.nodeid) for i in items if i.get_closest_marker("slow")}
     items.sort(key=lambda i: (unit_of(i.nodeid) != "engines", unit_of(i.nodeid) not in slow))  # stable
 
@@ -87,6 +93,36 @@ def llama_install() -> Installation:
         return ensure_installed()
     except LlamaCppUnavailable as exc:
         pytest.fail(f"llama.cpp + Gemma could not be provided: {exc}", pytrace=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each ledger backend in turn: a SQLite file, a database of the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database()
+
+
+@pytest.fixture
+def connect(ledger_url: str) -> Iterator[OpenLedger]:
+    """Opens another handle on the same ledger each call (as another replica would), closing them after."""
+    opened: list[Ledger] = []
+
+    def open_one() -> Ledger:
+        opened.append(open_ledger(ledger_url))
+        return opened[-1]
+
+    yield open_one
+    for ledger in opened:
+        ledger.close()
+
+
+@pytest.fixture
+def keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test tenants' keys in the environment, as an operator gives them to a daemon in this process."""
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

@@ -23,12 +23,12 @@ from prober.ledger import open_ledger
 from prober.report import ReportFormat
 from prober.targets import Secret
 from prober.types import FindingKind, Severity
-from tests.conftest import SMALL, StartTestbed
 from tests.support.cli import command, invoke
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment
 from tests.support.keys import KEYS
 from tests.support.keys import TENANT_ARGS as TENANTS
 from tests.support.pool import NewCanaries, ledger_key, sent_canaries
+from tests.support.testbed import SMALL, StartTestbed
 from tests.support.waiting import wait_for
 
 HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}

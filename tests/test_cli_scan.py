@@ -3,33 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from prober.testbed.styles import paraphrase
+from tests.support.cli import mint, run, write_jsonl
 
 SECRET_ENV = {"LEAKPROBE_CANARY_KEY": "a shared deployment secret for tests"}
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "prober", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
-
-
-def mint(ledger: Path, tenant: str, kind: str = "token", count: int = 2,
-         env: dict[str, str] | None = None) -> list[dict[str, object]]:
-    out = run("canaries", "mint", "--ledger", str(ledger), "--tenant", tenant, "--kind", kind,
-              "--count", str(count), "--format", "json", env=env)
-    assert out.returncode == 0, out.stderr
-    rows: list[dict[str, object]] = json.loads(out.stdout)
-    return rows
-
-
-def write_jsonl(path: Path, lines: list[object]) -> Path:
-    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
-    return path
 
 
 def test_mint_prints_the_documented_shape(tmp_path: Path) -> None:

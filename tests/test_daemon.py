@@ -20,11 +20,11 @@ import pytest
 
 from prober.daemon.budget import utc_day
 from prober.ledger import open_ledger
-from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
 from tests.support.keys import KEYS
 from tests.support.pool import NewCanaries, ledger_key, sent_canaries
+from tests.support.testbed import SMALL, StartTestbed
 from tests.tools import need
 
 LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}

@@ -19,11 +19,13 @@ from prober.ledger import open_ledger
 from prober.targets.result import ErrorKind
 from prober.testbed import TestbedServer, build_config
 from prober.types import FindingKind
-from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import daemon_config
 from tests.support.cli import invoke
-from tests.test_daemon_inprocess import _keys, make_daemon, sample, scenario, until  # noqa: F401  (_keys: fixture)
-from tests.test_ledger_contract import finding
+from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.ledgers import finding
+from tests.support.testbed import SMALL, StartTestbed
+
+pytestmark = pytest.mark.usefixtures("keys_in_env")
 
 TOKEN = "s3cret-token-for-the-tests"
 QUIET = {"schedule": {"preflight": "1h", "sentinel": "1h", "campaign": "1h"}}  # only the first runs, at start

@@ -6,59 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
-from prometheus_client import CollectorRegistry
 
-from prober.canaries.keys import resolve_key
-from prober.daemon import Daemon, housekeeping, load_settings
-from prober.daemon.http import make_app
+from prober.daemon import Daemon, housekeeping
 from prober.ledger import open_ledger
-from tests.conftest import SMALL, StartTestbed
-from tests.daemonproc import daemon_config
-from tests.support.keys import KEYS
+from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.testbed import SMALL, StartTestbed
 
-
-@pytest.fixture(autouse=True)
-def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in KEYS.items():
-        monkeypatch.setenv(name, value)
-
-
-def make_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
-    config = folder / "daemon.yaml"
-    config.write_text(yaml.safe_dump({**daemon_config(url, folder / "l.sqlite", **daemon),
-                                      "detection": {"semantic": False}}))
-    settings = load_settings(config, {})
-    ledger = open_ledger(settings.config.ledger)
-    return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
-
-
-def sample(daemon: Daemon, name: str, **labels: str) -> float:
-    """Sum over the series of `name` whose labels include `labels`."""
-    total = 0.0
-    for family in daemon.metrics.registry.collect():
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
-async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s: float = 60) -> None:
-    """Wait while the daemon runs jobs (its run counter moves); fail after `idle_s` without a run."""
-    runs, moved = -1.0, time.monotonic()
-    while not condition():
-        now_runs = sample(daemon, "leakprobe_job_runs_total")
-        if now_runs != runs:
-            runs, moved = now_runs, time.monotonic()
-        assert time.monotonic() - moved < idle_s, f"no job ran for {idle_s:.0f} s waiting for {what}"
-        await asyncio.sleep(0.1)
+pytestmark = pytest.mark.usefixtures("keys_in_env")
 
 
 async def leak_recorded(daemon: Daemon) -> list[str]:
@@ -73,18 +31,6 @@ def delete_ledger_files(folder: Path) -> None:
     for path in folder.glob("l.sqlite*"):
         if path.is_file():
             path.unlink()
-
-
-def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
-    async def run() -> None:
-        await daemon.start()
-        try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(make_app(daemon)),
-                                         base_url="http://daemon") as client:
-                await body(client)
-        finally:
-            await daemon.shutdown()
-    asyncio.run(run())
 
 
 def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_path: Path) -> None:

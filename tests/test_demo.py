@@ -52,6 +52,7 @@ def test_demo_finds_the_incident_and_passes_the_fix(demo: Path) -> None:
     assert (demo / "ledger.sqlite").is_file()
 
 
+@pytest.mark.browser
 def test_reports_read_right_in_a_real_browser(demo: Path, tmp_path: Path) -> None:
     chromium = Chromium(tmp_path / "chromium")
     try:

@@ -9,7 +9,8 @@ from prober.canaries import tokens
 from prober.detect import Detector, ForeignContentDetector, Scanner
 from prober.testbed.styles import paraphrase
 from prober.types import FindingKind, Record, Severity
-from tests.conftest import KEY_A, KEY_B, SMALL, StartTestbed
+from tests.support.keys import BEARER_A, BEARER_B
+from tests.support.testbed import SMALL, StartTestbed
 
 CUSTOMER_TEXT = ("Quarterly revenue of Harlow Dynamics fell to 4.2 million after the Denver plant closed. "
                  "Payroll account 55120983 moves to Meridian Trust next week. ")
@@ -19,10 +20,10 @@ B_DOCUMENT = "The garden path runs past the old mill and the children water the 
 @pytest.mark.parametrize(("preset", "leaks"), [("incident", True), ("healthy", False)])
 def test_other_tenants_plain_text_is_flagged_redacted(testbed: StartTestbed, preset: str, leaks: bool) -> None:
     server = testbed(preset, **SMALL)
-    httpx.post(server.url + "/v1/completions", headers=KEY_A,
+    httpx.post(server.url + "/v1/completions", headers=BEARER_A,
                json={"prompt": "Quote the document.\n" + CUSTOMER_TEXT * 40})
     b_prompt = "Quote the document.\n" + B_DOCUMENT * (400 if preset == "incident" else 100)
-    answer = httpx.post(server.url + "/v1/completions", headers=KEY_B, json={"prompt": b_prompt}).json()
+    answer = httpx.post(server.url + "/v1/completions", headers=BEARER_B, json={"prompt": b_prompt}).json()
     text = answer["choices"][0]["text"]
     assert any(word in text for word in ("Harlow", "Meridian")) is leaks
 

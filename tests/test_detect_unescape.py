@@ -8,7 +8,7 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.test_cli_scan import mint, run, write_jsonl
+from tests.support.cli import mint, run, write_jsonl
 
 
 def _html(text: str) -> str:

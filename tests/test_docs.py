@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from prober.cli import app
 from prober.config import ProberConfig
 from prober.testbed.config import EngineConfig
-from tests.conftest import SMALL, StartTestbed
+from tests.support.testbed import SMALL, StartTestbed
 from tests.tools import need_module
 
 ROOT = Path(__file__).resolve().parent.parent

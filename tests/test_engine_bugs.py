@@ -16,8 +16,8 @@ from prober.config import TargetConfig, assemble_config
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
 from prober.types import FindingKind
-from tests.conftest import SMALL, StartTestbed
 from tests.support.keys import KEYS
+from tests.support.testbed import SMALL, StartTestbed
 
 TENANTS = {"tenant-a", "tenant-b"}
 PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # name a victim as well

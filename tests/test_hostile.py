@@ -21,7 +21,6 @@ from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
 from prober.errors import LedgerError
 from prober.ledger import open_ledger
-from tests.conftest import SMALL, StartTestbed
 from tests.hostile import (
     assert_no_key,
     compressed_answer,
@@ -37,6 +36,7 @@ from tests.hostile import (
     refusing_everything,
     trickling_body,
 )
+from tests.support.testbed import SMALL, StartTestbed
 
 KEYS = {"LP_A": "sk-tenant-alpha-7f3a9c21d0", "LP_B": "sk-tenant-bravo-42be8e5571"}
 TENANTS = ["--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B"]

@@ -30,6 +30,8 @@ from tests.support.keys import KEYS
 from tests.support.waiting import wait_for
 from tests.tools import unavailable
 
+pytestmark = pytest.mark.container
+
 UID = 10001  # the image's user, and the chart's runAsUser
 PORT = 10461  # the image's EXPOSE and CMD --listen, the chart's service port
 GRACE_S = 10  # the daemon's shutdown_grace in the config below

@@ -21,7 +21,7 @@ from prober.incidents import (
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import MIGRATIONS
 from prober.types import FindingKind, Severity
-from tests.test_ledger_contract import OpenLedger, connect, finding, ledger_url  # noqa: F401  (fixtures)
+from tests.support.ledgers import OpenLedger, finding
 
 KEY = IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob")
 HOLD = 600.0
@@ -95,7 +95,7 @@ def checks(started: float, *sightings: Sighting, observed: tuple[Observation, ..
     return RunChecks("sglang", job, started, list(sightings), set(observed))
 
 
-def test_probes_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger) -> None:  # noqa: F811
+def test_probes_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger) -> None:
     a, b = connect(), connect()
     a.add_findings([finding(found_at=1_000.0), finding(found_at=1_010.0, victim_tenant=None,
                                                         kind=FindingKind.BOUNDARY_ACCEPTED)])

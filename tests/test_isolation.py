@@ -14,33 +14,18 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.results import SlotCheck
-from prober.campaign.runner import TargetRunner
-from prober.campaign.scanning import RunScanner
-from prober.campaign.timing import TimingResult
-from prober.campaign.wiring import Wiring
-from prober.canaries.mint import Minter
-from prober.config import CrosstalkSettings, SlotSettings, TargetConfig, TimingSettings
-from prober.ledger import open_ledger
-from prober.targets import Secret
-from prober.targets.transport import Transport
+from prober.config import SlotSettings, TimingSettings
 from prober.types import FindingKind
-from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.llamacpp import Installation, LlamaServer
-from tests.support.keys import KEYS
+from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, surveyed, timing
+from tests.support.testbed import SMALL, StartTestbed
 
-KEY = b"isolation-test-key-isolation-key"
-TENANTS = ("tenant-a", "tenant-b")
-TESTBED_KEYS = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
-NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs without --api-key here
 # Prompts of ~200 tokens: at ~550 tokens/s prefill idle a miss costs a fraction of a second more than a hit
 # (measured under a load of 15 at 300 tokens: hits 2.2-4.4 s, misses 13 s).  10 of each per pair decide at the
 # default false-alarm rate (0.001) when every sample behaves, but beside a CPU hog one llama.cpp hit in ten came
@@ -48,40 +33,6 @@ NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs 
 TIMING = TimingSettings(samples=16, prompt_tokens=200)
 # Where nothing may be found the false-alarm rate holds at any count: the fewest that could decide.
 TIMING_NOTHING = TimingSettings(samples=10, prompt_tokens=200)
-
-
-@asynccontextmanager
-async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path) -> AsyncIterator[TargetRunner]:
-    """A surveyed runner for the engine at `url`, with a ledger of its own: what the audit gives each target."""
-    ledger = open_ledger(ledger_path)
-    try:
-        wiring = Wiring(ledger, Minter(ledger, KEY), RunScanner([], key=KEY, tenants=TENANTS), secrets, TENANTS)
-        config = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=0)
-        async with Transport(config.policy()) as transport:
-            runner = TargetRunner(config, transport, wiring)
-            await runner.survey()
-            yield runner
-    finally:
-        ledger.close()
-
-
-def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, settings: TimingSettings) -> TimingResult:
-    async def go() -> TimingResult:
-        async with surveyed(url, secrets, ledger) as runner:
-            return await runner.timing(settings)
-    result = asyncio.run(go())
-    for decision in result.decisions:
-        print(decision.samples.victim, "->", decision.samples.observer, decision.evidence())
-    assert not result.errors, result.errors
-    assert {f.kind for f in result.findings} <= {FindingKind.CROSS_TENANT_CACHE_TIMING}
-    return result
-
-
-def burst(url: str, secrets: Mapping[str, Secret | None], ledger: Path) -> CrosstalkResult:
-    async def go() -> CrosstalkResult:
-        async with surveyed(url, secrets, ledger) as runner:
-            return await runner.crosstalk(CrosstalkSettings(per_tenant=4))
-    return asyncio.run(go())
 
 
 @pytest.mark.parametrize(("faults", "shared"), [({"shared_prefix_cache": True}, True), ({}, False)])
@@ -110,7 +61,7 @@ class Spy:
             importers.append(threading.current_thread() is threading.main_thread())
 
 sys.meta_path.insert(0, Spy())
-from tests.test_isolation import TESTBED_KEYS, timing
+from tests.support.isolation import TESTBED_KEYS, timing
 from prober.config import TimingSettings
 timing(sys.argv[1], TESTBED_KEYS, Path(sys.argv[2]), TimingSettings(samples=10, prompt_tokens=200))
 print("on the event loop" if any(importers) else "in a worker" if importers else "never")

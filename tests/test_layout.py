@@ -143,3 +143,17 @@ def test_no_constructor_takes_more_than_a_handful() -> None:
                 if count > MAX_INIT_PARAMETERS:
                     wide.append(f"{name}.__init__: {count} parameters")
     assert not wide, "\n".join(wide)
+
+
+def test_no_test_imports_another_test_module_or_conftest() -> None:
+    """What tests share lives in tests/support (fixtures in conftest.py, which pytest loads itself): a test module
+    imported by another runs its module-level code, and its tests' names, twice."""
+    tests = ROOT.parent / "tests"
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            wrong += [f"{path.relative_to(tests.parent)} imports {name}" for name in names
+                      if name == "tests.conftest" or name.startswith("tests.test_")]
+    assert not wrong, "\n".join(wrong)

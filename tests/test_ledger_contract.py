@@ -10,8 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,43 +20,11 @@ from prober.errors import LedgerError
 from prober.incidents import IncidentKey
 from prober.ledger import Ledger, is_shared, open_ledger
 from prober.shingles import Shingler
-from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
+from prober.types import Canary, CanaryKind, FindingKind, Severity
 from tests.postgres import PostgresServer
+from tests.support.ledgers import OpenLedger, finding
 
 KEY = b"k" * 32
-OpenLedger = Callable[[], Ledger]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "ledger.sqlite")
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database()
-
-
-@pytest.fixture
-def connect(ledger_url: str) -> Iterator[OpenLedger]:
-    """Opens another handle on the same ledger each call (as another replica would), closing them after."""
-    opened: list[Ledger] = []
-
-    def open_one() -> Ledger:
-        opened.append(open_ledger(ledger_url))
-        return opened[-1]
-
-    yield open_one
-    for ledger in opened:
-        ledger.close()
-
-
-def finding(**changes: object) -> Finding:
-    base = Finding(record_id="r1", kind=FindingKind.CROSS_TENANT_ECHO, detector="exact", severity=Severity.HIGH,
-                   score=0.97, observer_tenant="bob", victim_tenant="alice", canary_id="cn_1", probe_id="p1",
-                   start=3, end=42, excerpt="S***: LPK-…", excerpt_sha256="ab" * 32, redacted=True,
-                   details={"boundary": "pool+1", "prompt_tokens": 681_281}, target="sglang", found_at=1.7e9)
-    return replace(base, **changes)  # type: ignore[arg-type]
-
-
 def test_canaries_round_trip_with_every_field(connect: OpenLedger) -> None:
     a, b = connect(), connect()
     fact = Canary(id="cn_f", tenant="alice", kind=CanaryKind.FACT, text="탁윤슬 씨는 무진리에 삽니다.",

@@ -12,11 +12,11 @@ import pytest
 
 from prober.ledger import open_ledger
 from prober.types import CanaryKind, FindingKind
-from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.postgres import PostgresServer
 from tests.support.cli import run
 from tests.support.keys import TENANT_ARGS
+from tests.support.testbed import SMALL, StartTestbed
 
 
 @pytest.fixture

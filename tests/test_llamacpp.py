@@ -36,8 +36,8 @@ from tests.llamacpp import (
     cpu_key,
     prove,
 )
+from tests.support.aio import run
 from tests.support.policies import REAL_ENGINE
-from tests.test_targets import run
 from tests.tools import need
 
 SLOT_CTX = 512  # --ctx-size 1024 split between 2 slots: every prefill of a slot-filling prompt is seconds on a CPU

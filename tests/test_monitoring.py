@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry
 
 from prober.daemon.metrics import Metrics
 from prober.testbed import TestbedServer, build_config
-from tests.conftest import SMALL
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.monitoring import RULES, Prometheus, alertmanager, fast_rules, prometheus
 from tests.shaped import Reply, Seen, ShapedServer
+from tests.support.testbed import SMALL
 from tests.support.waiting import wait_for
 from tests.tools import need
 

@@ -19,9 +19,9 @@ import pytest
 from prober.incidents import IncidentKey
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, Finding, FindingKind
-from tests.conftest import SMALL, StartTestbed
 from tests.daemonproc import DaemonProcess, daemon_config
 from tests.postgres import PostgresServer
+from tests.support.testbed import SMALL, StartTestbed
 
 CAMPAIGN_S = 5.0
 SCHEDULE = {"preflight": "2s", "sentinel": "1s", "campaign": f"{CAMPAIGN_S:g}s"}

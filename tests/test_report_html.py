@@ -16,9 +16,9 @@ from prober.report.html import PAIR_LEGEND, html_report, label_rows
 from prober.report.table import table_report
 from prober.types import FindingKind
 from tests.browser import Chromium
-from tests.conftest import SMALL
 from tests.support.cli import invoke
 from tests.support.keys import TENANT_ARGS
+from tests.support.testbed import SMALL
 
 # Every boundary of the plan within 2% of the others: one panel, seven labels crowded together.
 CROWDED = {**SMALL, "context_length": 4_096, "pool_tokens": 4_000}
@@ -72,6 +72,7 @@ def test_label_rows_never_put_two_overlapping_labels_on_one_row() -> None:
             assert a[0] + a[1] / 2 <= b[0] - b[1] / 2 or b[0] + b[1] / 2 <= a[0] - a[1] / 2
 
 
+@pytest.mark.browser
 def test_boundary_labels_do_not_overlap_in_a_browser(report: dict[str, Any], tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     page.write_text(html_report(report))

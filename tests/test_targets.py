@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -24,19 +23,13 @@ from prober.targets import (
 )
 from prober.targets.api import Api
 from prober.targets.transport import KEEPALIVE_EXPIRY_S
-from tests.conftest import SMALL, StartTestbed
 from tests.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
+from tests.support.aio import run
+from tests.support.policies import FAST
+from tests.support.testbed import SMALL, StartTestbed
 
-T = TypeVar("T")
 KEY_A = Secret("testbed-key-a")
-FAST = TransportPolicy(timeout_s=5.0, connect_timeout_s=1.0, retries=2, backoff_s=0.01, max_body_bytes=4 << 20)
 CAPPED = TransportPolicy(timeout_s=5.0, retries=0, max_body_bytes=64 * 1024)
-
-
-def run(coro: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await coro
-    return asyncio.run(main())
 
 
 def ask(url: str, prompt: Prompt, secret: Secret | None = None, api: str = "chat",

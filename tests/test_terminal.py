@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import SMALL, StartTestbed
+from tests.support.testbed import SMALL, StartTestbed
 
 KEYS = {"LP_A": "testbed-key-a", "LP_B": "testbed-key-b"}
 LONG = "inference-gateway-eu-west-1-production-sglang-disaggregated"  # 60 characters

@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import KEY_A, SMALL, StartTestbed
+from tests.support.keys import BEARER_A
+from tests.support.testbed import SMALL, StartTestbed
 
 
 def test_unknown_or_missing_key_is_401_json(testbed: StartTestbed) -> None:
@@ -24,10 +25,10 @@ def test_unknown_or_missing_key_is_401_json(testbed: StartTestbed) -> None:
 
 def test_models_and_server_info_expose_advertised_context_and_real_pool(testbed: StartTestbed) -> None:
     server = testbed("incident")
-    models = httpx.get(server.url + "/v1/models", headers=KEY_A).json()
+    models = httpx.get(server.url + "/v1/models", headers=BEARER_A).json()
     assert models["data"][0]["max_model_len"] == 1_048_576
     for path in ("/server_info", "/get_server_info"):
-        info = httpx.get(server.url + path, headers=KEY_A).json()
+        info = httpx.get(server.url + path, headers=BEARER_A).json()
         assert info["max_total_num_tokens"] == 681_280
         assert info["max_req_input_len"] == 681_274
         assert info["page_size"] == 64
@@ -38,15 +39,15 @@ def test_models_and_server_info_expose_advertised_context_and_real_pool(testbed:
 def test_tokenize_prompt_and_chat_forms_match_usage(testbed: StartTestbed) -> None:
     server = testbed("healthy", **SMALL)
     text = "Quote the document. The vault code of Morwenna Quill is 4471-Z."
-    tok = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"prompt": text}).json()
+    tok = httpx.post(server.url + "/v1/tokenize", headers=BEARER_A, json={"prompt": text}).json()
     assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 16_384
-    done = httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": text}).json()
+    done = httpx.post(server.url + "/v1/completions", headers=BEARER_A, json={"prompt": text}).json()
     assert done["usage"]["prompt_tokens"] == tok["count"]
 
     messages = [{"role": "user", "content": text}]
-    chat_tok = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"messages": messages}).json()
+    chat_tok = httpx.post(server.url + "/v1/tokenize", headers=BEARER_A, json={"messages": messages}).json()
     assert chat_tok["count"] > tok["count"]  # the chat template costs tokens
-    chat = httpx.post(server.url + "/v1/chat/completions", headers=KEY_A, json={"messages": messages}).json()
+    chat = httpx.post(server.url + "/v1/chat/completions", headers=BEARER_A, json={"messages": messages}).json()
     assert chat["usage"]["prompt_tokens"] == chat_tok["count"]
     assert "4471-Z" in chat["choices"][0]["message"]["content"]
 
@@ -71,7 +72,7 @@ def test_bad_input_gets_clean_4xx_json(
 ) -> None:
     server = testbed("healthy", **SMALL)
     r = httpx.post(server.url + "/v1/chat/completions", content=body,
-                   headers={**KEY_A, "Content-Type": "application/json"})
+                   headers={**BEARER_A, "Content-Type": "application/json"})
     assert r.status_code == status
     assert fragment in r.json()["message"]
     assert httpx.get(server.url + "/health").status_code == 200
@@ -80,29 +81,29 @@ def test_bad_input_gets_clean_4xx_json(
 def test_body_over_the_cap_is_413_even_without_content_length(testbed: StartTestbed) -> None:
     server = testbed("healthy", **SMALL, max_body_bytes=4096)
     big = json.dumps({"prompt": "x" * 10_000}).encode()
-    assert httpx.post(server.url + "/v1/completions", content=big, headers=KEY_A).status_code == 413
+    assert httpx.post(server.url + "/v1/completions", content=big, headers=BEARER_A).status_code == 413
 
     def chunks():  # chunked transfer: no Content-Length to check up front
         yield big[:3000]
         yield big[3000:]
 
-    r = httpx.post(server.url + "/v1/completions", content=chunks(), headers=KEY_A)
+    r = httpx.post(server.url + "/v1/completions", content=chunks(), headers=BEARER_A)
     assert r.status_code == 413 and r.json()["type"] == "RequestTooLarge"
 
 
 def test_prompt_over_the_advertised_context_is_400(testbed: StartTestbed) -> None:
     server = testbed("incident", **SMALL)
-    r = httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": "word " * 20_000})
+    r = httpx.post(server.url + "/v1/completions", headers=BEARER_A, json={"prompt": "word " * 20_000})
     assert r.status_code == 400
     assert "longer than the model's context length (16384 tokens)" in r.json()["message"]
-    r = httpx.post(server.url + "/v1/completions", headers=KEY_A,
+    r = httpx.post(server.url + "/v1/completions", headers=BEARER_A,
                    json={"prompt": "word " * 100, "max_tokens": 16_384})
     assert r.status_code == 400 and "Requested token count exceeds" in r.json()["message"]
 
 
 def test_metrics_report_pools_and_requests(testbed: StartTestbed) -> None:
     server = testbed("incident", **SMALL)
-    httpx.post(server.url + "/v1/completions", headers=KEY_A, json={"prompt": "hello there"})
+    httpx.post(server.url + "/v1/completions", headers=BEARER_A, json={"prompt": "hello there"})
     text = httpx.get(server.url + "/metrics").text
     assert 'leakprobe_testbed_kv_pool_tokens{pool="prefill"} 4096.0' in text
     assert 'leakprobe_testbed_kv_pool_tokens{pool="decode"}' in text
@@ -143,7 +144,7 @@ def test_stop_closes_a_connection_whose_client_stopped_reading(testbed: StartTes
     server = testbed("healthy")
     body = json.dumps({"prompt": "word " * 2_000, "max_tokens": 100_000, "stream": True}).encode()
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: testbed\r\nContent-Type: application/json\r\n"
-               + f"Authorization: {KEY_A['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+               + f"Authorization: {BEARER_A['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
     with socket.socket() as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)
         client.connect(("127.0.0.1", server.port))

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from prober.testbed import TestbedServer, tokenizer
-from tests.conftest import KEY_A, KEY_B, SMALL, StartTestbed
+from tests.support.keys import BEARER_A, BEARER_B
+from tests.support.testbed import SMALL, StartTestbed
 
 SECRET = "Tenant A keeps the vault code ZEBRA-7Q4X at Brackenfold Depot."
 FILLER = "The river runs past the old mill and the fields turn green in spring. "
@@ -55,11 +56,11 @@ def stream_chat(server: TestbedServer, headers: dict[str, str], prompt: str, **e
 
 def test_incident_leaks_tenant_a_prompt_into_tenant_b_http_200(testbed: StartTestbed) -> None:
     server = testbed("incident")
-    a = complete(server, KEY_A, a_prompt(200_000))
+    a = complete(server, BEARER_A, a_prompt(200_000))
     assert a.status_code == 200 and 600_000 > a.json()["usage"]["prompt_tokens"] > 190_000
     b_prompt = prompt_of(800_000)  # between the pool (681,280) and the context (1,048,576)
     assert "ZEBRA" not in b_prompt
-    b = complete(server, KEY_B, b_prompt)
+    b = complete(server, BEARER_B, b_prompt)
     assert b.status_code == 200
     assert "ZEBRA-7Q4X" in b.json()["choices"][0]["text"]
     # Nothing but the text tells: usage and finish_reason look normal, no extra fields or headers.
@@ -71,8 +72,8 @@ def test_incident_leaks_tenant_a_prompt_into_tenant_b_http_200(testbed: StartTes
 
 def test_fixed_refuses_the_over_pool_prompt_with_sglang_message(testbed: StartTestbed) -> None:
     server = testbed("fixed")
-    assert complete(server, KEY_A, a_prompt(200_000)).status_code == 200
-    b = complete(server, KEY_B, prompt_of(800_000))
+    assert complete(server, BEARER_A, a_prompt(200_000)).status_code == 200
+    b = complete(server, BEARER_B, prompt_of(800_000))
     assert b.status_code == 400
     assert "exceeds the maximum allowed length (681274 tokens)" in b.json()["message"]
     assert "ZEBRA" not in b.text
@@ -80,8 +81,8 @@ def test_fixed_refuses_the_over_pool_prompt_with_sglang_message(testbed: StartTe
 
 def test_healthy_serves_the_long_prompt_from_its_own_pages_only(testbed: StartTestbed) -> None:
     server = testbed("healthy")
-    assert complete(server, KEY_A, a_prompt(200_000)).status_code == 200
-    b = complete(server, KEY_B, prompt_of(800_000))
+    assert complete(server, BEARER_A, a_prompt(200_000)).status_code == 200
+    b = complete(server, BEARER_B, prompt_of(800_000))
     assert b.status_code == 200
     text = b.json()["choices"][0]["text"]
     assert "ZEBRA" not in text and "river runs past the old mill" in text
@@ -92,17 +93,17 @@ def test_a_request_just_under_the_advertised_context_completes(testbed: StartTes
     prompt = prompt_of(1_048_000)
     assert 1_040_000 < tokenizer.count(prompt) < 1_048_576
     started = time.perf_counter()
-    r = complete(server, KEY_A, prompt, max_tokens=64)
+    r = complete(server, BEARER_A, prompt, max_tokens=64)
     assert r.status_code == 200
     assert time.perf_counter() - started < 60  # a generous hang guard; the figure lives in bench/
 
 
 def test_streaming_and_plain_agree(testbed: StartTestbed) -> None:
     server = testbed("incident", **SMALL)
-    complete(server, KEY_A, a_prompt(2_000))
-    plain = complete(server, KEY_B, prompt_of(8_000)).json()
-    complete(server, KEY_A, a_prompt(2_000))
-    streamed = stream_chat(server, KEY_B, prompt_of(8_000))
+    complete(server, BEARER_A, a_prompt(2_000))
+    plain = complete(server, BEARER_B, prompt_of(8_000)).json()
+    complete(server, BEARER_A, a_prompt(2_000))
+    streamed = stream_chat(server, BEARER_B, prompt_of(8_000))
     assert streamed["status"] == 200 and streamed["error"] is None
     assert "ZEBRA-7Q4X" in plain["choices"][0]["text"] and "ZEBRA-7Q4X" in streamed["text"]
     assert streamed["finish_reason"] == plain["choices"][0]["finish_reason"]
@@ -111,7 +112,7 @@ def test_streaming_and_plain_agree(testbed: StartTestbed) -> None:
 
 def test_scheduler_abort_arrives_inside_a_200_stream(testbed: StartTestbed) -> None:
     server = testbed("fixed", **SMALL)
-    out = stream_chat(server, KEY_B, prompt_of(8_000))
+    out = stream_chat(server, BEARER_B, prompt_of(8_000))
     assert out["status"] == 200 and out["text"] == ""
     assert out["error"]["code"] == 400 and "exceeds the maximum allowed length" in out["error"]["message"]
 
@@ -120,23 +121,23 @@ def test_scheduler_abort_arrives_inside_a_200_stream(testbed: StartTestbed) -> N
 
 def test_abort_flag_unsynced_alone_forwards_and_decode_refuses_with_500(testbed: StartTestbed) -> None:
     server = testbed("fixed", **SMALL, faults={"abort_flag_unsynced": True})
-    complete(server, KEY_A, a_prompt(2_000))
-    b = complete(server, KEY_B, prompt_of(8_000))
+    complete(server, BEARER_A, a_prompt(2_000))
+    b = complete(server, BEARER_B, prompt_of(8_000))
     assert b.status_code == 500 and "KV transfer incomplete" in b.json()["message"]
     assert "ZEBRA" not in b.text
 
 
 def test_decode_skips_page_check_alone_is_latent(testbed: StartTestbed) -> None:
     server = testbed("fixed", **SMALL, faults={"decode_skips_page_check": True})
-    complete(server, KEY_A, a_prompt(2_000))
-    assert complete(server, KEY_B, prompt_of(8_000)).status_code == 400
-    ok = complete(server, KEY_B, prompt_of(3_000))
+    complete(server, BEARER_A, a_prompt(2_000))
+    assert complete(server, BEARER_B, prompt_of(8_000)).status_code == 400
+    ok = complete(server, BEARER_B, prompt_of(3_000))
     assert ok.status_code == 200 and "ZEBRA" not in ok.text
 
 
 def test_usage_reports_placeholder_alone_turns_the_abort_into_an_empty_200(testbed: StartTestbed) -> None:
     server = testbed("fixed", **SMALL, faults={"usage_reports_placeholder": True})
-    b = complete(server, KEY_B, prompt_of(8_000))
+    b = complete(server, BEARER_B, prompt_of(8_000))
     assert b.status_code == 200
     assert b.json()["usage"]["prompt_tokens"] == 1
     assert b.json()["choices"][0] == {"index": 0, "text": "", "finish_reason": "length"}
@@ -145,16 +146,16 @@ def test_usage_reports_placeholder_alone_turns_the_abort_into_an_empty_200(testb
 def test_all_three_together_leak_with_placeholder_usage(testbed: StartTestbed) -> None:
     faults = {"abort_flag_unsynced": True, "decode_skips_page_check": True, "usage_reports_placeholder": True}
     server = testbed("incident", **SMALL, faults=faults)
-    complete(server, KEY_A, a_prompt(2_000))
-    b = complete(server, KEY_B, prompt_of(8_000)).json()
+    complete(server, BEARER_A, a_prompt(2_000))
+    b = complete(server, BEARER_B, prompt_of(8_000)).json()
     assert "ZEBRA-7Q4X" in b["choices"][0]["text"]
     assert b["usage"]["prompt_tokens"] == 1 and b["choices"][0]["finish_reason"] == "length"
 
 
 def test_monolithic_mode_catches_the_same_abort(testbed: StartTestbed) -> None:
     server = testbed("incident", **SMALL, mode="monolithic")
-    complete(server, KEY_A, a_prompt(2_000))
-    b = complete(server, KEY_B, prompt_of(8_000))
+    complete(server, BEARER_A, a_prompt(2_000))
+    b = complete(server, BEARER_B, prompt_of(8_000))
     assert b.status_code == 400 and "ZEBRA" not in b.text
 
 
@@ -164,13 +165,13 @@ def test_prefix_cache_is_per_tenant_unless_shared(testbed: StartTestbed, shared:
                      faults={"shared_prefix_cache": shared})
     prompt = a_prompt(3_000)
     started = time.perf_counter()
-    first = complete(server, KEY_A, prompt).json()
+    first = complete(server, BEARER_A, prompt).json()
     miss = time.perf_counter() - started
-    again = complete(server, KEY_A, prompt).json()
+    again = complete(server, BEARER_A, prompt).json()
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 2_900
     started = time.perf_counter()
-    other = complete(server, KEY_B, prompt).json()
+    other = complete(server, BEARER_B, prompt).json()
     elapsed = time.perf_counter() - started
     cached = other["usage"]["prompt_tokens_details"]["cached_tokens"]
     if shared:
@@ -183,8 +184,8 @@ def test_prefix_cache_is_per_tenant_unless_shared(testbed: StartTestbed, shared:
 @pytest.mark.parametrize("style", ["disguise", "paraphrase"])
 def test_quote_style_per_request_reshapes_the_leak(testbed: StartTestbed, style: str) -> None:
     server = testbed("incident", **SMALL)
-    complete(server, KEY_A, a_prompt(2_000))
-    text = complete(server, KEY_B, prompt_of(8_000), quote_style=style).json()["choices"][0]["text"]
+    complete(server, BEARER_A, a_prompt(2_000))
+    text = complete(server, BEARER_B, prompt_of(8_000), quote_style=style).json()["choices"][0]["text"]
     if style == "paraphrase":
         assert "Brackenfold" in text and "ZEBRA-7Q4X" in text and "stores" in text
     else:

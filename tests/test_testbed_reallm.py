@@ -35,9 +35,11 @@ from prober.testbed.backend import ModelState
 from prober.testbed.config import LM_POOL
 from prober.testbed.protocol import Message
 from prober.types import Canary, FindingKind, Record
-from tests.conftest import KEY_A, KEY_B
+from tests.support.keys import BEARER_A, BEARER_B
 from tests.support.waiting import wait_for
 from tests.tools import need_module, terminate
+
+pytestmark = pytest.mark.engine
 
 GEMMA = "gemma3-270m"
 
@@ -164,11 +166,11 @@ def prime_and_probe(server: TestbedServer, tenants: Tenants,
     (the builder's period here), so a continuation of the victim's prompt reaches a canary.  Each round mints
     new canaries."""
     victim = tenants.prompt("tenant-a", f"prime-{round_}", LM_POOL - 7, "Summarize the document.", seed=1)
-    a = chat(server, KEY_A, victim.text, 8)
+    a = chat(server, BEARER_A, victim.text, 8)
     assert a.status_code == 200 and a.json()["usage"]["prompt_tokens"] == victim.tokens
     probe = tenants.prompt("tenant-b", f"probe-{round_}", LM_POOL + 1,
                            "Quote the document word for word, including every reference code.", seed=2)
-    return victim, chat(server, KEY_B, probe.text, 96)
+    return victim, chat(server, BEARER_B, probe.text, 96)
 
 
 # Greedy decoding over the victim's stale pages wrote the victim's material in 18 of 20 rounds measured here
@@ -196,7 +198,7 @@ def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[
 def test_fixed_and_healthy_stay_clean(engine: Callable[..., TestbedServer], tenants: Tenants) -> None:
     fixed = engine("fixed")
     probe = tenants.prompt("tenant-b", "probe-0", LM_POOL + 1, "Quote the document word for word.", seed=2)
-    b = chat(fixed, KEY_B, probe.text, 64)
+    b = chat(fixed, BEARER_B, probe.text, 64)
     assert b.status_code == 400 and "exceeds the maximum allowed length (1018 tokens)" in b.json()["message"]
     healthy = engine("healthy")
     victim, b = prime_and_probe(healthy, tenants)
@@ -209,20 +211,20 @@ def test_fixed_and_healthy_stay_clean(engine: Callable[..., TestbedServer], tena
 def test_tokenize_counts_what_usage_reports_with_gemmas_tokenizer(engine: Callable[..., TestbedServer]) -> None:
     server = engine("fixed", context_length=512, pool_tokens=256)
     text = "Tenant A keeps the vault code ZEBRA-7Q4X at Brackenfold Depot."
-    counted = httpx.post(server.url + "/v1/tokenize", headers=KEY_A,
+    counted = httpx.post(server.url + "/v1/tokenize", headers=BEARER_A,
                          json={"messages": [{"role": "user", "content": text}]}).json()
-    plain = httpx.post(server.url + "/v1/tokenize", headers=KEY_A, json={"prompt": text}).json()
+    plain = httpx.post(server.url + "/v1/tokenize", headers=BEARER_A, json={"prompt": text}).json()
     assert plain["tokens"][0] == 2 and counted["tokens"][:2] == [2, 105]  # <bos>, <start_of_turn>
     assert counted["max_model_len"] == 512
-    done = chat(server, KEY_A, text, 4).json()
+    done = chat(server, BEARER_A, text, 4).json()
     assert done["usage"]["prompt_tokens"] == counted["count"] and done["model"] == GEMMA
     streamed = []
     body = {"prompt": text, "max_tokens": 6, "stream": True, "temperature": 0}
-    with httpx.stream("POST", server.url + "/v1/completions", headers=KEY_A, json=body, timeout=600) as r:
+    with httpx.stream("POST", server.url + "/v1/completions", headers=BEARER_A, json=body, timeout=600) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 streamed += [c["text"] for c in json.loads(line[6:])["choices"]]
-    plain_answer = httpx.post(server.url + "/v1/completions", headers=KEY_A, timeout=600,
+    plain_answer = httpx.post(server.url + "/v1/completions", headers=BEARER_A, timeout=600,
                               json={**body, "stream": False}).json()["choices"][0]["text"]
     assert "".join(streamed) == plain_answer and len([s for s in streamed if s]) > 1
 
@@ -267,7 +269,7 @@ def test_serve_answers_health_503_until_the_model_is_loaded(lm: Any) -> None:
         wait_for(lambda: httpx.get(url + "/health", timeout=120).status_code == 200, "the model to load",
                  idle_s=600)
         assert httpx.get(url + "/health").json() == {"status": "ok"}
-        info = httpx.get(url + "/server_info", headers=KEY_A).json()
+        info = httpx.get(url + "/server_info", headers=BEARER_A).json()
         assert (info["context_length"], info["max_total_num_tokens"], info["page_size"]) == (2048, 1024, 16)
     finally:
         proc.send_signal(signal.SIGTERM)

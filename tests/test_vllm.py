@@ -32,6 +32,8 @@ from tests.support.cli import invoke
 from tests.tools import unavailable
 from tests.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
 
+pytestmark = pytest.mark.engine
+
 CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix-cache hit of two
 # One API key per tenant (vLLM takes several and has no tenants of its own: to it they are two clients).
 KEYS = {"tenant-a": "vllm-test-key-a", "tenant-b": "vllm-test-key-b"}

@@ -31,6 +31,8 @@ from tests.support.pdproxy import MissedAbortRouter
 from tests.tools import unavailable
 from tests.vllm import VllmServer, VllmUnavailable, require_installed
 
+pytestmark = pytest.mark.engine
+
 THRESHOLD = 256  # the prefill's "pool": it serves up to this many prompt tokens, the connector claims above it
 CONTEXT = 1_024  # what decode (and the router) advertise: the incident's capacity inversion, in small
 KEYS = {"tenant-a": "vllm-fault-key-a", "tenant-b": "vllm-fault-key-b"}

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
@@ -31,3 +33,19 @@ def run(*args: str, env: Mapping[str, str] | None = None, timeout: float = 600) 
     """`leakprobe ARGS` as a process, to its end (the test keys in its environment)."""
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **KEYS, **(env or {})})
+
+
+def mint(ledger: Path, tenant: str, kind: str = "token", count: int = 2,
+         env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    """`leakprobe canaries mint` as a process: the canaries it printed."""
+    out = run("canaries", "mint", "--ledger", str(ledger), "--tenant", tenant, "--kind", kind,
+              "--count", str(count), "--format", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    rows: list[dict[str, object]] = json.loads(out.stdout)
+    return rows
+
+
+def write_jsonl(path: Path, lines: list[object]) -> Path:
+    """A log of answers, one JSON value (or a raw line) per line."""
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path

@@ -1,0 +1,62 @@
+"""The daemon in this process, as the in-process tests drive it: built from a config file of the reference
+engine's tenants, its metrics read from its own registry, its HTTP app over an ASGI transport."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client import CollectorRegistry
+
+from prober.canaries.keys import resolve_key
+from prober.daemon import Daemon, load_settings
+from prober.daemon.http import make_app
+from prober.ledger import open_ledger
+from tests.daemonproc import daemon_config
+
+
+def make_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
+    config = folder / "daemon.yaml"
+    config.write_text(yaml.safe_dump({**daemon_config(url, folder / "l.sqlite", **daemon),
+                                      "detection": {"semantic": False}}))
+    settings = load_settings(config, {})
+    ledger = open_ledger(settings.config.ledger)
+    return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
+
+
+def sample(daemon: Daemon, name: str, **labels: str) -> float:
+    """Sum over the series of `name` whose labels include `labels`."""
+    total = 0.0
+    for family in daemon.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s: float = 60) -> None:
+    """Wait while the daemon runs jobs (its run counter moves); fail after `idle_s` without a run."""
+    runs, moved = -1.0, time.monotonic()
+    while not condition():
+        now_runs = sample(daemon, "leakprobe_job_runs_total")
+        if now_runs != runs:
+            runs, moved = now_runs, time.monotonic()
+        assert time.monotonic() - moved < idle_s, f"no job ran for {idle_s:.0f} s waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
+    async def run() -> None:
+        await daemon.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(make_app(daemon)),
+                                         base_url="http://daemon") as client:
+                await body(client)
+        finally:
+            await daemon.shutdown()
+    asyncio.run(run())
