@@ -34,8 +34,14 @@ BUGS = (
               real_lm=True),
     EngineBug("SGLang #33507, #35421", "an aborted request answered HTTP 200 with `finish_reason: length` (or "
               "garbage) instead of an error", {"usage_reports_placeholder": True},
-              "boundary probes over the pool, with the engine's counters read around each",
-              FindingKind.COUNTED_FAILURE),
+              "boundary probes over the pool, with the engine's counters read around each (SGLang's "
+              "`num_aborted_requests`)", FindingKind.COUNTED_FAILURE),
+    EngineBug("SGLang #33507, under vLLM's counters", "the same HTTP 200 for an abort, on an engine that exports "
+              "vLLM's metrics (`request_success{finished_reason=\"abort\"}`, `nixl_num_failed_transfers`)",
+              {"usage_reports_placeholder": True},
+              "boundary probes over the pool, with the engine's counters read around each (vLLM's "
+              "`request_success{finished_reason=\"abort\"}`)", FindingKind.COUNTED_FAILURE,
+              engine={"metrics": "vllm"}),
     EngineBug("vLLM #16016, CVE-2025-46570", "one prefix cache for every tenant: another tenant's prompt is served "
               "from cache, and answers sooner", {"shared_prefix_cache": True},
               "the prefix-cache check: the observer resends the victim's prompt", FindingKind.CROSS_TENANT_CACHE_HIT),

@@ -119,6 +119,9 @@ class EngineConfig(BaseModel):
     pool_wait_seconds: float = Field(30.0, gt=0)
     """How long a request waits for free KV pages before it fails."""
     prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
+    metrics: Literal["sglang", "vllm"] = "sglang"
+    """Whose metric names `/metrics` exports what the engine counts (aborts, failed transfers, tokens, KV usage):
+    SGLang's (`--enable-metrics`) or vLLM's."""
     slots: int = Field(0, ge=0, le=64)
     """Conversation slots with a prompt cache, as llama.cpp's `--parallel` (monolithic mode only): each keeps its
     last prompt, and a request reuses the idle slot that shares the longest prefix with it, from a page on

@@ -51,16 +51,38 @@ class HTTPProblem(Exception):
 
 
 class _PoolCollector(Collector):
-    """The engine's own pools, plus SGLang's names for what `--enable-metrics` exports (aborts, failed
-    transfers, KV usage, running requests, prompt and cached tokens), so a prober's engine telemetry reads them
-    as it would read SGLang."""
+    """The engine's own pools, plus what it counts about itself under a real engine's names (`metrics:`):
+    SGLang's `--enable-metrics` or vLLM's (aborts, failed transfers, KV usage, running requests, prompt and
+    cached tokens), so a prober's engine telemetry reads them as it would read that engine."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        yield from self._sglang()
+        yield from (self._vllm() if self.engine.config.metrics == "vllm" else self._sglang())
         yield from self._pools()
+
+    def _vllm(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats, model = self.engine.stats, [self.engine.config.model_name]
+        usage = self.engine.prefill_pool.usage()
+        finished = CounterMetricFamily("vllm:request_success", "Finished requests, by reason.",
+                                       labels=["model_name", "finished_reason"])
+        finished.add_metric([*model, "abort"], stats.aborted)
+        yield finished
+        for family, value in (
+            (CounterMetricFamily("vllm:nixl_num_failed_transfers", "KV transfers that failed.",
+                                 labels=["model_name"]), stats.transfer_failed),
+            (CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens received.", labels=["model_name"]),
+             stats.prompt_tokens),
+            (CounterMetricFamily("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.",
+                                 labels=["model_name"]), stats.cached_tokens),
+            (GaugeMetricFamily("vllm:num_requests_running", "Requests running.", labels=["model_name"]),
+             stats.running),
+            (GaugeMetricFamily("vllm:kv_cache_usage_perc", "Share of the KV pool in use.", labels=["model_name"]),
+             usage.tokens_used / usage.tokens_total),
+        ):
+            family.add_metric(model, value)
+            yield family
 
     def _sglang(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats, model = self.engine.stats, [self.engine.config.model_name]
