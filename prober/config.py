@@ -36,7 +36,6 @@ from prober.yamlfile import read_yaml
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
-JOBS = ("preflight", "sentinel", "campaign", "timing", "crosstalk")
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

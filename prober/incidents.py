@@ -111,11 +111,6 @@ class Incident:
         self.count += 1
         self.findings.append(finding)
 
-    @property
-    def latest_probe(self) -> Probe | None:
-        """The probe of its last finding (boundary, prompt length): what an alert names."""
-        return max(self.probes, key=lambda p: p.last_found, default=None)
-
     def resolution(self, hold: float) -> Resolution | None:
         """How it closes with what is known now; None while it stays open whatever the clock says."""
         if self.ack is not None and self.ack.at >= self.last_seen:

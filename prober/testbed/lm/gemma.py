@@ -84,10 +84,6 @@ class PagedKV:
         self.k = torch.zeros(shape, dtype=torch.float32)
         self.v = torch.zeros(shape, dtype=torch.float32)
 
-    @staticmethod
-    def bytes_per_token(config: GemmaConfig) -> int:
-        return 2 * config.num_layers * config.kv_dim * 4
-
     def slots(self, pages: Sequence[int]) -> Tensor:
         """Physical slots of a page table, in logical order."""
         base = torch.as_tensor(list(pages), dtype=torch.long)[:, None] * self.page_size

@@ -1,0 +1,20 @@
+# Included at the end of every project() call of the llama.cpp tree (CMAKE_PROJECT_INCLUDE, from tests/llamacpp.py):
+# once the top-level directory has been read, every target but llama-server leaves `all`, so that the build
+# compiles llama-server and what it links (ggml, llama, common, mtmd), not the other tools (a third of the time).
+if(CMAKE_CURRENT_SOURCE_DIR STREQUAL CMAKE_SOURCE_DIR AND NOT COMMAND _leakprobe_server_only)
+  function(_leakprobe_server_only)
+    set(dirs "${CMAKE_SOURCE_DIR}")
+    while(dirs)
+      list(POP_FRONT dirs dir)
+      get_property(sub DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+      list(APPEND dirs ${sub})
+      get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+      foreach(target IN LISTS targets)
+        if(NOT target STREQUAL "llama-server")
+          set_property(TARGET "${target}" PROPERTY EXCLUDE_FROM_ALL TRUE)
+        endif()
+      endforeach()
+    endwhile()
+  endfunction()
+  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _leakprobe_server_only)
+endif()
