@@ -52,8 +52,7 @@ from typing import Any
 
 import torch
 
-from prober.campaign.planting import fact_samples
-from prober.campaign.runner import ASKED, PRIME_INSTRUCTION
+from prober.campaign.planting import ASKED, PRIME_INSTRUCTION, fact_samples
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.embeddings import make_embedder

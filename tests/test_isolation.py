@@ -108,7 +108,7 @@ def test_llamacpp_slots_keep_nobody_elses_conversation(llama_install: Installati
     (llama.cpp #27148 did not reproduce with this model: its sliding-window guard re-processes the prompt)."""
     async def go() -> SlotCheck | None:
         async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite") as runner:
-            return await runner.idle_slots(SlotSettings(tokens=96, max_tokens=24))
+            return await runner.isolation.idle_slots(SlotSettings(tokens=96, max_tokens=24))
     with LlamaServer(llama_install, ctx_size=2048, parallel=2) as server:
         result = asyncio.run(go())
     assert result is not None and result.width == 2 and len(result.steps) == 16 and not result.errors

@@ -20,6 +20,11 @@ from prober.prompts.builder import Facts
 from prober.shingles import Shingler
 from prober.types import Canary
 
+PRIME_INSTRUCTION = "Summarize the document."
+ASKED = {"quote": "Quote the document word for word, including every reference code.",
+         "summarize": "Summarize the document, keeping every name, place and number.",
+         "translate": "Translate the document into {language}, keeping every name, place and number."}
+LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
 DISTINCT_PER_PROMPT = 16  # canaries cycle through a prompt: each names its tenant and step
 FACT_SAMPLES = 6  # unplanted facts whose length sizes a prompt's canary units
 

@@ -18,9 +18,7 @@ from dataclasses import replace
 from secrets import token_hex
 
 from prober.campaign.checks import counted_failure, phantom_cached
-from prober.campaign.crosstalk import CrosstalkResult, run_burst
 from prober.campaign.events import (
-    BurstDone,
     FindingRecorded,
     Listener,
     PlanReady,
@@ -28,27 +26,26 @@ from prober.campaign.events import (
     StepDone,
     SurveyDone,
     TargetFailed,
-    TimingDone,
     ignore,
 )
+from prober.campaign.isolation import Isolation
 from prober.campaign.judging import Judge
 from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
-from prober.campaign.planting import Planter
-from prober.campaign.results import AuditResult, ShapeChoice, SlotCheck, StepResult, TargetReport
+from prober.campaign.planting import ASKED, LANGUAGE_NAMES, PRIME_INSTRUCTION, Planter
+from prober.campaign.results import AuditResult, ShapeChoice, StepResult, TargetReport
 from prober.campaign.routes import Route, Routes
 from prober.campaign.salts import salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
 from prober.campaign.shapes import CONTROL_ANSWER_TOKENS, CONTROL_TOKENS, choose_shape
 from prober.campaign.shapes import planned_tokens as shape_tokens
-from prober.campaign.slots import check_idle_slots, width_of
 from prober.campaign.slots import planned_tokens as slot_tokens
+from prober.campaign.slots import width_of
 from prober.campaign.survey import PreflightResult, survey
-from prober.campaign.timing import TimingResult, check_timing, planned_tokens
+from prober.campaign.timing import planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.capacity import origin_of, reachability
-from prober.config import CrosstalkSettings, ProberConfig, SlotSettings, TargetConfig, TimingSettings
-from prober.detect.scanner import ScanResult
+from prober.config import ProberConfig, TargetConfig
 from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger.base import Ledger
@@ -60,13 +57,8 @@ from prober.targets.credentials import Secret
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 from prober.targets.transport import Transport
-from prober.types import Finding, Record
+from prober.types import Finding
 
-PRIME_INSTRUCTION = "Summarize the document."
-ASKED = {"quote": "Quote the document word for word, including every reference code.",
-         "summarize": "Summarize the document, keeping every name, place and number.",
-         "translate": "Translate the document into {language}, keeping every name, place and number."}
-LANGUAGE_NAMES = {"en": "English", "ko": "Korean"}
 # A target's deadline when none is given: the survey's allowance, then one derived from the plan.
 SURVEY_ALLOWANCE_S = 300.0
 DEADLINE_BASE_S = 120.0
@@ -84,10 +76,11 @@ class TargetRunner:
         self.surveyed: PreflightResult | None = None
         self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing run
         self._want_telemetry = telemetry
-        self._telemetry: EngineTelemetry | None = None
+        self.telemetry: EngineTelemetry | None = None  # the engine's counters, where it exposes them
         self.salts = tenant_salts(config, wiring.tenants)  # tenant -> its cache_salt, where the target asks
         self.salted = salted_tenants(config, wiring.tenants, wiring.cache_salted)
         self.judge = Judge(config.name, wiring, transport.scrubber, self.salted)
+        self.isolation = Isolation(self)  # the timing, idle-slot and cross-talk checks
 
     @property
     def tenants(self) -> list[str]:
@@ -110,9 +103,9 @@ class TargetRunner:
         if result.error or counter is None:
             raise TargetUnusable(result.error or "no way to count tokens")
         self.routes.surveyed(counter, result.capacity.engine, first)
-        if self._want_telemetry and self._telemetry is None and cfg.api.openai_routes:
+        if self._want_telemetry and self.telemetry is None and cfg.api.openai_routes:
             telemetry = EngineTelemetry(self.transport, origin_of(cfg.introspection_url or cfg.url) + "/metrics", first)
-            self._telemetry = telemetry if await telemetry.snapshot() is not None else None
+            self.telemetry = telemetry if await telemetry.snapshot() is not None else None
         return result
 
     def campaign(self, on_event: Listener = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
@@ -142,10 +135,10 @@ class TargetRunner:
             step = Step(id=f"{plan.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
                         stream=False, expect_served=True, boundary=f"shape:{shape.name}", max_tokens=answer_tokens)
             cue = shape.layout is Layout.CUE
-            built = await self.planter.prompt(step, ASKED["quote"], route.builder, controls, page=self._page, cue=cue,
+            built = await self.planter.prompt(step, ASKED["quote"], route.builder, controls, page=self.page, cue=cue,
                                               lead=cue)
             answer = await self.send_as(tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
-            result = await self._check(step, step.id, built, answer)
+            result = await self.check(step, step.id, built, answer)
             self._record(result, report, on_event)
             return result
 
@@ -185,7 +178,7 @@ class TargetRunner:
 
     # -- one exchange ---------------------------------------------------------------------------
     async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan) -> None:
-        route = await self._route()
+        route = await self.route()
         builder, cue = route.builder, self.shape is not None and self.shape.chosen.layout is Layout.CUE
         if exchange.same_text:
             # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
@@ -194,14 +187,14 @@ class TargetRunner:
                                         seed=int(nonce[:4], 16))
             probe = replace(prime, fresh_from=None)  # the victim's prompt again: not new when the observer sends it
         else:
-            prime = await self.planter.prompt(exchange.prime, PRIME_INSTRUCTION, builder, plan, page=self._page,
+            prime = await self.planter.prompt(exchange.prime, PRIME_INSTRUCTION, builder, plan, page=self.page,
                                               cue=cue)
             probe = await self.planter.prompt(exchange.probe, self._instruction(exchange.probe), builder, plan,
-                                              page=self._page, cue=cue, lead=cue)
+                                              page=self.page, cue=cue, lead=cue)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
             sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
-        async with window(self._telemetry) as engine:
+        async with window(self.telemetry) as engine:
             if exchange.concurrent:
                 answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
             else:
@@ -215,7 +208,7 @@ class TargetRunner:
         for i, ((step, built), answer) in enumerate(zip(sends, answers, strict=True)):
             primed_by = exchange.victim if shared and step.role == "probe" else None
             failed = counted_failure(step, built.tokens, answer, engine.failures(), unserved) if i == named else None
-            result = await self._check(step, exchange.id, built, answer, engine=engine.evidence(),
+            result = await self.check(step, exchange.id, built, answer, engine=engine.evidence(),
                                        primed_by=primed_by, also=[failed] if failed else [])
             self._record(result, report, on_event)
 
@@ -230,11 +223,11 @@ class TargetRunner:
         for finding in result.findings:
             on_event(FindingRecorded(finding))
 
-    async def _route(self) -> Route:
+    async def route(self) -> Route:
         """The chosen shape's route, else the configured one (raises PlanError before a survey)."""
         return await self.routes.get(self.shape.chosen.api if self.shape else self.config.api)
 
-    async def _check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
+    async def check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
                      engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
                      also: list[Finding] | None = None) -> StepResult:
         """The judge's verdict on one answer; no phantom check where prefill and decode are split (decode counts
@@ -244,7 +237,7 @@ class TargetRunner:
                                        fresh=not split, also=also)
 
     @property
-    def _page(self) -> int | None:
+    def page(self) -> int | None:
         """The KV page size the last survey learned, which canaries in prompts are spaced by."""
         known = self.surveyed.capacity.page_size if self.surveyed else None
         return known.value if known else None
@@ -261,56 +254,9 @@ class TargetRunner:
     async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion:
         """As this tenant: its credential, and its own cache salt where the target asks for one; on the chosen
         route unless another is given."""
-        route = route or await self._route()
+        route = route or await self.route()
         return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                            self.wiring.secrets.get(tenant))
-
-    async def timing(self, settings: TimingSettings, on_event: Listener = ignore, *, run_id: str = "") -> TimingResult:
-        """`cross_tenant_cache_timing` over every ordered tenant pair (prober/campaign/timing.py)."""
-        refused_from = acceptance_limit(self.surveyed.capacity) if self.surveyed else None
-        counter = (await self._route()).builder.counter
-        result = await check_timing(self.send_as, counter, self.tenants, settings, run_id=run_id,
-                                    salted=self.salted, telemetry=self._telemetry,
-                                    longest=refused_from - 1 if refused_from else None)
-        result.findings = await self.judge.persist(result.findings, None, on_event)
-        on_event(TimingDone(result))
-        return result
-
-    async def crosstalk(self, settings: CrosstalkSettings, on_event: Listener = ignore, *,
-                        streaming: Streaming = "both", run_id: str = "") -> CrosstalkResult:
-        """The cross-talk burst (prober/campaign/crosstalk.py): its canaries minted like any other."""
-        async def scan(record: Record) -> ScanResult:
-            return await asyncio.to_thread(self.wiring.scanner.scan, record)
-
-        result = await run_burst(self.send_as, self.planter.canary, scan, self.tenants, settings, streaming=streaming,
-                                 run_id=run_id, telemetry=self._telemetry)
-        result.findings = await self.judge.persist(result.findings, None, on_event)
-        on_event(BurstDone(result))
-        return result
-
-    async def idle_slots(self, settings: SlotSettings, on_event: Listener = ignore, *,
-                         run_id: str = "") -> SlotCheck | None:
-        """The idle-slot check (prober/campaign/slots.py), where the target has slots: every prompt led by a fresh
-        nonce, so that none shares a prefix with anything a slot holds (the victim's take a slot each)."""
-        known = self.surveyed.capacity.slots if self.surveyed else None
-        width = width_of(settings, known.value if known else None)
-        if width is None:
-            return None
-        route = await self._route()
-        plan = Plan(self.config.name, [], run_id=run_id)
-
-        async def run(step: Step) -> StepResult:
-            ask = ASKED["quote"] if step.role == "probe" else PRIME_INSTRUCTION
-            built = await self.planter.prompt(step, ask, route.builder, plan, page=self._page, cue=False,
-                                              nonce=token_hex(6))
-            answer = await self.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
-            result = await self._check(step, step.id, built, answer)
-            on_event(StepDone(result))
-            for finding in result.findings:
-                on_event(FindingRecorded(finding))
-            return result
-
-        return await check_idle_slots(run, self.tenants, settings, width=width, run_id=run_id)
 
 
 class Auditor:
@@ -392,13 +338,13 @@ class Auditor:
     async def _isolation(self, runner: TargetRunner, report: TargetReport) -> None:
         """The timing check and the cross-talk burst, where the config runs them in audits."""
         if self.config.timing.audit:
-            report.timing = await runner.timing(self.config.timing, self.on_event)
+            report.timing = await runner.isolation.timing(self.config.timing, self.on_event)
             report.errors += report.timing.errors
         if self.config.slots.audit:
-            report.slots = await runner.idle_slots(self.config.slots, self.on_event)
+            report.slots = await runner.isolation.idle_slots(self.config.slots, self.on_event)
             report.errors += report.slots.errors if report.slots else []
         if self.config.crosstalk.audit:
-            report.crosstalk = await runner.crosstalk(self.config.crosstalk, self.on_event,
+            report.crosstalk = await runner.isolation.crosstalk(self.config.crosstalk, self.on_event,
                                                       streaming=self.config.audit.streaming)
             report.errors += report.crosstalk.errors
 

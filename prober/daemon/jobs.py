@@ -149,9 +149,9 @@ class TargetSession:
         result: timing.TimingResult | crosstalk.CrosstalkResult | None = None
         try:
             if job is Job.TIMING:
-                result = await self.runner.timing(self.timing, on_event, run_id=run_id)
+                result = await self.runner.isolation.timing(self.timing, on_event, run_id=run_id)
             else:
-                result = await self.runner.crosstalk(self.crosstalk, on_event, streaming=self.audit.streaming,
+                result = await self.runner.isolation.crosstalk(self.crosstalk, on_event, streaming=self.audit.streaming,
                                                      run_id=run_id)
         finally:
             await self.budget.release(self.name, day, tokens - (result.tokens if result else 0))

@@ -43,7 +43,7 @@ async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: 
 def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, settings: TimingSettings) -> TimingResult:
     async def go() -> TimingResult:
         async with surveyed(url, secrets, ledger) as runner:
-            return await runner.timing(settings)
+            return await runner.isolation.timing(settings)
     result = asyncio.run(go())
     for decision in result.decisions:
         print(decision.samples.victim, "->", decision.samples.observer, decision.evidence())
@@ -55,5 +55,5 @@ def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, setting
 def burst(url: str, secrets: Mapping[str, Secret | None], ledger: Path) -> CrosstalkResult:
     async def go() -> CrosstalkResult:
         async with surveyed(url, secrets, ledger) as runner:
-            return await runner.crosstalk(CrosstalkSettings(per_tenant=4))
+            return await runner.isolation.crosstalk(CrosstalkSettings(per_tenant=4))
     return asyncio.run(go())
