@@ -20,7 +20,7 @@ from prober.campaign import TargetReport, TargetRunner, crosstalk, sentinel_plan
 from prober.campaign.events import Listener, PlanReady
 from prober.campaign.plan import Plan
 from prober.campaign.wiring import Wiring
-from prober.config import AuditSettings, CrosstalkSettings, DaemonSettings, TargetConfig, TimingSettings
+from prober.config import ProberConfig, TargetConfig
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
@@ -77,17 +77,17 @@ class TargetSession:
     """One target's transport and runner; `retire()` closes them once the last running job is done.  Every
     request to the target's API goes to `on_exchange` (its health, from every job)."""
 
-    def __init__(self, config: TargetConfig, wiring: Wiring, *, daemon: DaemonSettings, audit: AuditSettings,
-                 budget: TokenBudget, on_exchange: OnExchange, timing: TimingSettings | None = None,
-                 crosstalk: CrosstalkSettings | None = None) -> None:
+    def __init__(self, config: TargetConfig, wiring: Wiring, settings: ProberConfig, *, budget: TokenBudget,
+                 on_exchange: OnExchange) -> None:
+        """`settings`: what the daemon's jobs read of the whole config (daemon, audit, timing and cross-talk)."""
         self.config = config
-        self.daemon = daemon
-        self.audit = audit
-        self.timing = timing or TimingSettings()
-        self.crosstalk = crosstalk or CrosstalkSettings()
+        self.daemon = settings.daemon
+        self.audit = settings.audit
+        self.timing = settings.timing
+        self.crosstalk = settings.crosstalk
         self.budget = budget
         self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
-        self.runner = TargetRunner(config, self.transport, wiring, telemetry=daemon.engine_telemetry)
+        self.runner = TargetRunner(config, self.transport, wiring, telemetry=self.daemon.engine_telemetry)
         self._users = 0
         self._retired = False
 

@@ -11,29 +11,13 @@ configured for pages: `leakprobe_links_info`).
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
-from statistics import median
-from typing import assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import __version__
-from prober.campaign.events import (
-    BurstDone,
-    Event,
-    FindingRecorded,
-    Listener,
-    PlanReady,
-    ShapeChosen,
-    StepDone,
-    SurveyDone,
-    TargetFailed,
-    TimingDone,
-)
 from prober.campaign.results import StepResult
-from prober.campaign.survey import PreflightResult
 from prober.config import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.jobs import Failure, Skip
@@ -171,45 +155,6 @@ class Metrics:
             self.interval, self.timing_p, self.timing_ttft, self.burst_answers, self.blind, self.shape,
             self.shape_chosen]
 
-    # -- what runs report -----------------------------------------------------------------------
-    def listener(self, target: str, job: str) -> Listener:
-        def on_event(event: Event) -> None:
-            match event:
-                case PlanReady(plan=plan):
-                    for boundary in {step.boundary for e in plan.exchanges for step in e.steps}:
-                        for outcome in ("served", "refused"):
-                            self.probes.labels(target, job, boundary, outcome)
-                case StepDone(result=result):
-                    self._step(target, job, result)
-                case FindingRecorded(finding=f):
-                    self.findings.labels(target, f.kind.value, f.severity.label, f.victim_tenant or "",
-                                         f.observer_tenant).inc()
-                    self.incidents.record(f, job)
-                case SurveyDone(result=result):
-                    self.survey(target, result)
-                case TimingDone(result=timing):
-                    for decision in timing.decisions:
-                        s = decision.samples
-                        self.timing_p.labels(target, s.victim, s.observer).set(decision.adjusted_p)
-                        for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
-                            if ttfts:
-                                self.timing_ttft.labels(target, s.victim, s.observer, prompts).set(median(ttfts))
-                case ShapeChosen(choice=choice):
-                    for trial in choice.trials:
-                        name = trial.shape.name
-                        self.shape_chosen.labels(target, name).set(int(trial.shape == choice.chosen))
-                        if trial.controls:
-                            self.shape.labels(target, name).set(trial.echoed / len(trial.controls))
-                case BurstDone(result=burst):
-                    for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
-                                           ("unanswered", burst.requests - burst.answered)):
-                        self.burst_answers.labels(target, outcome).inc(count)
-                case TargetFailed():
-                    pass  # a job's failure is its outcome's (JobRecords)
-                case _:
-                    assert_never(event)
-        return on_event
-
     def exchanged(self, target: str, exchange: HTTPExchange) -> None:
         """Every request to the target's API, whichever job sent it: its health."""
         error = exchange.error
@@ -218,30 +163,6 @@ class Metrics:
         elif exchange.status in (401, 403):
             self.request_errors.labels(target, ErrorKind.UNAUTHORIZED).inc()
         self.up.labels(target).set(0 if exchange.status in DOWN_STATUSES else 1)
-
-    def _step(self, target: str, job: str, result: StepResult) -> None:
-        answer, step = result.answer, result.step
-        self.probes.labels(target, job, step.boundary, result.outcome).inc()
-        self.probe_duration.labels(target, job).observe(answer.total_s)
-        if answer.ttft_s is not None:
-            self.ttft.labels(target, job).observe(answer.ttft_s)
-        self.tokens_sent.labels(target, step.tenant).inc(result.sent_tokens)
-        if step.role == "probe":
-            self.boundary.labels(target, step.boundary).set(BoundaryOutcome.of(result))
-
-    def survey(self, target: str, result: PreflightResult) -> None:
-        """What a survey that reached the target learned; one that did not leaves the last verdicts to age."""
-        if result.error is not None and not result.verdicts:
-            return
-        capacity = result.capacity
-        for gauge, known in ((self.advertised, capacity.advertised), (self.pool, capacity.pool_tokens),
-                             (self.input_limit, capacity.max_req_input_len or capacity.accept_limit)):
-            if known is not None:
-                gauge.labels(target).set(known.value)
-        held = {v.code for v in result.verdicts}
-        for code, severity in VERDICTS.items():
-            self.verdict.labels(target, code, severity.label).set(1 if code in held else 0)
-        self.surveyed.labels(target).set(time.time())
 
     def missed(self, target: str, job: str, skip: str) -> None:
         """The scheduler skipped a slot (busy, missed): counted, not logged (it is routine under load)."""
@@ -277,6 +198,16 @@ class Metrics:
             for values in seen:
                 if values[0] in gone:
                     metric.remove(*values)
+
+    def reloaded(self, at: float | None, *, attempt: bool = True) -> None:
+        """A config (re)load that took effect (`at`: when it was loaded) or was refused (None)."""
+        if attempt:
+            self.reloads.inc()
+        if at is None:
+            self.reload_failures.inc()
+        else:
+            self.reload_time.set(at)
+        self.reload_ok.set(0 if at is None else 1)
 
     def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
         self.incidents.replace(incidents, hold, notice)

@@ -27,7 +27,6 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from prober.campaign.events import Event, FindingRecorded
 from prober.campaign.plan import pairs
 from prober.campaign.scanning import RunScanner
 from prober.campaign.wiring import Wiring
@@ -36,19 +35,19 @@ from prober.canaries.mint import Minter
 from prober.config import ProberConfig, listen_address
 from prober.daemon import housekeeping
 from prober.daemon.budget import TokenBudget
-from prober.daemon.evidence import RunEvidence
 from prober.daemon.exposition import CachedExposition
 from prober.daemon.housekeeping import Housekeeper
 from prober.daemon.http import Access, make_app
-from prober.daemon.jobs import Job, JobOutcome, Skip, TargetSession
+from prober.daemon.jobs import Job, TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock, JobRecords
-from prober.daemon.schedule import JobScheduler, first_run, take_turn
+from prober.daemon.schedule import JobScheduler, first_run
 from prober.daemon.settings import Settings, load_settings
 from prober.daemon.status import redact, status_document
+from prober.daemon.turns import Turns
 from prober.embeddings import Embedder, make_embedder
-from prober.errors import LeakprobeError, LedgerError, StartupError
+from prober.errors import LeakprobeError, StartupError
 from prober.ledger import Ledger, open_ledger
 from prober.malloc import cap_arenas
 from prober.scrub import ScrubbingFilter
@@ -85,6 +84,7 @@ class Daemon:
         self.health = LedgerHealth(ledger, self.metrics)
         self.records = JobRecords(ledger, self.metrics, clock, self.health.failed)
         self.housekeeper = Housekeeper(self.health, self.metrics, clock)
+        self.turns = Turns(ledger, self.health, self.records, self.metrics, self.housekeeper, clock)
         self.minter = Minter(ledger, key, embedder)
         self.log_filter = ScrubbingFilter(settings.scrubber)
         self.started = clock()
@@ -95,8 +95,7 @@ class Daemon:
         self.scheduler: JobScheduler | None = None
         self._running: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Future[Any]] = set()
-        self.metrics.reload_ok.set(1)
-        self.metrics.reload_time.set(settings.loaded_at)
+        self.metrics.reloaded(settings.loaded_at, attempt=False)
 
     @property
     def config(self) -> ProberConfig:
@@ -202,17 +201,15 @@ class Daemon:
 
     async def reload(self) -> tuple[bool, str]:
         """Load the config again; a config that fails keeps the old one running."""
-        self.metrics.reloads.inc()
         try:
             fresh = await asyncio.to_thread(self.settings.reload)
             why = self.settings.restart_needed(fresh)
         except LeakprobeError as exc:
             why = str(exc)
+        self.metrics.reloaded(None if why else fresh.loaded_at)
+        self._exposition.stale()
+        self.last_reload_error = why
         if why is not None:
-            self.metrics.reload_failures.inc()
-            self.metrics.reload_ok.set(0)
-            self._exposition.stale()
-            self.last_reload_error = why
             log.error("config reload refused, the old config keeps running: %s", why)
             return False, why
         old_targets = set(self.sessions)
@@ -220,10 +217,6 @@ class Daemon:
         self.log_filter.scrubber = fresh.scrubber
         await self._apply(fresh)
         self.metrics.forget(old_targets - set(self.sessions))
-        self.metrics.reload_ok.set(1)
-        self.metrics.reload_time.set(fresh.loaded_at)
-        self._exposition.stale()
-        self.last_reload_error = None
         log.info("config reloaded: targets %s", ", ".join(self.sessions))
         return True, "reloaded"
 
@@ -239,9 +232,8 @@ class Daemon:
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:
-            self.sessions[target.name] = TargetSession(
-                target, wiring, daemon=config.daemon, audit=config.audit, budget=budget, timing=config.timing,
-                crosstalk=config.crosstalk, on_exchange=partial(self.metrics.exchanged, target.name))
+            self.sessions[target.name] = TargetSession(target, wiring, config, budget=budget,
+                                                       on_exchange=partial(self.metrics.exchanged, target.name))
             for job in Job:
                 last_run = await self.records.restore(target.name, job, self.started)
                 interval = config.daemon.interval(job)
@@ -263,56 +255,15 @@ class Daemon:
         if task is not None:
             self._running.add(task)
         try:
-            await self._take_turn_and_run(target, job)
+            session = self.sessions.get(target)
+            if session is not None and not self.stopping.is_set():
+                await self.turns.run(session, job, self.config.daemon)
         except asyncio.CancelledError:
             log.info("%s %s: cancelled at shutdown", job, target)
         finally:
             self._exposition.stale()
             if task is not None:
                 self._running.discard(task)
-
-    async def _take_turn_and_run(self, target: str, job: Job) -> None:
-        session = self.sessions.get(target)
-        status = self.records.of(target, job)
-        if session is None or status is None or self.stopping.is_set():
-            return
-        if not await self.health.check():
-            self.records.skipped(target, job, Skip.LEDGER, f"ledger not writable: {self.health.error}")
-            return
-        try:
-            turn = await take_turn(self.ledger, target, job, self.config.daemon.interval(job), self.clock())
-        except LedgerError as exc:
-            self.health.failed(str(exc))
-            self.records.skipped(target, job, Skip.LEDGER, str(exc))
-            return
-        if isinstance(turn, Skip):
-            why = "another replica is running it" if turn is Skip.LOCKED else "another replica ran it in this slot"
-            self.records.skipped(target, job, turn, why)
-            return
-        status.running = True
-        self.metrics.runs.labels(target, job).inc()
-        started = self.clock()
-        count = self.metrics.listener(target, job)
-        # The wall clock, as the runner stamps findings with it.
-        evidence = RunEvidence(target, job, time.time(), partial(self.housekeeper.record_checks,
-                                                                 daemon=self.config.daemon))
-
-        def on_event(event: Event) -> None:
-            count(event)
-            evidence(event)
-            if isinstance(event, FindingRecorded):
-                log.warning("%s", event.finding.describe())  # only once it is in the ledger
-
-        outcome: JobOutcome | None = None
-        try:
-            outcome = await session.run(job, on_event)
-        finally:
-            status.running = False
-            turn.release()
-            # Also when cancelled at shutdown: the findings it recorded must name the probe that made them.
-            await evidence.finish(outcome is not None and outcome.ok and job is not Job.PREFLIGHT,
-                                  session.runner.tenants)
-        await self.records.concluded(target, job, outcome, started)
 
     # -- housekeeping ---------------------------------------------------------------------------
     async def housekeep(self) -> None:

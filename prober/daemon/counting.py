@@ -1,0 +1,91 @@
+"""A run's events as the daemon's metrics: counts and gauges that move as requests complete, findings as they
+are recorded, what a survey, a shape choice, a timing check or a burst concluded (the series: metrics.py)."""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+from typing import assert_never
+
+from prober.campaign.events import (
+    BurstDone,
+    Event,
+    FindingRecorded,
+    PlanReady,
+    ShapeChosen,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+    TimingDone,
+)
+from prober.campaign.results import StepResult
+from prober.campaign.survey import PreflightResult
+from prober.daemon.metrics import VERDICTS, BoundaryOutcome, Metrics
+
+
+class RunCounter:
+    """The listener of one job run on one target."""
+
+    def __init__(self, metrics: Metrics, target: str, job: str) -> None:
+        self.metrics, self.target, self.job = metrics, target, job
+
+    def __call__(self, event: Event) -> None:
+        m = self.metrics
+        match event:
+            case PlanReady(plan=plan):
+                for boundary in {step.boundary for e in plan.exchanges for step in e.steps}:
+                    for outcome in ("served", "refused"):
+                        m.probes.labels(self.target, self.job, boundary, outcome)
+            case StepDone(result=result):
+                self._step(result)
+            case FindingRecorded(finding=f):
+                m.findings.labels(self.target, f.kind.value, f.severity.label, f.victim_tenant or "",
+                                  f.observer_tenant).inc()
+                m.incidents.record(f, self.job)
+            case SurveyDone(result=result):
+                self._survey(result)
+            case TimingDone(result=timing):
+                for decision in timing.decisions:
+                    s = decision.samples
+                    m.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
+                    for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
+                        if ttfts:
+                            m.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))
+            case ShapeChosen(choice=choice):
+                for trial in choice.trials:
+                    name = trial.shape.name
+                    m.shape_chosen.labels(self.target, name).set(int(trial.shape == choice.chosen))
+                    if trial.controls:
+                        m.shape.labels(self.target, name).set(trial.echoed / len(trial.controls))
+            case BurstDone(result=burst):
+                for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
+                                       ("unanswered", burst.requests - burst.answered)):
+                    m.burst_answers.labels(self.target, outcome).inc(count)
+            case TargetFailed():
+                pass  # a job's failure is its outcome's (JobRecords)
+            case _:
+                assert_never(event)
+
+    def _step(self, result: StepResult) -> None:
+        m, answer, step = self.metrics, result.answer, result.step
+        m.probes.labels(self.target, self.job, step.boundary, result.outcome).inc()
+        m.probe_duration.labels(self.target, self.job).observe(answer.total_s)
+        if answer.ttft_s is not None:
+            m.ttft.labels(self.target, self.job).observe(answer.ttft_s)
+        m.tokens_sent.labels(self.target, step.tenant).inc(result.sent_tokens)
+        if step.role == "probe":
+            m.boundary.labels(self.target, step.boundary).set(BoundaryOutcome.of(result))
+
+    def _survey(self, result: PreflightResult) -> None:
+        """What a survey that reached the target learned; one that did not leaves the last verdicts to age."""
+        if result.error is not None and not result.verdicts:
+            return
+        m, capacity = self.metrics, result.capacity
+        for gauge, known in ((m.advertised, capacity.advertised), (m.pool, capacity.pool_tokens),
+                             (m.input_limit, capacity.max_req_input_len or capacity.accept_limit)):
+            if known is not None:
+                gauge.labels(self.target).set(known.value)
+        held = {v.code for v in result.verdicts}
+        for code, severity in VERDICTS.items():
+            m.verdict.labels(self.target, code, severity.label).set(1 if code in held else 0)
+        m.surveyed.labels(self.target).set(time.time())

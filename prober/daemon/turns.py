@@ -1,0 +1,77 @@
+"""One run of one job, when it is this replica's turn: the ledger writable, the job's lock and slot taken (replicas
+sharing a ledger run each job once per slot), its events counted into metrics and evidence, its outcome
+recorded."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+
+from prober.campaign.events import Event, FindingRecorded
+from prober.config import DaemonSettings
+from prober.daemon.counting import RunCounter
+from prober.daemon.evidence import RunEvidence
+from prober.daemon.housekeeping import Housekeeper
+from prober.daemon.jobs import Job, JobOutcome, Skip, TargetSession
+from prober.daemon.ledger_health import LedgerHealth
+from prober.daemon.metrics import Metrics
+from prober.daemon.records import Clock, JobRecords
+from prober.daemon.schedule import take_turn
+from prober.errors import LedgerError
+from prober.ledger import Ledger
+
+log = logging.getLogger("leakprobe.daemon")
+
+
+@dataclass(frozen=True)
+class Turns:
+    ledger: Ledger
+    health: LedgerHealth
+    records: JobRecords
+    metrics: Metrics
+    housekeeper: Housekeeper
+    clock: Clock
+
+    async def run(self, session: TargetSession, job: Job, daemon: DaemonSettings) -> None:
+        target = session.name
+        status = self.records.of(target, job)
+        if status is None:
+            return
+        if not await self.health.check():
+            self.records.skipped(target, job, Skip.LEDGER, f"ledger not writable: {self.health.error}")
+            return
+        try:
+            turn = await take_turn(self.ledger, target, job, daemon.interval(job), self.clock())
+        except LedgerError as exc:
+            self.health.failed(str(exc))
+            self.records.skipped(target, job, Skip.LEDGER, str(exc))
+            return
+        if isinstance(turn, Skip):
+            why = "another replica is running it" if turn is Skip.LOCKED else "another replica ran it in this slot"
+            self.records.skipped(target, job, turn, why)
+            return
+        status.running = True
+        self.metrics.runs.labels(target, job).inc()
+        started = self.clock()
+        count = RunCounter(self.metrics, target, job)
+        # The wall clock, as the runner stamps findings with it.
+        evidence = RunEvidence(target, job, time.time(), partial(self.housekeeper.record_checks, daemon=daemon))
+
+        def on_event(event: Event) -> None:
+            count(event)
+            evidence(event)
+            if isinstance(event, FindingRecorded):
+                log.warning("%s", event.finding.describe())  # only once it is in the ledger
+
+        outcome: JobOutcome | None = None
+        try:
+            outcome = await session.run(job, on_event)
+        finally:
+            status.running = False
+            turn.release()
+            # Also when cancelled at shutdown: the findings it recorded must name the probe that made them.
+            await evidence.finish(outcome is not None and outcome.ok and job is not Job.PREFLIGHT,
+                                  session.runner.tenants)
+        await self.records.concluded(target, job, outcome, started)
