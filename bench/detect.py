@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from previous import load as load_previous  # bench/previous.py: the detectors before the automata
 from rapidfuzz import fuzz, process
 
 from prober.canaries import tokens
@@ -30,6 +31,7 @@ from prober.canaries.compact import compact
 from prober.canaries.filler import load_filler
 from prober.canaries.packs import load_pack
 from prober.detect import CanarySet, Detector, ExactDetector, FragmentDetector, FuzzyDetector, Scanner, SemanticDetector
+from prober.detect.patterns import PatternIndex
 from prober.detect.semantic import blocked_cosine
 from prober.detect.verbatim import VerbatimDetector
 from prober.embeddings import DEFAULT_MODEL, MINILM, make_embedder
@@ -69,54 +71,96 @@ def rate(fn: Callable[[], int], repeats: int = 3) -> float:
     return statistics.median(speeds)
 
 
+def edited(rng: random.Random, body: str, edits: int) -> str:
+    chars = list(body)
+    for i in rng.sample(range(len(chars)), edits):
+        chars[i] = rng.choice(tokens.ALPHABET.replace(chars[i], ""))
+    return "".join(chars)
+
+
 def bench_exact_fuzzy(n: int, rng: random.Random) -> None:
+    """Exact, fuzzy, fragment and the scanner at `n` tokens, each beside a naive baseline and the previous
+    implementation (bench/previous.py) in the same run, with a check that both find the same canaries."""
     started = time.perf_counter()
     canaries = [Canary(id=f"c{i}", tenant=f"t{i % 50}", kind=CanaryKind.TOKEN,
                        text=tokens.display(tokens.mint_body(KEY, f"t{i % 50}", f"p{i % 997}"))) for i in range(n)]
     canary_set = CanarySet(canaries, key=KEY)
-    exact, fuzzy = ExactDetector(canary_set), FuzzyDetector(canary_set)
+    patterns = PatternIndex(canary_set)
+    exact, fuzzy = ExactDetector(canary_set, patterns), FuzzyDetector(canary_set, patterns)
+    fragment = FragmentDetector(canary_set, patterns=patterns)
     plain = [c.text for c in canaries]
     built = time.perf_counter() - started
     print(f"\n{n:,} active tokens: indexes built in {built:.1f} s, peak RSS {rss_mib():.0f} MiB")
     texts = answers(rng, 1000)
-    for i in range(0, len(texts), 100):  # 1% carry a canary
-        texts[i] = texts[i][:900] + " " + canaries[rng.randrange(n)].text + " " + texts[i][900:]
+    for i in range(0, len(texts), 100):  # 1% carry a canary, 1% one with 1-5 characters changed, 1% two groups
+        body = canary_set.patterns[rng.randrange(n)]
+        planted = (canaries[rng.randrange(n)].text, edited(rng, body, 1 + i // 100 % 5), f"{body[:8]}-{body[8:16]}")
+        for j, piece in enumerate(planted):
+            texts[i + j] = texts[i + j][:900] + " " + piece + " " + texts[i + j][900:]
     records = [Record(f"r{i}", "observer", t) for i, t in enumerate(texts)]
+    compacted = [compact(t) for t in texts]
+    previous = load_previous()
 
-    def run(detector: Detector) -> int:
-        for r in records:
-            detector.detect(r, compact(r.text))
+    def run(detector: Detector, found: set[tuple[int, str]] | None = None) -> int:
+        """The detector over answers compacted beforehand, as the scanner compacts once for all detectors."""
+        for i, (r, c) in enumerate(zip(records, compacted, strict=True)):
+            hits = detector.detect(r, c)
+            if found is not None:
+                found.update((i, h.key) for h in hits)
         return len(records)
+
+    def compare(name: str, ours: Detector, theirs: Detector | None, baseline: float, what: str) -> None:
+        now, was = set(), set()
+        run(ours, now)
+        ours_rate = rate(lambda: run(ours))
+        line = f"{name:8}: {ours_rate:10,.0f} answers/s   {what}: {baseline:8,.1f}/s ({ours_rate / baseline:,.0f}x)"
+        if theirs is not None:
+            run(theirs, was)
+            theirs_rate = rate(lambda: run(theirs))
+            line += (f"   previous: {theirs_rate:8,.0f}/s ({ours_rate / theirs_rate:.1f}x)   "
+                     f"same hits: {'yes' if now == was else f'NO ({len(now - was)} new, {len(was - now)} lost)'}")
+        print(line + f"   hits {len(now)}")
 
     def naive_substring(sample: list[str]) -> int:
         for t in sample:
             any(p in t for p in plain)
         return len(sample)
 
-    exact_rate = rate(lambda: run(exact))
     sample = texts[:20]
     baseline = rate(lambda: naive_substring(sample))
-    print(f"exact : {exact_rate:10,.0f} answers/s   baseline any(t in text): {baseline:8,.1f} answers/s"
-          f"   ratio {exact_rate / baseline:,.0f}x")
-    fuzzy_rate = rate(lambda: run(fuzzy))
-    patterns = canary_set.patterns
-    few = [compact(t) for t in texts[:3]]
-    cdist = rate(lambda: len(process.cdist(few, patterns, scorer=fuzz.partial_ratio, workers=-1)), repeats=1)
-    print(f"fuzzy : {fuzzy_rate:10,.0f} answers/s   baseline cdist over all:   {cdist:8,.1f} answers/s"
-          f"   ratio {fuzzy_rate / cdist:,.0f}x")
-    fragment = FragmentDetector(canary_set)
-    fragment_rate = rate(lambda: run(fragment))
-    groups = [g for p in patterns for g in (p[i : i + 8] for i in range(0, 32, 8))]
-    compacted = [compact(t) for t in sample]
-    naive_groups = rate(lambda: sum(1 for t in compacted if any(g in t for g in groups) or True))
-    print(f"fragment: {fragment_rate:8,.0f} answers/s   baseline any(group in text): {naive_groups:6,.1f} answers/s"
-          f"   ratio {fragment_rate / naive_groups:,.0f}x")
+    compact_rate = rate(lambda: len([compact(t) for t in texts]))
+    print(f"compact : {compact_rate:10,.0f} answers/s (once per answer, before every detector)")
+    compare("exact", exact, previous and previous.exact(canary_set), baseline, "any(t in text)")
+    few = compacted[:3]
+    cdist = rate(lambda: len(process.cdist(few, canary_set.patterns, scorer=fuzz.partial_ratio, workers=-1)),
+                 repeats=1)
+    compare("fuzzy", fuzzy, previous and previous.fuzzy(canary_set), cdist, "cdist over all")
+    groups = [g for p in canary_set.patterns for g in (p[i : i + 8] for i in range(0, 32, 8))]
+    naive_groups = rate(lambda: sum(1 for t in compacted[:20] if any(g in t for g in groups) or True))
+    compare("fragment", fragment, previous and previous.fragment(canary_set), naive_groups, "any(group in text)")
     for i in range(5, len(records), 10):  # a tenth of the answers hold escapes (an HTML log), which are decoded
         records[i] = Record(records[i].id, "observer", records[i].text.replace(" ", "&#32;", 20) + " 50% &amp; co")
+
+    def scan(scanner: Scanner, found: set[tuple[int, str | None]] | None = None) -> int:
+        for i, r in enumerate(records):
+            result = scanner.scan(r)
+            if found is not None:
+                found.update((i, f.canary_id or f.probe_id) for f in result.findings)
+        return len(records)
+
     scanner = Scanner(canaries, key=KEY, foreign=False)
-    scanner_rate = rate(lambda: sum(1 for r in records if scanner.scan(r) is not None))
-    print(f"scanner (exact + fuzzy + fragment, escapes decoded): {scanner_rate:8,.0f} answers/s"
-          f"   ratio to any(t in text) {scanner_rate / baseline:,.0f}x")
+    scanner_rate = rate(lambda: scan(scanner))
+    line = (f"scanner (exact + fuzzy + fragment, escapes decoded): {scanner_rate:8,.0f} answers/s"
+            f"   ratio to any(t in text) {scanner_rate / baseline:,.0f}x")
+    if previous is not None:
+        before = previous.scanner(Scanner(canaries, key=KEY, foreign=False))
+        now, was = set(), set()
+        scan(scanner, now)
+        scan(before, was)
+        before_rate = rate(lambda: scan(before))
+        line += (f"   previous: {before_rate:8,.0f}/s ({scanner_rate / before_rate:.1f}x)"
+                 f"   same findings: {'yes' if now == was else f'NO ({len(now - was)} new, {len(was - now)} lost)'}")
+    print(line)
     print(f"peak RSS {rss_mib():.0f} MiB")
 
 

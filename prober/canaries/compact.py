@@ -34,9 +34,21 @@ _DROP = (
 _TABLE = str.maketrans({**_LOOKALIKES, **_ALIASES, **dict.fromkeys(_DROP)})
 
 
+def _compact_text(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).upper().translate(_TABLE)
+
+
+# The same for ASCII text as one bytes.translate (NFKC leaves ASCII as it is): twice as fast as the str path, whose
+# dict-driven translate is most of its time.  Derived from the str path, character by character.
+_ASCII_DROP = bytes(b for b in range(128) if not _compact_text(chr(b)))
+_ASCII_TABLE = bytes(ord(_compact_text(chr(b)) or "\0") for b in range(128)) + bytes(range(128, 256))
+
+
 def compact(text: str) -> str:
     """The normal form used for exact and fuzzy matching."""
-    return unicodedata.normalize("NFKC", text).upper().translate(_TABLE)
+    if text.isascii():
+        return text.encode().translate(_ASCII_TABLE, _ASCII_DROP).decode("ascii")
+    return _compact_text(text)
 
 
 @lru_cache(maxsize=4096)

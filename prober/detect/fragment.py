@@ -27,16 +27,13 @@ import re
 import threading
 from collections import defaultdict
 
-import numpy as np
-
 from prober.canaries import tokens
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit, whole_word
-from prober.detect.grams import KeyTable, gram_keys
+from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex
 from prober.detect.values import SlotValues
-from prober.types import CanaryKind, Record, Severity
+from prober.types import Record, Severity
 
-GROUP = 8  # characters in a group of a token body
 GROUPS = tokens.BODY_LEN // GROUP
 SLACK = 2  # compact characters a model may add or drop between two groups it copied
 _TAG = 0
@@ -55,16 +52,10 @@ class FragmentDetector(Detector):
     rank = 3
     severity = Severity.HIGH
 
-    def __init__(self, canaries: CanarySet, values: SlotValues | None = None) -> None:
+    def __init__(self, canaries: CanarySet, values: SlotValues | None = None,
+                 patterns: PatternIndex | None = None) -> None:
         self.canaries = canaries
-        bodies = [i for i, (p, c) in enumerate(zip(canaries.patterns, canaries.canaries, strict=True))
-                  if c.kind is CanaryKind.TOKEN and len(p) == tokens.BODY_LEN]
-        text = "".join(canaries.patterns[i] for i in bodies)
-        keys = gram_keys(text, GROUP)[::GROUP] if bodies else np.zeros(0, dtype=np.uint64)
-        order = np.argsort(keys, kind="stable")
-        self._groups = KeyTable(keys[order])
-        self._group_canary = np.repeat(np.asarray(bodies, dtype=np.int32), GROUPS)[order]
-        self._group_number = np.tile(np.arange(GROUPS, dtype=np.int8), len(bodies))[order]
+        self.patterns = patterns or PatternIndex(canaries)
         self.values = values or SlotValues(canaries)
         self._name_owners = _name_owners(canaries, self.values)
         self._lock = threading.Lock()
@@ -75,15 +66,15 @@ class FragmentDetector(Detector):
 
     # -- tokens ---------------------------------------------------------------------------------
     def _token_parts(self, text: str, compacted: str) -> list[Hit]:
-        if not len(self._groups):
-            return []
-        at, found = self._groups.find(gram_keys(compacted, GROUP))
         seen: dict[int, list[tuple[int, int]]] = defaultdict(list)  # canary -> (group, position)
-        for position, entry in zip(at.tolist(), found.tolist(), strict=True):
-            index = int(self._group_canary[entry])
-            if compacted[position : position + GROUP] == self.canaries.patterns[index][
-                    GROUP * int(self._group_number[entry]) : GROUP * (int(self._group_number[entry]) + 1)]:
-                seen[index].append((int(self._group_number[entry]), position))
+        for piece in self.patterns.pieces_in(compacted):
+            group = GROUP_OF_PIECE.get(piece.part)
+            if group is None:
+                continue
+            position = piece.body_start + GROUP * group
+            if position >= 0 and compacted[position : position + GROUP] == \
+                    self.canaries.patterns[piece.canary][GROUP * group : GROUP * (group + 1)]:
+                seen[piece.canary].append((group, position))
         hits: list[Hit] = []
         parts: set[tuple[str, str]] = set()  # (tenant, probe) of the bodies found in part
         tags: dict[tuple[str, str], tuple[int, int]] = {}  # (tenant, probe) -> first anchored tag position

@@ -1,0 +1,103 @@
+"""Where the canaries' patterns lie in a compact answer: two Aho-Corasick automata (Rust, `ahocorasick_rs`),
+each built once per canary set and run once per answer, whatever the number of canaries.
+
+* **Whole patterns** -- every token body and every fact's compact text -- for exact matching.
+* **Pieces of token bodies** for what a model copied with edits or in part.  Each 32-character body is cut into
+  six pieces (`CUTS`): a body with up to five characters substituted keeps at least one piece intact
+  (pigeonhole), so a fuzzy candidate is a body with a piece in the answer, scored around that place.  Each
+  8-character group of a body holds one piece whole, so a group copied alone (a probe's tag, part of a body) is
+  found through that piece, then confirmed on the text.
+
+An automaton over whole bodies reads an answer at a few nanoseconds a character; short pieces make a dense trie,
+slower per character (bench/detect.py), so they have an automaton of their own that only the fuzzy and fragment
+detectors pay for -- once per answer between them: `pieces_in` keeps each thread's last answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from collections.abc import Iterable
+from itertools import accumulate
+from typing import NamedTuple
+
+import ahocorasick_rs
+
+from prober.canaries import tokens
+from prober.detect.base import CanarySet
+from prober.types import CanaryKind
+
+CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
+GROUP = 8  # characters in a group of a token body
+GROUP_OF_PIECE = {0: 0, 2: 1, 3: 2, 5: 3}  # the group that holds each piece whole (pieces 1 and 4 straddle two)
+CONTIGUOUS = ahocorasick_rs.Implementation.ContiguousNFA
+
+
+class Match(NamedTuple):
+    """Canary `canary`'s pattern (or its piece `part`) at [start, end) of the compact answer."""
+
+    canary: int
+    part: int
+    start: int
+    end: int
+
+    @property
+    def body_start(self) -> int:
+        """Where the token body would start, for a piece of it."""
+        return self.start - CUTS[self.part]
+
+
+class _Automaton:
+    """Distinct patterns in one automaton; each stands for every (canary, part) that has it (a probe's tag is in
+    all of its tokens, a fact's text may be two tenants').  It reads UTF-8: an answer's bytes are ready at once
+    where a str haystack is converted on each call (15% slower); UTF-8 never matches across a character, and
+    the offsets of the rare non-ASCII answer are mapped back to characters."""
+
+    def __init__(self, entries: Iterable[tuple[str, int, int]]) -> None:
+        owners: dict[bytes, list[tuple[int, int]]] = {}
+        for pattern, canary, part in entries:
+            owners.setdefault(pattern.encode(), []).append((canary, part))
+        # Flat arrays, not a list per pattern: a million small lists cost ~150 MB, and a forked scan worker's
+        # garbage collector would touch (copy) every one of them.
+        self._first = array("i", accumulate((len(o) for o in owners.values()), initial=0))
+        self._canary = array("i", (canary for o in owners.values() for canary, _ in o))
+        self._part = array("b", (part for o in owners.values() for _, part in o))
+        # A contiguous NFA: 1.4x the library's own pick on pieces, and a DFA's 2.8x on whole bodies costs ~600 MiB at
+        # 100,000 tokens (bench/detect.py).
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick(list(owners), implementation=CONTIGUOUS) if owners
+                           else None)
+
+    def find(self, text: str) -> list[Match]:
+        if self._automaton is None:
+            return []
+        data = text.encode()
+        found = self._automaton.find_matches_as_indexes(data, overlapping=True)
+        if found and len(data) != len(text):
+            found = [(p, len(data[:s].decode()), len(data[:e].decode())) for p, s, e in found]
+        return [Match(self._canary[i], self._part[i], start, end)
+                for pattern, start, end in found for i in range(self._first[pattern], self._first[pattern + 1])]
+
+
+class PatternIndex:
+    """The automata of one canary set, shared by its exact, fuzzy and fragment detectors."""
+
+    def __init__(self, canaries: CanarySet) -> None:
+        self.canaries = canaries
+        bodies = [i for i in range(len(canaries.patterns)) if is_body(canaries, i)]
+        self.whole = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p)
+        self.pieces = _Automaton((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
+                                 for i in bodies for k in range(len(CUTS) - 1))
+        self._last = threading.local()
+
+    def pieces_in(self, compacted: str) -> list[Match]:
+        """Every piece of a token body in the compact answer; the same answer twice running is searched once."""
+        last = getattr(self._last, "pieces", None)
+        if last is None or last[0] is not compacted:
+            last = self._last.pieces = (compacted, self.pieces.find(compacted))
+        return last[1]
+
+
+def is_body(canaries: CanarySet, index: int) -> bool:
+    """Whether pattern `index` is a token's 32-character body."""
+    return (canaries.canaries[index].kind is CanaryKind.TOKEN
+            and len(canaries.patterns[index]) == tokens.BODY_LEN)
