@@ -53,10 +53,11 @@ _LOWER = bytes(range(256)).translate(bytes.maketrans(bytes(range(65, 91)), bytes
 _ASCII_SEPS = ASCII_SEPARATORS.encode()
 _WIDE_SEPS = re.compile(b"|".join(re.escape(c.encode()) for c in WIDE_SEPARATORS))
 
-# Every alternative starts with a literal, so the regex engine skips in C to the next `%`, `&` or `\\`.
+# Every alternative starts with a literal, so the regex engine skips in C to the next `%`, `&` or `\\`.  A backslash
+# before `%` or `&` is left alone: what follows may be an escape of its own (`\&#115;` is a backslash and an "s").
 ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*|&#[0-9]{1,8};?|&#[xX][0-9A-Fa-f]{1,8};?"
                     r"|&[A-Za-z][A-Za-z0-9]{1,31};|\\(?:\\{0,2}u\{[0-9A-Fa-f]{1,8}\}|\\{0,2}[uU][0-9A-Fa-f]{4}"
-                    r"|\\{0,2}x[0-9A-Fa-f]{2}|[!-/:-@\[-`{-~])")
+                    r"|\\{0,2}x[0-9A-Fa-f]{2}|[!-$'-/:-@\[-`{-~])")
 _ESCAPE_START = ("%", "&", "\\")
 _WORD = re.compile("[^" + re.escape(ASCII_SEPARATORS + WIDE_SEPARATORS) + "]+")
 

@@ -228,6 +228,7 @@ SCRUBBER = Scrubber({"key": SECRET})
 
 @given(st.text(max_size=400), st.sampled_from(sorted(ECHOES)), st.integers(0, 400), st.booleans())
 @example("%%%&&&\\\\u", "percent", 3, False)
+@example("\\", "entities-decimal", 1, False)  # `\&#115;`: a backslash, then an entity
 def test_any_text_with_a_key_spliced_in_loses_every_form_of_it(text: str, encoding: str, at: int,
                                                                 as_bytes: bool) -> None:
     if key_traces(text, [SECRET]):
