@@ -6,9 +6,10 @@
 
 Answers have realistic lengths (log-normal, median 400 characters, 20 to 8,000) of English-like text; one in
 100,000 carries a leaked canary token of another tenant -- verbatim, lower-cased, spaced out, or with two
-characters changed (for the fuzzy detector).  Timed: the whole CLI (`--no-semantic`: exact + fuzzy) as a
-subprocess, with the peak resident memory of its process tree sampled every 0.2 s, and, as the baseline,
-the same scan in one process over the first file.  Every planted leak must be found.
+characters changed (for the fuzzy detector).  Timed: the whole CLI (`--no-semantic`: exact, fuzzy, fragment) as a
+subprocess, with the peak memory of its process tree (proportional set size) sampled every 0.2 s, and, as the baseline,
+the same scan in one process over the first file; that file again with 1, 2 and 4 workers, whose peak memory
+must not grow with them (they share one index).  Every planted leak must be found.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import threading
 import time
 from multiprocessing import Pool
 from pathlib import Path
+
+from previous import PREVIOUS  # bench/previous.py
 
 from prober.canaries import tokens
 from prober.canaries.filler import load_filler
@@ -128,14 +131,15 @@ def generate(folder: Path, answers: int, leaked: list[str]) -> tuple[list[Path],
     return files, planted
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants."""
+def tree_pss(pid: int) -> int:
+    """Proportional set size of a process and all its descendants, in bytes: a page that n processes share counts
+    1/n in each, so the sum is what the tree holds (summed RSS would count shared pages once per process)."""
     total, todo = 0, [pid]
     while todo:
         current = todo.pop()
         try:
-            status = Path(f"/proc/{current}/status").read_text()
-            total += next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS"))
+            rollup = Path(f"/proc/{current}/smaps_rollup").read_text()
+            total += next(int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:"))
             for task in Path(f"/proc/{current}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, StopIteration):
@@ -143,20 +147,36 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def timed_scan(ledger: Path, files: list[Path], workers: int) -> tuple[float, int, dict[str, object]]:
-    """Wall seconds, peak tree RSS and the JSON report of `leakprobe scan`."""
+def previous_checkout(scratch: Path) -> Path | None:
+    """The package as of bench/previous.py's commit, unpacked from git, to time the previous scanner's CLI."""
+    folder = scratch / "previous"
+    folder.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", PREVIOUS, "prober", "canaries"], capture_output=True)
+    if archive.returncode != 0:
+        print(f"(no previous implementation to time: git archive {PREVIOUS} failed)")
+        return None
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
+def timed_scan(ledger: Path, files: list[Path], workers: int,
+               code: Path | None = None) -> tuple[float, int, dict[str, object]]:
+    """Wall seconds, peak memory of the process tree (PSS) and the JSON report of `leakprobe scan` (of the
+    package in `code`, where given)."""
     command = [sys.executable, "-m", "prober", "scan", "--ledger", str(ledger), "--format", "json",
                "--no-semantic", "--workers", str(workers), *map(str, files)]
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, KEY_ENV: KEY})
+                            env={**os.environ, KEY_ENV: KEY, **({"PYTHONPATH": str(code)} if code else {})},
+                            cwd=code)
     peak = 0
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.wait(0.2):
-            peak = max(peak, tree_rss(proc.pid))
+            peak = max(peak, tree_pss(proc.pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -187,14 +207,25 @@ def main() -> None:
         base_s, base_rss, base = timed_scan(baseline, files[:1], 1)
         base_rate = int(base["scanned"]) / base_s  # type: ignore[call-overload]
         print(f"baseline, one process: {base['scanned']:,} answers in {base_s:.0f} s = {base_rate:,.0f} answers/s, "
-              f"peak RSS {base_rss / 2**20:.0f} MiB")
+              f"peak PSS {base_rss / 2**20:.0f} MiB")
+        previous = previous_checkout(Path(scratch))
+        if previous is not None:
+            was_s, was_pss, was = timed_scan(baseline, files[:1], 1, previous)
+            was_rate = int(was["scanned"]) / was_s  # type: ignore[call-overload]
+            print(f"previous implementation ({PREVIOUS}), one process: {was_rate:,.0f} answers/s, peak PSS "
+                  f"{was_pss / 2**20:.0f} MiB; now {base_rate / was_rate:.2f}x")
+        for workers in (1, 2, 4):  # workers share the parent's index: memory must not grow with them
+            ledger = ledger_with(Path(scratch) / f"ledger-{workers}.sqlite", canaries)
+            part_s, part_rss, part = timed_scan(ledger, files[:1], workers)
+            print(f"  {workers} worker(s) over the first file: {int(part['scanned']) / part_s:,.0f} answers/s, "  # type: ignore[call-overload]
+                  f"peak memory of the process tree (PSS) {part_rss / 2**20:.0f} MiB")
         ledger = ledger_with(Path(scratch) / "ledger.sqlite", canaries)
         elapsed, peak, report = timed_scan(ledger, files, args.workers)
         found = {f["record_id"] for f in report["findings"]}  # type: ignore[attr-defined]
         rate = int(report["scanned"]) / elapsed  # type: ignore[call-overload]
-        print(f"{args.workers} workers: {report['scanned']:,} answers, {args.canaries:,} canaries, exact + fuzzy, in "
-              f"{elapsed / 60:.1f} min = {rate:,.0f} answers/s ({rate / base_rate:.2f}x the baseline), "
-              f"peak RSS of the process tree {peak / 2**20:.0f} MiB")
+        print(f"{args.workers} workers: {report['scanned']:,} answers, {args.canaries:,} canaries, exact + fuzzy + "
+              f"fragment, in {elapsed / 60:.1f} min = {rate:,.0f} answers/s ({rate / base_rate:.2f}x the baseline), "
+              f"peak memory of the process tree (PSS) {peak / 2**20:.0f} MiB")
         print(f"planted leaks found: {len(found & planted)}/{len(planted)}; findings on other answers: "
               f"{len(found - planted)}; invalid lines {report['invalid']}")
 

@@ -1,16 +1,17 @@
 """The forensic log audit: scan recorded answers (JSONL) against a ledger after an incident.
 
 Each line is {"id": str, "tenant": str, "text": str, "prompt": str (optional)}, where tenant is who received
-the text.  Lines are read in batches and scanned in this process or in worker processes (`--workers`), each
-holding its own copy of the scanner (which pickles as its canaries); a batch's findings are persisted as
-soon as it is done.  Input comes from files, `.gz` files or standard input (`-`), read line by line in bounded memory:
-a line over the size cap is skipped without ever being held whole.  A bad line is reported with its number
-and skipped; the rest is still scanned.  What could not be read is always counted, so a scan that checked
-nothing, or not everything, never reads as clean.
+the text.  Lines are read in batches and scanned in this process or in worker processes (`--workers`), which
+share this process's scanner (`_pool`); a batch's findings are persisted as soon as it is done.  Input comes
+from files, `.gz` files or standard input (`-`), read line by line in bounded memory: a line over the size cap is
+skipped without ever being held whole.  A bad line is reported with its number and skipped; the rest is still
+scanned.  What could not be read is always counted, so a scan that checked nothing, or not everything, never
+reads as clean.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import multiprocessing
@@ -203,9 +204,29 @@ _worker_scanner: Scanner | None = None
 
 
 def _install(scanner: Scanner) -> None:
-    """Worker start: the scanner arrives pickled as its canaries and is rebuilt here, once per process."""
+    """Worker start: a forked worker gets the scanner as it is in memory, a spawned one as its canaries (rebuilt
+    here, once per process)."""
     global _worker_scanner
     _worker_scanner = scanner
+
+
+@contextmanager
+def _pool(scanner: Scanner, workers: int) -> Iterator[ProcessPoolExecutor]:
+    """Workers that share one scanner: forked after its indexes are built, they read the same pages (automata and
+    arrays are never written; the objects around them are frozen out of the garbage collector, which would
+    otherwise write to each), so memory does not grow with `workers`.  A scanner holding an embedding model is
+    rebuilt in spawned workers instead: a fork of a process whose BLAS or torch thread pools are up can hang."""
+    forked = scanner.embedder is None
+    if forked:
+        gc.collect()
+        gc.freeze()
+    context = multiprocessing.get_context("fork" if forked else "spawn")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_install, initargs=(scanner,)) as pool:
+            yield pool
+    finally:
+        if forked:
+            gc.unfreeze()
 
 
 def _scan_in_worker(batch: Batch) -> tuple[int, ForensicReport]:
@@ -234,8 +255,7 @@ def scan_inputs(names: list[str], scanner: Scanner, ledger: Ledger | None = None
         for batch in read_batches(names, report):
             absorb(batch.seq, scan_batch(batch, scanner), batch.size)
     else:
-        context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and models
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_install, initargs=(scanner,)) as pool:
+        with _pool(scanner, workers) as pool:
             pending: dict[Future[tuple[int, ForensicReport]], int] = {}
             for batch in read_batches(names, report):
                 pending[pool.submit(_scan_in_worker, batch)] = batch.size

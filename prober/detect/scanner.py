@@ -20,6 +20,7 @@ from prober.detect.exact import ExactDetector
 from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
 from prober.detect.fragment import FragmentDetector
 from prober.detect.fuzzy import FuzzyDetector
+from prober.detect.patterns import PatternIndex
 from prober.detect.semantic import SemanticDetector
 from prober.detect.unescape import Unescaped, unescape
 from prober.detect.values import SlotValues
@@ -69,11 +70,14 @@ class Scanner:
     ) -> None:
         """`prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key)."""
         self.canary_set = CanarySet(canaries, key=key, tenants=tenants)
+        self.embedder = embedder
         self.redact = redact
         self._made_with = (self.canary_set.canaries, key, tuple(tenants), embedder, foreign, redact, tuple(prompts))
         values = SlotValues(self.canary_set)  # one index of fact values, shared
-        self.detectors: list[Detector] = [ExactDetector(self.canary_set), FuzzyDetector(self.canary_set),
-                                          FragmentDetector(self.canary_set, values)]
+        patterns = PatternIndex(self.canary_set)  # and one of the patterns
+        self.detectors: list[Detector] = [ExactDetector(self.canary_set, patterns),
+                                          FuzzyDetector(self.canary_set, patterns),
+                                          FragmentDetector(self.canary_set, values, patterns)]
         if embedder is not None:
             self.detectors.append(SemanticDetector(self.canary_set, embedder, values))
         if prompts and key is not None:
