@@ -6,7 +6,6 @@ the CPU; a GPU serves a sentence-transformers model (`--model`)."""
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
 from typing import Any
 
@@ -26,8 +25,11 @@ class UniversalSentenceEncoder:
     # (or their romanized spellings) in the answer, as the semantic detector counts them.
     threshold = 0.40
 
-    def __init__(self, threads: int | None = None) -> None:
-        self.threads = threads or min(4, os.cpu_count() or 1)
+    def __init__(self, threads: int = 1) -> None:
+        # One BLAS thread: a detector encodes a few sentences at a time, whose tiny matrix products a second
+        # thread only slows (13x per call with a scan worker on each core, bench/detect.py); bulk encoding, such
+        # as minting, gains little from more.
+        self.threads = threads
 
     @cached_property
     def _model(self) -> Any:
