@@ -5,6 +5,7 @@ from __future__ import annotations
 from prober.campaign import Auditor, AuditResult
 from prober.campaign.events import Listener, ignore
 from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
 from prober.config import ProberConfig
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
@@ -19,7 +20,7 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
                     embedder: Embedder | None = None, on_event: Listener = ignore) -> AuditResult:
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, ledger, resolve_key(ledger), secrets, embedder=embedder, on_event=on_event,
+        auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event,
                           dry_run=dry_run, scrubber=scrubber_for(secrets, ledger=config.ledger))
         return await auditor.run()
     finally:

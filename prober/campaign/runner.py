@@ -46,9 +46,7 @@ from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.capacity import origin_of, reachability
 from prober.config import ProberConfig, TargetConfig
-from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
-from prober.ledger.base import Ledger
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout, Shape
 from prober.scrub import Scrubber
@@ -262,15 +260,14 @@ class TargetRunner:
 class Auditor:
     """`leakprobe audit`: survey, plan and run the boundary campaign on every configured target, in turn."""
 
-    def __init__(self, config: ProberConfig, ledger: Ledger, key: bytes, secrets: Mapping[str, Secret | None], *,
-                 embedder: Embedder | None = None, on_event: Listener = ignore, dry_run: bool = False,
-                 scrubber: Scrubber | None = None) -> None:
+    def __init__(self, config: ProberConfig, minter: Minter, secrets: Mapping[str, Secret | None], *,
+                 on_event: Listener = ignore, dry_run: bool = False, scrubber: Scrubber | None = None) -> None:
+        """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with."""
         self.config = config
         self.scrubber = scrubber or Scrubber()
-        self.ledger = ledger
-        self.key = key
+        self.ledger = minter.ledger
         self.secrets = secrets
-        self.minter = Minter(ledger, key, embedder)
+        self.minter = minter
         self.on_event = on_event
         self.dry_run = dry_run
         self.tokens_left = config.audit.token_budget
@@ -282,7 +279,7 @@ class Auditor:
         known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
         prompts = [] if self.dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
         tenants = [t.name for t in self.config.tenants]
-        scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
+        scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
                                           embedder=self.minter.embedder, prompts=prompts)
         wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
         deadline = self.config.audit.deadline

@@ -76,8 +76,6 @@ class Daemon:
                  registry: CollectorRegistry, clock: Clock = time.time) -> None:
         self.settings = settings
         self.ledger = ledger
-        self.key = key
-        self.embedder = embedder
         self.clock = clock
         self.metrics = Metrics(registry)
         self._exposition = CachedExposition(registry)
@@ -134,8 +132,8 @@ class Daemon:
         tenants = [t.name for t in self.config.tenants]
         known = await asyncio.to_thread(self.ledger.active_canaries)
         prompts = await asyncio.to_thread(self.ledger.prompt_shingles)
-        self.scanner = await asyncio.to_thread(RunScanner, known, key=self.key, tenants=tenants,
-                                               embedder=self.embedder, prompts=prompts)
+        self.scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
+                                               embedder=self.minter.embedder, prompts=prompts)
         scanner = self.scanner
         self.metrics.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered

@@ -49,6 +49,29 @@ class EngineError(Exception):
         self.in_scheduler = in_scheduler
 
 
+def check_context(config: EngineConfig, n: int, max_tokens: int | None) -> None:
+    """Gate 1 (SGLang's tokenizer manager): the advertised context."""
+    ctx = config.context_length
+    if n >= ctx:
+        raise EngineError(400, f"The input ({n} tokens) is longer than the model's context length ({ctx} tokens).",
+                          "BadRequestError")
+    if max_tokens is not None and n + max_tokens > ctx:
+        raise EngineError(
+            400,
+            f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+            f"You requested a total of {n + max_tokens} tokens: {n} tokens from the input messages "
+            f"and {max_tokens} tokens for the completion. Please reduce the number of tokens in the "
+            "input messages or the completion to fit within the limit.",
+            "BadRequestError",
+        )
+
+
+def abort_message(config: EngineConfig, n: int) -> str:
+    """Gate 2's refusal (SGLang's scheduler), where the abort reaches the client."""
+    return (f"Input length ({n} tokens) exceeds the maximum allowed length ({config.max_req_input_len} tokens). "
+            "Use a shorter input or enable --allow-auto-truncate.")
+
+
 @dataclass(frozen=True)
 class GenerationResult:
     text: str
@@ -167,33 +190,6 @@ class Engine:
             raise self._not_ready()
         return vocab
 
-    # -- gates ----------------------------------------------------------------------------------
-    def validate(self, n: int, max_tokens: int | None) -> None:
-        """Gate 1 (SGLang's tokenizer manager): the advertised context."""
-        ctx = self.config.context_length
-        if n >= ctx:
-            raise EngineError(
-                400,
-                f"The input ({n} tokens) is longer than the model's context length ({ctx} tokens).",
-                "BadRequestError",
-            )
-        if max_tokens is not None and n + max_tokens > ctx:
-            raise EngineError(
-                400,
-                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
-                f"You requested a total of {n + max_tokens} tokens: {n} tokens from the input messages "
-                f"and {max_tokens} tokens for the completion. Please reduce the number of tokens in the "
-                "input messages or the completion to fit within the limit.",
-                "BadRequestError",
-            )
-
-    def _abort_message(self, n: int) -> str:
-        return (
-            f"Input length ({n} tokens) exceeds the maximum allowed length "
-            f"({self.config.max_req_input_len} tokens). Use a shorter input or enable "
-            "--allow-auto-truncate."
-        )
-
     # -- serving --------------------------------------------------------------------------------
     def generate(self, req: GenerationRequest) -> GenerationResult:
         self._count(running=1)
@@ -214,7 +210,7 @@ class Engine:
             if not forwarded:
                 if cfg.faults.usage_reports_placeholder:
                     return GenerationResult("", 1, 0, 0, "length")
-                raise EngineError(400, self._abort_message(n), "BadRequestError", in_scheduler=True)
+                raise EngineError(400, abort_message(cfg, n), "BadRequestError", in_scheduler=True)
             written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
             cached = skipped = 0
         else:

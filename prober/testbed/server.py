@@ -32,7 +32,7 @@ from prober import __version__
 from prober.malloc import cap_arenas
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
-from prober.testbed.engine import Engine, EngineError, GenerationResult
+from prober.testbed.engine import Engine, EngineError, GenerationResult, check_context
 from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
@@ -137,6 +137,37 @@ class GenerationRoute(StrEnum):
         return "chat.completion.chunk" if self is GenerationRoute.CHAT else "text_completion"
 
 
+async def read_json(request: Request, cap: int) -> Any:
+    """The request body as JSON, refused past `cap` bytes before it is all read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise HTTPProblem(400, "request body is not valid UTF-8", "BadRequestError") from None
+    except json.JSONDecodeError as exc:
+        raise HTTPProblem(400, f"malformed JSON: {exc}", "BadRequestError") from None
+    except RecursionError:
+        raise HTTPProblem(400, "malformed JSON: nested too deeply", "BadRequestError") from None
+
+
+def parse(model: type[M], data: Any) -> M:
+    """A request body as its model, or a 400 naming the first field that is wrong."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise HTTPProblem(400, f"invalid request: {where}: {first['msg']}", "BadRequestError") from None
+
+
 class TestbedApp:
     """Routes bound to one engine and one metrics registry."""
 
@@ -168,35 +199,6 @@ class TestbedApp:
         if tenant is None:
             raise HTTPProblem(401, "invalid or missing API key", "AuthenticationError")
         return tenant
-
-    async def _json(self, request: Request) -> Any:
-        cap = self.config.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > cap:
-                raise HTTPProblem(413, f"request body exceeds {cap} bytes", "RequestTooLarge")
-            chunks.append(chunk)
-        try:
-            return json.loads(b"".join(chunks).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise HTTPProblem(400, "request body is not valid UTF-8", "BadRequestError") from None
-        except json.JSONDecodeError as exc:
-            raise HTTPProblem(400, f"malformed JSON: {exc}", "BadRequestError") from None
-        except RecursionError:
-            raise HTTPProblem(400, "malformed JSON: nested too deeply", "BadRequestError") from None
-
-    @staticmethod
-    def _parse(model: type[M], data: Any) -> M:
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            raise HTTPProblem(400, f"invalid request: {where}: {first['msg']}", "BadRequestError") from None
 
     async def _guarded(self, route: str, request: Request,
                        handler: Callable[[Request], Any]) -> Response:
@@ -249,7 +251,7 @@ class TestbedApp:
     async def tokenize(self, request: Request) -> Response:
         async def handle(request: Request) -> Response:
             self._tenant(request)
-            body = self._parse(TokenizeRequest, await self._json(request))
+            body = parse(TokenizeRequest, await read_json(request, self.config.max_body_bytes))
             vocab = self.engine.vocab
             if body.messages is not None:
                 messages, add_prompt = body.messages, body.add_generation_prompt
@@ -266,7 +268,7 @@ class TestbedApp:
     async def chat(self, request: Request) -> Response:
         async def handle(request: Request) -> Response:
             tenant = self._tenant(request)
-            body = self._parse(ChatRequest, await self._json(request))
+            body = parse(ChatRequest, await read_json(request, self.config.max_body_bytes))
             last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
             vocab = self.engine.vocab
             ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
@@ -276,7 +278,7 @@ class TestbedApp:
     async def completions(self, request: Request) -> Response:
         async def handle(request: Request) -> Response:
             tenant = self._tenant(request)
-            body = self._parse(CompletionRequest, await self._json(request))
+            body = parse(CompletionRequest, await read_json(request, self.config.max_body_bytes))
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
             return await self._generate(GenerationRoute.COMPLETIONS, tenant, body, ids, body.requested_max_tokens,
                                         body.text)
@@ -287,7 +289,7 @@ class TestbedApp:
         cfg = self.config
         if ids.size == 0:
             raise HTTPProblem(400, "invalid request: the prompt is empty", "BadRequestError")
-        self.engine.validate(int(ids.size), max_tokens)
+        check_context(self.config, int(ids.size), max_tokens)
         req = GenerationRequest(
             request_id=uuid.uuid4().hex,
             tenant=tenant,
