@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from prober.targets.api import Engine
 from prober.types import Severity
@@ -58,12 +59,33 @@ class Capacity:
         return out
 
 
+class VerdictCode(StrEnum):
+    """What a target's capacity numbers say, each at one severity."""
+
+    CAPACITY_INVERSION = "capacity_inversion"  # the pool cannot hold one maximal request: the incident's mismatch
+    THIN_MARGIN = "thin_margin"  # under twice the context: no room for a second maximal request
+    SHARED_POOL_OVERSUBSCRIBED = "shared_pool_oversubscribed"  # slots that each advertise the context, one pool
+    CAPACITY_UNKNOWN = "capacity_unknown"  # context or pool not exposed, nothing to compare
+    OK = "ok"
+
+    @property
+    def severity(self) -> Severity:
+        return _SEVERITIES.get(self, Severity.INFO)
+
+
+_SEVERITIES = {VerdictCode.CAPACITY_INVERSION: Severity.CRITICAL, VerdictCode.THIN_MARGIN: Severity.WARNING,
+               VerdictCode.SHARED_POOL_OVERSUBSCRIBED: Severity.WARNING}
+
+
 @dataclass(frozen=True)
 class Verdict:
-    severity: Severity
-    code: str  # capacity_inversion | thin_margin | shared_pool_oversubscribed | capacity_unknown | ok
+    code: VerdictCode
     message: str
     details: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def severity(self) -> Severity:
+        return self.code.severity
 
     def to_json(self) -> dict[str, object]:
         return {"severity": self.severity.label, "code": self.code, "message": self.message, **self.details}
@@ -77,7 +99,7 @@ def assess(capacity: Capacity) -> list[Verdict]:
     slots = capacity.slots.value if capacity.slots else 1
     if ctx is None or pool is None:
         missing = " and ".join(n for n, v in (("advertised context", ctx), ("KV pool size", pool)) if v is None)
-        verdicts.append(Verdict(Severity.INFO, "capacity_unknown",
+        verdicts.append(Verdict(VerdictCode.CAPACITY_UNKNOWN,
                                 f"{missing} not exposed; set them under `capacity:` in the config or allow "
                                 "bisection (--bisect-budget) to compare them"))
         return verdicts
@@ -85,21 +107,21 @@ def assess(capacity: Capacity) -> list[Verdict]:
     if pool.value < ctx.value:
         band = capacity.max_req_input_len.value if capacity.max_req_input_len else pool.value
         verdicts.append(Verdict(
-            Severity.CRITICAL, "capacity_inversion",
+            VerdictCode.CAPACITY_INVERSION,
             f"advertised context {ctx.value:,} tokens ({ctx.source}) exceeds the KV pool of {pool.value:,} "
             f"({pool.source}): prompts from about {band:,} to {ctx.value - 1:,} tokens pass the API's length "
             "check but cannot fit in the cache", details))
     elif pool.value < 2 * ctx.value:
         verdicts.append(Verdict(
-            Severity.WARNING, "thin_margin",
+            VerdictCode.THIN_MARGIN,
             f"KV pool of {pool.value:,} tokens is under twice the advertised context of {ctx.value:,}: one "
             "maximal request leaves no room for a second (remediation margin: pool >= 2x context)", details))
     if capacity.kv_unified and slots > 1 and slots * ctx.value > pool.value:
         verdicts.append(Verdict(
-            Severity.WARNING, "shared_pool_oversubscribed",
+            VerdictCode.SHARED_POOL_OVERSUBSCRIBED,
             f"{slots} slots each advertise {ctx.value:,} tokens over one shared pool of {pool.value:,}: "
             "concurrent long prompts cannot all fit", {**details, "slots": slots}))
     if not verdicts:
-        verdicts.append(Verdict(Severity.INFO, "ok", f"KV pool {pool.value:,} >= 2x advertised context "
+        verdicts.append(Verdict(VerdictCode.OK, f"KV pool {pool.value:,} >= 2x advertised context "
                                                      f"{ctx.value:,}", details))
     return verdicts

@@ -20,7 +20,8 @@ from prober.campaign.events import (
 )
 from prober.campaign.results import StepResult
 from prober.campaign.survey import PreflightResult
-from prober.daemon.metrics import VERDICTS, BoundaryOutcome, Metrics
+from prober.capacity.limits import VerdictCode
+from prober.daemon.metrics import BoundaryOutcome, Metrics
 
 
 class RunCounter:
@@ -86,6 +87,7 @@ class RunCounter:
             if known is not None:
                 gauge.labels(self.target).set(known.value)
         held = {v.code for v in result.verdicts}
-        for code, severity in VERDICTS.items():
-            m.verdict.labels(self.target, code, severity.label).set(1 if code in held else 0)
+        for code in VerdictCode:
+            if code is not VerdictCode.OK:  # the absence of the others
+                m.verdict.labels(self.target, code, code.severity.label).set(1 if code in held else 0)
         m.surveyed.labels(self.target).set(time.time())
