@@ -4,6 +4,7 @@ audit and the daemon's jobs start from it."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
@@ -27,6 +28,7 @@ class PreflightResult:
     verdicts: list[Verdict] = field(default_factory=list)
     tokenizer: str | None = None
     error: str | None = None
+    at: float = field(default_factory=time.time)  # when it was learned
 
     @property
     def severity(self) -> Severity:

@@ -29,6 +29,7 @@ class Housekeeper:
         self.metrics = metrics
         self.clock = clock
         self._canaries_seen = self._full_refresh = clock()
+        self.tokens_left: dict[str, int] = {}  # per target, as the last housekeeping read the ledger
 
     async def incidents_and_budgets(self, targets: Iterable[str], daemon: DaemonSettings) -> None:
         await self.health.recover()
@@ -37,7 +38,8 @@ class Housekeeper:
         try:
             budget = TokenBudget(self.ledger, daemon.tokens_per_day)
             for name in targets:
-                self.metrics.budget_left.labels(name).set(await budget.left(name))
+                self.tokens_left[name] = await budget.left(name)
+                self.metrics.budget_left.labels(name).set(self.tokens_left[name])
         except LedgerError as exc:
             self.health.failed(str(exc))
             return

@@ -24,12 +24,9 @@ from prober.daemon.jobs import Failure, Skip
 from prober.incidents import Incident
 from prober.targets.result import ErrorKind
 from prober.targets.transport import HTTPExchange
-from prober.types import Severity
 
 # Wide enough for a 1M-token prefill on real hardware (minutes) and a cached 100-token answer (ms).
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-VERDICTS = {"capacity_inversion": Severity.CRITICAL, "thin_margin": Severity.WARNING,
-            "shared_pool_oversubscribed": Severity.WARNING, "capacity_unknown": Severity.INFO}
 # What a request can fail with (a refusal is the engine's verdict, not an error).
 REQUEST_ERRORS = tuple(kind for kind in ErrorKind if kind is not ErrorKind.REFUSED)
 # No HTTP answer at all, or a gateway saying the engine behind it does not answer: the target is down.
@@ -190,14 +187,9 @@ class Metrics:
 
     def forget(self, targets: Iterable[str]) -> None:
         """Drop the series of targets a reload removed, so dashboards do not show them forever."""
-        gone = set(targets)
-        for metric in self._per_target:
-            names = metric._labelnames  # the label order `remove` takes; client_python keeps it here
-            seen = {tuple(sample.labels[n] for n in names) for family in metric.collect()
-                    for sample in family.samples}
-            for values in seen:
-                if values[0] in gone:
-                    metric.remove(*values)
+        for target in set(targets):
+            for metric in self._per_target:
+                metric.remove_by_labels({"target": target})
 
     def reloaded(self, at: float | None, *, attempt: bool = True) -> None:
         """A config (re)load that took effect (`at`: when it was loaded) or was refused (None)."""

@@ -113,7 +113,8 @@ class Daemon:
 
     def status(self, redacted: bool = False) -> dict[str, Any]:
         document = status_document(settings=self.settings, sessions=self.sessions, records=self.records,
-                                   scheduler=self.scheduler, metrics=self.metrics, health=self.health,
+                                   scheduler=self.scheduler, incidents=self.metrics.incidents.incidents,
+                                   tokens_left=self.housekeeper.tokens_left, health=self.health,
                                    unready=self.unready(), last_reload_error=self.last_reload_error,
                                    started=self.started, now=self.clock())
         return redact(document) if redacted else document
@@ -132,9 +133,8 @@ class Daemon:
         tenants = [t.name for t in self.config.tenants]
         known = await asyncio.to_thread(self.ledger.active_canaries)
         prompts = await asyncio.to_thread(self.ledger.prompt_shingles)
-        self.scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
-                                               embedder=self.minter.embedder, prompts=prompts)
-        scanner = self.scanner
+        self.scanner = scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
+                                                         embedder=self.minter.embedder, prompts=prompts)
         self.metrics.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
         self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)

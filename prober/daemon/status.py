@@ -6,26 +6,27 @@ cannot use (no URLs, ledger location, config path or error texts)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prober.daemon.jobs import Job, TargetSession
 from prober.daemon.ledger_health import LedgerHealth
-from prober.daemon.metrics import Metrics
 from prober.daemon.records import JobRecords
 from prober.daemon.schedule import JobScheduler
 from prober.daemon.settings import Settings
+from prober.incidents import Incident
 
 RECENTLY_S = 86_400.0  # closed incidents listed this long after they closed
 REDACTED = "(redacted: send the daemon's token for details)"
 
 
 def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession], records: JobRecords,
-                    scheduler: JobScheduler | None, metrics: Metrics, health: LedgerHealth, unready: str | None,
-                    last_reload_error: str | None, started: float, now: float) -> dict[str, Any]:
+                    scheduler: JobScheduler | None, incidents: Sequence[Incident], tokens_left: Mapping[str, int],
+                    health: LedgerHealth, unready: str | None, last_reload_error: str | None, started: float,
+                    now: float) -> dict[str, Any]:
+    """What /status shows, from the records the daemon keeps (never read back out of its metrics)."""
     config = settings.config
     hold = config.daemon.incident_hold
-    incidents = metrics.incidents.incidents
     targets = []
     for name, session in sessions.items():
         surveyed = session.runner.surveyed
@@ -34,16 +35,14 @@ def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession]
             status = records.of(name, job)
             if status is not None:
                 jobs[job.value] = status.to_json(scheduler.next_run(name, job) if scheduler else None)
-        left = metrics.registry.get_sample_value("leakprobe_token_budget_remaining_tokens", {"target": name})
-        learned = metrics.registry.get_sample_value("leakprobe_capacity_surveyed_timestamp_seconds", {"target": name})
         mine = [i for i in incidents if i.key.target == name]
         closed = [i for i in mine if not i.is_open(now, hold)]
         targets.append({
             "name": name, "url": session.config.url, "jobs": jobs, "tokens_per_day": config.daemon.tokens_per_day,
-            "tokens_left_today": None if left is None else int(left),
+            "tokens_left_today": tokens_left.get(name),
             "capacity": surveyed.capacity.to_json() if surveyed else None,
             "verdicts": [v.to_json() for v in surveyed.verdicts] if surveyed else [],
-            "capacity_learned_at": learned,
+            "capacity_learned_at": surveyed.at if surveyed else None,
             "open_incidents": [i.to_json(now, hold) for i in mine if i.is_open(now, hold)],
             "closed_incidents": [i.to_json(now, hold) for i in closed
                                  if (r := i.resolution(hold)) is not None and now - r.at < RECENTLY_S],
