@@ -34,6 +34,8 @@ from prober.targets.transport import TransportPolicy
 from prober.types import Severity
 from prober.yamlfile import read_yaml
 
+DEFAULT_POLICY = TransportPolicy()  # the transport's defaults are the config's
+
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
 
@@ -149,15 +151,15 @@ class TargetConfig(_Strict):
     tokenizer: Literal["auto", "endpoint", "usage"] = "auto"
     """How prompt tokens are counted: the engine's tokenize endpoint, calibration from `usage.prompt_tokens`, or
     whichever works (`auto`)."""
-    timeout_s: float = Field(default=600.0, gt=0)
+    timeout_s: float = Field(default=DEFAULT_POLICY.timeout_s, gt=0)
     """Idle timeout in seconds: no byte for this long ends the request."""
-    deadline_s: float = Field(default=1_200.0, gt=0)
+    deadline_s: float = Field(default=DEFAULT_POLICY.deadline_s, gt=0)
     """Total seconds per request, connect to last byte, retries included."""
-    retries: int = Field(default=3, ge=0, le=10)
+    retries: int = Field(default=DEFAULT_POLICY.retries, ge=0, le=10)
     """Retries of 429/502/503/504 answers and refused connections (exponential backoff, `Retry-After` honoured)."""
-    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=DEFAULT_POLICY.max_body_bytes, ge=1024)
     """Most bytes read of one answer, counted decoded."""
-    verify_tls: bool = True
+    verify_tls: bool = DEFAULT_POLICY.verify_tls
     """Verify the target's TLS certificate."""
     breaker: int = Field(default=6, ge=1, le=1_000)
     """Circuit breaker: after this many answers in a row that cannot be observed (no answer, a broken one, a

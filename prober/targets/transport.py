@@ -85,6 +85,21 @@ class HTTPExchange:
 OnChunk = Callable[[bytes, float], TargetError | None]
 
 
+@dataclass
+class _Call:
+    """One exchange as it goes: what is sent and where (a redirect moves it on), and the attempt under way,
+    which is what a deadline that cuts the exchange off reports."""
+
+    method: str
+    url: str
+    json: Any
+    secret: Secret | None
+    headers: dict[str, str]
+    on_chunk: OnChunk | None
+    started: float  # time.monotonic() when the exchange began: every timing is from here
+    latest: HTTPExchange = field(default_factory=lambda: HTTPExchange(None))
+
+
 class Transport:
     """One async httpx client and the policy around it.  Use as an async context manager."""
 
@@ -118,46 +133,28 @@ class Transport:
                        headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
         """Send with retries and same-origin redirects; read the whole body under the size cap; give up at the
         deadline (what a stream delivered until then has reached `on_chunk`)."""
-        started = time.monotonic()
-        latest = [HTTPExchange(None)]  # the attempt under way, kept when the deadline cuts it off
+        call = _Call(method, url, json, secret, headers or {}, on_chunk, time.monotonic())
         limit, why = self.policy.deadline_s, f"deadline of {self.policy.deadline_s:g} s passed (connect to last byte)"
-        if self.ends_at is not None and self.ends_at - started < limit:
-            limit, why = max(0.0, self.ends_at - started), "the audit's deadline for this target passed"
+        if self.ends_at is not None and self.ends_at - call.started < limit:
+            limit, why = max(0.0, self.ends_at - call.started), "the audit's deadline for this target passed"
         try:
             async with asyncio.timeout(limit):
-                return await self._exchange(method, url, json, secret, headers or {}, on_chunk, started, latest)
+                return await self._with_retries(call)
         except TimeoutError:
-            latest[0].attempts = max(1, latest[0].attempts)
-            return _failed(latest[0], ErrorKind.TIMEOUT, why, started)
+            call.latest.attempts = max(1, call.latest.attempts)
+            return _failed(call.latest, ErrorKind.TIMEOUT, why, call.started)
 
     def expired(self) -> bool:
         """Whether the deadline for every exchange (`ends_at`) has passed."""
         return self.ends_at is not None and time.monotonic() >= self.ends_at
 
-    async def _exchange(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str],
-                        on_chunk: OnChunk | None, started: float, latest: list[HTTPExchange]) -> HTTPExchange:
+    async def _with_retries(self, call: _Call) -> HTTPExchange:
+        """Attempts until one is final: answered, refused for good, or out of retries."""
         attempt = 0
-        redirects = 0
         while True:
             attempt += 1
-            latest[0] = HTTPExchange(None, attempts=attempt)
-            result = await self._once(latest[0], method, url, json, secret, headers, on_chunk, started)
-            result.attempts = attempt
+            result = await self._following_redirects(call, attempt)
             status = result.status
-            if status in REDIRECT_STATUSES and result.error is None:
-                location = result.headers.get("location")
-                if not location:
-                    return _failed(result, ErrorKind.MALFORMED, "redirect without a Location header")
-                target = httpx.URL(url).join(location)
-                if _origin(target) != _origin(httpx.URL(url)):
-                    return _failed(result, ErrorKind.REDIRECT,
-                                   f"redirected to another origin ({_origin(target)}); credentials not sent")
-                redirects += 1
-                if redirects > self.policy.max_redirects:
-                    return _failed(result, ErrorKind.REDIRECT, f"more than {self.policy.max_redirects} redirects")
-                url = str(target)
-                attempt -= 1
-                continue
             # A peer that hung up before any response (a keep-alive connection it had just closed, a worker
             # restart) saw at most a request it never answered: sent again like a refused connection.
             kind = result.error.kind if result.error is not None else None
@@ -172,6 +169,27 @@ class Transport:
                                f"{self.policy.retry_after_max_s:.0f} s")
             await asyncio.sleep(delay)
 
+    async def _following_redirects(self, call: _Call, attempt: int) -> HTTPExchange:
+        """One attempt: the request, sent on where same-origin redirects say (the call keeps the last place)."""
+        redirects = 0
+        while True:
+            call.latest = HTTPExchange(None, attempts=attempt)
+            result = await self._once(call)
+            result.attempts = attempt
+            if result.status not in REDIRECT_STATUSES or result.error is not None:
+                return result
+            location = result.headers.get("location")
+            if not location:
+                return _failed(result, ErrorKind.MALFORMED, "redirect without a Location header")
+            target = httpx.URL(call.url).join(location)
+            if _origin(target) != _origin(httpx.URL(call.url)):
+                return _failed(result, ErrorKind.REDIRECT,
+                               f"redirected to another origin ({_origin(target)}); credentials not sent")
+            redirects += 1
+            if redirects > self.policy.max_redirects:
+                return _failed(result, ErrorKind.REDIRECT, f"more than {self.policy.max_redirects} redirects")
+            call.url = str(target)
+
     def _delay(self, attempt: int, retry_after: str | None) -> float | None:
         p = self.policy
         if retry_after:
@@ -181,15 +199,15 @@ class Transport:
         backoff: float = min(p.backoff_max_s, p.backoff_s * 2 ** (attempt - 1))
         return backoff * random.uniform(0.8, 1.2)
 
-    async def _once(self, result: HTTPExchange, method: str, url: str, json: Any, secret: Secret | None,
-                    headers: dict[str, str], on_chunk: OnChunk | None, started: float) -> HTTPExchange:
-        send_headers = dict(headers)
-        if secret is not None:
-            send_headers["Authorization"] = f"Bearer {secret.reveal()}"
+    async def _once(self, call: _Call) -> HTTPExchange:
+        result, started = call.latest, call.started
+        send_headers = dict(call.headers)
+        if call.secret is not None:
+            send_headers["Authorization"] = f"Bearer {call.secret.reveal()}"
         cap = self.policy.max_body_bytes
         scrub = self.scrubber
         try:
-            async with self.client.stream(method, url, json=json, headers=send_headers) as response:
+            async with self.client.stream(call.method, call.url, json=call.json, headers=send_headers) as response:
                 result.status = response.status_code
                 result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
                 declared = response.headers.get("content-length")
@@ -200,7 +218,7 @@ class Transport:
                     decoder = BoundedDecoder(response.headers.get("content-encoding"))
                 except DecodingError as exc:
                     return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
-                body = _Body(result, cap, started, on_chunk if response.status_code == 200 else None)
+                body = _Body(result, cap, started, call.on_chunk if response.status_code == 200 else None)
                 received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
                 async for raw in response.aiter_raw():
                     received += len(raw)
