@@ -21,7 +21,7 @@ def _serve(*args: str) -> subprocess.Popen[str]:
 def test_serve_prints_its_url_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     config = tmp_path / "testbed.yaml"
     config.write_text("preset: fixed\npage_size: 32\nfaults:\n  shared_prefix_cache: true\n")
-    proc = _serve("--config", str(config), "--tenant", "ops=drill-key-1")
+    proc = _serve("--config", str(config), "--tenant-key", "ops=drill-key-1")
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -47,9 +47,9 @@ def test_bad_config_is_a_one_line_error_and_exit_2(tmp_path: Path) -> None:
     proc = _serve("--preset", "bogus")
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "unknown preset 'bogus'" in err
-    proc = _serve("--tenant", "no-equals-sign")
+    proc = _serve("--tenant-key", "no-equals-sign")
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2 and "NAME=VALUE" in err
+    assert proc.returncode == 2 and "NAME=API_KEY" in err
 
 
 def test_python_dash_m_and_version() -> None:

@@ -21,8 +21,9 @@ def testbed_serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 = any free port).")] = 8000,
     preset: Annotated[str | None, typer.Option(help="incident | fixed | healthy (default incident).")] = None,
-    tenant: Annotated[list[str] | None, typer.Option(
-        help="NAME=API_KEY, repeatable. Default: tenant-a=testbed-key-a, tenant-b=testbed-key-b.")] = None,
+    tenant_key: Annotated[list[str] | None, typer.Option(
+        help="NAME=API_KEY: a tenant and the key it sends, repeatable (the engine's side of `audit --tenant "
+             "NAME=ENVVAR`). Default: tenant-a=testbed-key-a, tenant-b=testbed-key-b.")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file: `preset` plus engine keys.")] = None,
     model: Annotated[str | None, typer.Option(
         help="quoter (default, fast) | gemma3-270m: a real language model over real K/V pages (the lm extra).")] = None,
@@ -31,8 +32,8 @@ def testbed_serve(
     from prober.testbed import TestbedServer, build_config, load_config_file
 
     file_preset, overrides = load_config_file(config) if config else (None, {})
-    if tenant:
-        overrides["tenants"] = dict(_split_pair(item) for item in tenant)
+    if tenant_key:
+        overrides["tenants"] = dict(_split_pair(item) for item in tenant_key)
     if model:
         overrides["model"] = model
     cfg = build_config(preset or file_preset or "incident", overrides)
@@ -72,5 +73,5 @@ def _await_model(server: TestbedServer) -> None:
 def _split_pair(item: str) -> tuple[str, str]:
     name, sep, value = item.partition("=")
     if not sep or not name or not value:
-        raise EngineConfigError(f"--tenant {item!r}: expected NAME=VALUE (a tenant and its API key)")
+        raise EngineConfigError(f"--tenant-key {item!r}: expected NAME=API_KEY (a tenant and its API key)")
     return name, value
