@@ -78,8 +78,10 @@ unit: builds
 test: lint typecheck unit
 
 # The hermetic tier, for the edit-test loop: lint, typecheck and every test that needs no engine build, PostgreSQL,
-# browser or container (their markers: tests/conftest.py), with no one-time build first.
-HERMETIC := not engine and not postgres and not browser and not container
+# browser or container (their markers: tests/conftest.py), with no one-time build first; the few end-to-end tests
+# that take minutes (`slow`: the full-size demo, a stalled stream's deadline, pages through Alertmanager) wait for
+# `make test`.
+HERMETIC := not engine and not postgres and not browser and not container and not slow
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "$(HERMETIC)" --durations=10
 
