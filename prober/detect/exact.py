@@ -23,7 +23,7 @@ class ExactDetector(Detector):
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         hits: list[Hit] = []
-        found = self.patterns.whole.find(compacted)
+        found = self.patterns.whole_in(compacted)
         for match in found:
             start, stop = original_span(record.text, match.start, match.end)
             hits.append(Hit(self.name, 1.0, start, stop, canary=self.canaries.canaries[match.canary]))

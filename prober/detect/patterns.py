@@ -1,15 +1,16 @@
-"""Where the canaries' patterns lie in a compact answer: two Aho-Corasick automata (Rust, `ahocorasick_rs`),
-each built once per canary set and run once per answer, whatever the number of canaries.
+"""Where the canaries' patterns lie in a compact answer: Aho-Corasick automata (Rust, `ahocorasick_rs`), built
+once per canary set and run once per answer each, whatever the number of canaries.
 
-* **Whole patterns** -- every token body and every fact's compact text -- for exact matching.
+* **Whole patterns** for exact matching: a token body through its tag (its first group, `PatternIndex`), every
+  other pattern (a fact's compact text) as it is.
 * **Pieces of token bodies** for what a model copied with edits or in part.  Each 32-character body is cut into
   six pieces (`CUTS`): a body with up to five characters substituted keeps at least one piece intact
   (pigeonhole), so a fuzzy candidate is a body with a piece in the answer, scored around that place.  Each
   8-character group of a body holds one piece whole, so a group copied alone (a probe's tag, part of a body) is
   found through that piece, then confirmed on the text.
 
-An automaton over whole bodies reads an answer at a few nanoseconds a character; short pieces make a dense trie,
-slower per character (bench/detect.py), so they have an automaton of their own that only the fuzzy and fragment
+An automaton of tags reads an answer at about a nanosecond a character; short pieces make a dense trie, slower
+per character (bench/detect.py), so they have an automaton of their own that only the fuzzy and fragment
 detectors pay for -- once per answer between them: `pieces_in` keeps each thread's last answer.
 """
 
@@ -30,7 +31,8 @@ from prober.types import CanaryKind
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
 GROUP = 8  # characters in a group of a token body
 GROUP_OF_PIECE = {0: 0, 2: 1, 3: 2, 5: 3}  # the group that holds each piece whole (pieces 1 and 4 straddle two)
-CONTIGUOUS = ahocorasick_rs.Implementation.ContiguousNFA
+CONTIGUOUS, DFA = ahocorasick_rs.Implementation.ContiguousNFA, ahocorasick_rs.Implementation.DFA
+MAX_DFA_TAGS = 50_000  # a DFA of 50,000 tags holds ~71 MiB (100,000: 136 MiB); more tags, a contiguous NFA
 
 
 class Match(NamedTuple):
@@ -53,7 +55,8 @@ class _Automaton:
     where a str haystack is converted on each call (15% slower); UTF-8 never matches across a character, and
     the offsets of the rare non-ASCII answer are mapped back to characters."""
 
-    def __init__(self, entries: Iterable[tuple[str, int, int]]) -> None:
+    def __init__(self, entries: Iterable[tuple[str, int, int]],
+                 implementation: ahocorasick_rs.Implementation = CONTIGUOUS) -> None:
         owners: dict[bytes, list[tuple[int, int]]] = {}
         for pattern, canary, part in entries:
             owners.setdefault(pattern.encode(), []).append((canary, part))
@@ -62,9 +65,7 @@ class _Automaton:
         self._first = array("i", accumulate((len(o) for o in owners.values()), initial=0))
         self._canary = array("i", (canary for o in owners.values() for canary, _ in o))
         self._part = array("b", (part for o in owners.values() for _, part in o))
-        # A contiguous NFA: 1.4x the library's own pick on pieces, and a DFA's 2.8x on whole bodies costs ~600 MiB at
-        # 100,000 tokens (bench/detect.py).
-        self._automaton = (ahocorasick_rs.BytesAhoCorasick(list(owners), implementation=CONTIGUOUS) if owners
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick(list(owners), implementation=implementation) if owners
                            else None)
 
     def find(self, text: str) -> list[Match]:
@@ -79,15 +80,34 @@ class _Automaton:
 
 
 class PatternIndex:
-    """The automata of one canary set, shared by its exact, fuzzy and fragment detectors."""
+    """The automata of one canary set, shared by its exact, fuzzy and fragment detectors.
+
+    Whole bodies are found through their first group (the probe's tag, shared by the probe's tokens), and the 32
+    characters at a tag are looked up whole: a DFA of the tags reads an answer 2.8x as fast as a contiguous NFA of
+    every body, and stays small where a DFA of the bodies would not (600 MiB at 100,000 bodies; 71 MiB for 50,000
+    tags, one per probe).  Facts and pieces, whose automata a DFA would make large, are contiguous NFAs (1.4x the
+    library's own pick on pieces; bench/detect.py)."""
 
     def __init__(self, canaries: CanarySet) -> None:
         self.canaries = canaries
         bodies = [i for i in range(len(canaries.patterns)) if is_body(canaries, i)]
-        self.whole = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p)
+        self.bodies: dict[str, list[int]] = {}
+        for i in bodies:
+            self.bodies.setdefault(canaries.patterns[i], []).append(i)
+        tags = {canaries.patterns[i][:GROUP] for i in bodies}
+        self.tags = _Automaton(((tag, -1, 0) for tag in tags), DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
+        in_bodies = set(bodies)
+        self.others = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p and i not in in_bodies)
         self.pieces = _Automaton((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
                                  for i in bodies for k in range(len(CUTS) - 1))
         self._last = threading.local()
+
+    def whole_in(self, compacted: str) -> list[Match]:
+        """Every canary's whole pattern (a token's body, a fact's text) in the compact answer."""
+        found = [Match(canary, 0, tag.start, tag.start + tokens.BODY_LEN)
+                 for tag in self.tags.find(compacted)
+                 for canary in self.bodies.get(compacted[tag.start : tag.start + tokens.BODY_LEN], ())]
+        return found + self.others.find(compacted)
 
     def pieces_in(self, compacted: str) -> list[Match]:
         """Every piece of a token body in the compact answer; the same answer twice running is searched once."""
