@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from prober import __version__
 from prober.campaign.results import AuditResult, StepResult, TargetReport
@@ -37,6 +37,86 @@ HEADLINES = {
 }
 
 
+class VerdictDoc(TypedDict):
+    status: Status
+    headline: str
+    worst: str | None
+    complete: bool
+    reasons: list[str]
+    tokens_sent: int
+    duration_s: float
+
+
+class MatrixDoc(TypedDict):
+    tenants: list[str]
+    cells: dict[str, dict[str, int]]  # victim -> observer -> cross-tenant findings
+
+
+class StepDoc(TypedDict):
+    id: str
+    exchange: str
+    role: str
+    tenant: str
+    boundary: str
+    prompt_tokens: int
+    counted: bool
+    expect: str
+    outcome: str
+    status: int | None
+    stream: bool
+    usage_prompt_tokens: int | None
+    token_error: int | None
+    finish_reason: str | None
+    ttft_s: float | None
+    total_s: float
+    error: str | None
+    canaries: int
+    own_echoes: int
+    findings: int
+
+
+class TargetDoc(TypedDict):
+    name: str
+    url: str
+    complete: bool
+    capacity: dict[str, Any]
+    verdicts: list[dict[str, Any]]
+    tokenizer: str | None
+    tokens_sent: int
+    matrix: MatrixDoc
+    coverage: dict[str, Any]
+    sight: dict[str, Any]
+    shape: dict[str, Any] | None
+    plan: dict[str, Any] | None
+    steps: list[StepDoc]
+    errors: list[str]
+
+
+class SummaryDoc(TypedDict):
+    findings: int
+    worst: str | None
+    by_kind: dict[str, int]
+    by_severity: dict[str, int]
+    incidents: int
+    tokens_sent: int
+
+
+class Document(TypedDict):
+    """The report every format renders (findings and incidents in their own JSON forms: `Finding.to_json`,
+    `Incident.to_json`)."""
+
+    tool: dict[str, str]
+    started: float
+    finished: float
+    dry_run: bool
+    complete: bool
+    verdict: VerdictDoc
+    summary: SummaryDoc
+    incidents: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    targets: list[TargetDoc]
+
+
 def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
     """An incident with the indices (into the document's `findings`) of the findings under it."""
     index = {id(f): i for i, f in enumerate(findings)}
@@ -44,7 +124,7 @@ def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]
     return {**incident.to_json(), "boundaries": boundaries, "findings": [index[id(f)] for f in incident.findings]}
 
 
-def verdict(result: AuditResult) -> dict[str, Any]:
+def verdict(result: AuditResult) -> VerdictDoc:
     leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
     status = (Status.DRY_RUN if result.dry_run else Status.LEAK if leaked else Status.INCOMPLETE
               if not result.complete else Status.BLIND if result.blind else Status.NO_LEAK)
@@ -70,7 +150,7 @@ def still_checked(report: TargetReport) -> list[str]:
     return checked or ["nothing"]
 
 
-def matrix(report: TargetReport) -> dict[str, Any]:
+def matrix(report: TargetReport) -> MatrixDoc:
     """Cross-tenant findings of one target by victim (rows) and observer (columns)."""
     tenants = sorted({s.step.tenant for s in report.steps}
                      | {f.victim_tenant for f in report.findings if f.victim_tenant}
@@ -82,7 +162,7 @@ def matrix(report: TargetReport) -> dict[str, Any]:
     return {"tenants": tenants, "cells": cells}
 
 
-def step_json(step: StepResult) -> dict[str, Any]:
+def step_json(step: StepResult) -> StepDoc:
     answer = step.answer
     return {
         "id": step.step.id, "exchange": step.exchange, "role": step.step.role, "tenant": step.step.tenant,
@@ -97,7 +177,7 @@ def step_json(step: StepResult) -> dict[str, Any]:
     }
 
 
-def target_json(report: TargetReport) -> dict[str, Any]:
+def target_json(report: TargetReport) -> TargetDoc:
     survey = report.survey or PreflightResult(report.name, report.url)
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
@@ -108,7 +188,7 @@ def target_json(report: TargetReport) -> dict[str, Any]:
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}
 
 
-def document(result: AuditResult) -> dict[str, Any]:
+def document(result: AuditResult) -> Document:
     findings = result.findings
     incidents = result.incidents
     worst = result.worst()

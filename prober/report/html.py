@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from prober.report.advice import WHAT_TO_DO
-from prober.report.document import Status
+from prober.report.document import Document, Status, TargetDoc
 from prober.types import FindingKind
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
@@ -90,7 +90,7 @@ def label_rows(spans: list[tuple[float, float]], gap: float = 4.0) -> list[int]:
     return rows
 
 
-def outcome_plot(target: dict[str, Any]) -> str:
+def outcome_plot(target: TargetDoc) -> str:
     """One panel per group of nearby boundaries: x = prompt tokens, zoomed to the group; y = outcome; a dot
     per probe (red when it produced a finding); dashed lines mark the boundaries, their labels in as many rows
     as it takes for none to overlap another."""
@@ -177,7 +177,7 @@ def score_plot(findings: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def verdict_block(doc: dict[str, Any]) -> str:
+def verdict_block(doc: Document) -> str:
     v = doc["verdict"]
     facts = [("worst severity", v["worst"] or "none"), ("incidents", doc["summary"]["incidents"]),
              ("findings", doc["summary"]["findings"]), ("tokens sent", f"{v['tokens_sent']:,}"),
@@ -190,7 +190,7 @@ def verdict_block(doc: dict[str, Any]) -> str:
             f'<p>{_esc(v["headline"].split(": ", 1)[-1])}.</p>{why}<dl>{items}</dl></header>')
 
 
-def matrix_table(target: dict[str, Any]) -> str:
+def matrix_table(target: TargetDoc) -> str:
     m = target["matrix"]
     if len(m["tenants"]) < 2:
         return '<p class="muted">Fewer than two tenants were probed.</p>'
@@ -224,7 +224,7 @@ def finding_rows(findings: list[dict[str, Any]]) -> str:
             f"<th>evidence (masked)</th><th>engine counters that moved</th></tr>{''.join(rows)}</table>")
 
 
-def incident_list(doc: dict[str, Any], target: str) -> str:
+def incident_list(doc: Document, target: str) -> str:
     items = []
     for incident in (i for i in doc["incidents"] if i["target"] == target):
         pair = f"{incident['victim']} → {incident['observer']}" if incident["victim"] else incident["observer"]
@@ -243,7 +243,7 @@ def incident_list(doc: dict[str, Any], target: str) -> str:
     return f'<p class="legend">{PAIR_LEGEND}</p>' + "".join(items)
 
 
-def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:
+def target_section(doc: Document, t: TargetDoc) -> str:
     cap = t["capacity"]
     ctx = (cap.get("context_length") or cap.get("accept_limit") or {}).get("value")
     pool = (cap.get("pool_tokens") or {}).get("value")
@@ -267,7 +267,7 @@ def target_section(doc: dict[str, Any], t: dict[str, Any]) -> str:
             f"<h3>Similarity of matched canaries</h3>{score_plot(own)}</section>")
 
 
-def html_report(doc: dict[str, Any]) -> str:
+def html_report(doc: Document) -> str:
     data = json.dumps(doc, ensure_ascii=False).replace("</", "<\\/")
     sections = "".join(target_section(doc, t) for t in doc["targets"])
     return f"""<!doctype html>

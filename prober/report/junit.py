@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from prober.report.document import Document
 from prober.types import Severity
 
 
-def junit(doc: dict[str, Any], fail_on: Severity) -> str:
+def junit(doc: Document, fail_on: Severity) -> str:
     suites = ET.Element("testsuites", name="leakprobe")
     by_probe: dict[str, list[dict[str, Any]]] = {}
     for f in doc["findings"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from prober.report.document import Document
 from prober.types import FindingKind, Severity
 
 RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, security-severity)
@@ -30,7 +31,7 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def sarif(doc: dict[str, Any], config_uri: str) -> dict[str, Any]:
+def sarif(doc: Document, config_uri: str) -> dict[str, Any]:
     rules = [{"id": rule, "name": kind, "shortDescription": {"text": text},
               "properties": {"tags": ["security", "multi-tenant"], "security-severity": score}}
              for kind, (rule, text, score) in RULES.items()]

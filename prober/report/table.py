@@ -4,16 +4,15 @@ reached whom, the outcome at each boundary and the incidents with their findings
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from prober.report.document import Status
+from prober.report.document import Document, Status, TargetDoc
 from prober.report.terminal import Terminal
 
 STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.BLIND: "bold yellow",
                 Status.NO_LEAK: "bold green", Status.DRY_RUN: "bold"}
 
 
-def table_report(doc: dict[str, Any], terminal: Terminal | None = None) -> str:
+def table_report(doc: Document, terminal: Terminal | None = None) -> str:
     term = terminal or Terminal()
     v = doc["verdict"]
     parts = [term.style(v["headline"], STATUS_STYLE[v["status"]]) + "\n",
@@ -25,7 +24,7 @@ def table_report(doc: dict[str, Any], terminal: Terminal | None = None) -> str:
     return "".join(parts)
 
 
-def _target(doc: dict[str, Any], t: dict[str, Any], term: Terminal) -> str:
+def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     cap = t["capacity"]
     ctx = (cap.get("context_length") or cap.get("accept_limit") or {}).get("value")
     pool = (cap.get("pool_tokens") or {}).get("value")
