@@ -80,7 +80,7 @@ def _summary(console: Console, preset: str, result: AuditResult, out: Path) -> N
         first = echoes[0]
         console.print(f"[bold red]{len(echoes)} cross-tenant echoes[/]: e.g. canary {first.canary_id} of "
                       f"[bold]{first.victim_tenant}[/] in the HTTP 200 answer to [bold]{first.observer_tenant}[/] "
-                      f"({first.details.get('prompt_tokens'):,}-token prompt, {first.details.get('boundary')})")
+                      f"({first.context.prompt_tokens or 0:,}-token prompt, {first.context.boundary})")
     kinds = sorted({f.kind.value for f in findings})
     console.print(f"{preset}: {len(findings)} findings ({', '.join(kinds) or 'none'}); "
                   f"report {out / (preset + '.html')}, JSON {out / (preset + '.json')}, ledger {out / 'ledger.sqlite'}")

@@ -166,10 +166,8 @@ class Sighting:
 
     @classmethod
     def of(cls, finding: Finding) -> Sighting:
-        details = finding.details
-        boundary, tokens = details.get("boundary"), details.get("prompt_tokens")
-        return cls(IncidentKey.of(finding), boundary if isinstance(boundary, str) else "", finding.found_at,
-                   tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
+        context = finding.context
+        return cls(IncidentKey.of(finding), context.boundary or "", finding.found_at, context.prompt_tokens)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,19 @@ class Record:
 
 
 @dataclass(frozen=True)
+class ProbeContext:
+    """Where a run found it, when a run did (a log scan knows none of it): the request's prompt length in tokens,
+    the boundary the request aimed at, the HTTP status its answer came with."""
+
+    prompt_tokens: int | None = None
+    boundary: str | None = None
+    status: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"prompt_tokens": self.prompt_tokens, "boundary": self.boundary, "status": self.status}
+
+
+@dataclass(frozen=True)
 class Finding:
     record_id: str
     kind: FindingKind
@@ -93,7 +106,8 @@ class Finding:
     excerpt: str = ""
     excerpt_sha256: str = ""
     redacted: bool = False
-    details: dict[str, object] = field(default_factory=dict)
+    context: ProbeContext = ProbeContext()
+    details: dict[str, object] = field(default_factory=dict)  # the detector's or check's evidence, free-form
 
     def describe(self) -> str:
         """One log line with what an on-call engineer needs first (no excerpt: it may hold tenant data)."""
@@ -101,13 +115,12 @@ class Finding:
         canary = f" canary={self.canary_id}" if self.canary_id else ""
         return (f"finding {self.severity.label} {self.kind.value} target={self.target or '?'} "
                 f"observer={self.observer_tenant}{victim} probe={self.record_id} "
-                f"prompt_tokens={self.details.get('prompt_tokens')} detector={self.detector}{canary}")
+                f"prompt_tokens={self.context.prompt_tokens} detector={self.detector}{canary}")
 
     def to_json(self) -> dict[str, object]:
         """The one JSON form of a finding, in every report and in `scan -f json`: what, between whom, in which
         answer (`record_id`: the request of an audit or daemon, the record of a scanned log), at which prompt
         length and boundary where a run knows them, and the masked evidence."""
-        details = dict(self.details)
         return {
             "kind": self.kind.value,
             "severity": self.severity.label,
@@ -119,11 +132,9 @@ class Finding:
             "canary_probe": self.probe_id if self.probe_id != self.record_id else None,  # where it was planted
             "detector": self.detector,
             "score": round(self.score, 4),
-            "prompt_tokens": details.pop("prompt_tokens", None),
-            "boundary": details.pop("boundary", None),
-            "status": details.pop("status", None),
+            **self.context.to_json(),
             "found_at": self.found_at or None,
             "evidence": {"excerpt": self.excerpt, "excerpt_sha256": self.excerpt_sha256,
                          "offsets": [self.start, self.end], "redacted": self.redacted},
-            "details": details,
+            "details": self.details,
         }

@@ -150,7 +150,7 @@ def test_shared_pool_overcommit_is_reported(llama_install: Installation, tmp_pat
     assert "failed (5xx) at lengths the capacity says fit" in result.targets[0].errors[0]
     errors = [f for f in result.findings if f.severity >= Severity.WARNING]
     assert errors and {f.kind for f in errors} == {FindingKind.ENGINE_ERROR}, [(f.kind, f.excerpt) for f in errors]
-    assert {f.details["boundary"] for f in errors} <= {"shared-pool", "prime"}
+    assert {f.context.boundary for f in errors} <= {"shared-pool", "prime"}
     assert "Context size has been exceeded" in errors[0].excerpt
 
 

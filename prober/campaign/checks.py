@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from prober.campaign.plan import Step
 from prober.targets.result import Completion, ErrorKind
-from prober.types import Finding, FindingKind, Severity
+from prober.types import Finding, FindingKind, ProbeContext, Severity
 
 PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
 CACHE_SHARE = 0.5  # an observer served half of another tenant's prompt from cache
@@ -34,8 +34,8 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
             **details: object) -> None:
         findings.append(Finding(record_id=step.id, kind=kind, detector="envelope", severity=severity, score=1.0,
                                 observer_tenant=step.tenant, victim_tenant=victim, probe_id=step.id,
-                                excerpt=message, details={"prompt_tokens": sent_tokens, "boundary": step.boundary,
-                                                          "status": answer.status, **details}))
+                                excerpt=message, context=ProbeContext(sent_tokens, step.boundary, answer.status),
+                                details=details))
 
     if answer.served and not step.expect_served:
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
@@ -94,5 +94,5 @@ def counted_failure(step: Step, sent_tokens: int, answer: Completion, failures: 
                    severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
                    excerpt=f"{named} while this answer came back HTTP 200 ({unserved} other requests in the same "
                            "window were refused or failed): the engine gave up on a request it answered",
-                   details={"prompt_tokens": sent_tokens, "boundary": step.boundary, "status": answer.status,
-                            "counters": rose, "unserved_in_window": unserved})
+                   context=ProbeContext(sent_tokens, step.boundary, answer.status),
+                   details={"counters": rose, "unserved_in_window": unserved})

@@ -24,7 +24,7 @@ from prober.detect.scanner import ScanResult
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
-from prober.types import Canary, Finding, FindingKind, Record, Severity
+from prober.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 
 ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
 # A bound on one request's prompt tokens, for budgets: measured 47 with completions, 55 with Gemma's chat template.
@@ -107,10 +107,9 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     else:
         result.answered += 1
     scanned = await scan(Record(request.id, request.tenant, answer.text, ASK.format(code=request.canary.text)))
-    context = {"check": "crosstalk", "status": answer.status, "streamed": answer.streamed,
-               "own_canary": request.canary.id}
-    findings = [replace(f, probe_id=f.probe_id or request.id, details={**f.details, **context})
-                for f in scanned.findings]
+    context = {"check": "crosstalk", "streamed": answer.streamed, "own_canary": request.canary.id}
+    findings = [replace(f, probe_id=f.probe_id or request.id, context=ProbeContext(status=answer.status),
+                        details={**f.details, **context}) for f in scanned.findings]
     own = [hit for hit in scanned.own_echoes if hit.canary is not None]
     if any(hit.canary.id == request.canary.id for hit in own if hit.canary):
         result.own_echoed += 1

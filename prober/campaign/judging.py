@@ -16,7 +16,7 @@ from prober.campaign.wiring import Wiring
 from prober.prompts import BuiltPrompt
 from prober.scrub import Scrubber
 from prober.targets.result import Completion
-from prober.types import Finding, Record
+from prober.types import Finding, ProbeContext, Record
 
 CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
 
@@ -61,10 +61,9 @@ class Judge:
                 scanner.add(recent)
                 scanned = await asyncio.to_thread(scanner.scan, record)
             own = len(scanned.own_echoes)
-            context = {"prompt_tokens": built.tokens, "boundary": step.boundary, "status": answer.status,
-                       "exchange": exchange}
-            findings += [replace(f, probe_id=f.probe_id or step.id, details={**f.details, **context})
-                         for f in scanned.findings]
+            context = ProbeContext(built.tokens, step.boundary, answer.status)
+            findings += [replace(f, probe_id=f.probe_id or step.id, context=context,
+                                 details={**f.details, "exchange": exchange}) for f in scanned.findings]
         findings = await self.persist(findings, engine, ignore)
         return StepResult(step=step, exchange=exchange, target=self.target, sent_tokens=built.tokens,
                           counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),

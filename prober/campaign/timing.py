@@ -35,7 +35,7 @@ from prober.prompts.counter import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
-from prober.types import Finding, FindingKind, Severity
+from prober.types import Finding, FindingKind, ProbeContext, Severity
 
 TEST = "one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), Holm across pairs"
 WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific merges to rely on
@@ -245,7 +245,9 @@ def findings_of(decisions: Sequence[PairDecision], *, run_id: str, salted: froze
         found.append(salt_asserted(Finding(
             record_id=record, kind=FindingKind.CROSS_TENANT_CACHE_TIMING, detector="timing",
             severity=Severity.WARNING, score=decision.hit_faster, observer_tenant=s.observer,
-            victim_tenant=s.victim, probe_id=record, excerpt=message, details=evidence), salted))
+            victim_tenant=s.victim, probe_id=record, excerpt=message,
+            context=ProbeContext(prompt_tokens=round(s.prompt_tokens) if s.prompt_tokens else None),
+            details=evidence), salted))
     return found
 
 

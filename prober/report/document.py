@@ -120,7 +120,7 @@ class Document(TypedDict):
 def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
     """An incident with the indices (into the document's `findings`) of the findings under it."""
     index = {id(f): i for i, f in enumerate(findings)}
-    boundaries = sorted({str(f.details["boundary"]) for f in incident.findings if f.details.get("boundary")})
+    boundaries = sorted({f.context.boundary for f in incident.findings if f.context.boundary})
     return {**incident.to_json(), "boundaries": boundaries, "findings": [index[id(f)] for f in incident.findings]}
 
 
