@@ -4,7 +4,7 @@
 # index (so nothing can pull another build), then the dependencies, then the package. Dependencies and
 # code are separate layers, so a code change rebuilds in seconds. The embedding models and the canary
 # packs are inside the image; the last build step loads the models with every model hub switched off.
-# Without a registry (podman, Debian's archive, a local torch wheel): `make image`, see tests/containers.py.
+# Without a registry (podman, Debian's archive, a local torch wheel): `make image`, see tests/support/containers.py.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

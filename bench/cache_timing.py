@@ -32,10 +32,10 @@ from prober.prompts import detect_counter
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
 from prober.targets.credentials import Secret
 from prober.targets.telemetry import EngineTelemetry
-from tests.llamacpp import LlamaServer
-from tests.llamacpp import ensure_installed as llama_installed
-from tests.vllm import VllmServer
-from tests.vllm import ensure_installed as vllm_installed
+from tests.support.llamacpp import LlamaServer
+from tests.support.llamacpp import ensure_installed as llama_installed
+from tests.support.vllm import VllmServer
+from tests.support.vllm import ensure_installed as vllm_installed
 
 TENANTS = ["tenant-a", "tenant-b"]
 KEY = "bench-cache-timing-key"

@@ -43,7 +43,7 @@ from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 from prober.types import FindingKind
-from tests.vllm import VllmServer, ensure_installed
+from tests.support.vllm import VllmServer, ensure_installed
 
 THRESHOLD = 256  # the drill's claim_over_tokens, declared as the pool
 CONTEXT = 1024

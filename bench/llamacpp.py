@@ -31,7 +31,7 @@ from prober.prompts import PromptBuilder, detect_counter
 from prober.prompts.builder import MintCanaries
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
 from prober.types import Canary, Record, Severity
-from tests.llamacpp import LlamaServer, cache_dir, ensure_installed
+from tests.support.llamacpp import LlamaServer, cache_dir, ensure_installed
 
 KEY = b"bench-llama-key-bench-llama-key!"
 TENANTS = ["tenant-a", "tenant-b", "tenant-c", "tenant-d"]

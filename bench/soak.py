@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.daemonproc import DaemonProcess
+from tests.support.daemonproc import DaemonProcess
 
 WARMUP_CYCLES = 50
 

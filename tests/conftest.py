@@ -12,10 +12,10 @@ import pytest
 from prober.embeddings import Embedder, make_embedder
 from prober.ledger import Ledger, open_ledger
 from prober.testbed import TestbedServer, build_config
-from tests.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
-from tests.postgres import PostgresServer, postgres_server
 from tests.support.keys import KEYS
 from tests.support.ledgers import OpenLedger
+from tests.support.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
+from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.testbed import StartTestbed
 
 # The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
@@ -86,7 +86,8 @@ def embedder() -> Embedder:
 
 @pytest.fixture(scope="session")
 def llama_install() -> Installation:
-    """llama.cpp and Gemma, built and proven once per machine (tests/llamacpp.py); LEAKPROBE_SKIP_LLAMACPP=1 skips."""
+    """llama.cpp and Gemma, built and proven once per machine (tests/support/llamacpp.py);
+    LEAKPROBE_SKIP_LLAMACPP=1 skips."""
     if os.environ.get(OPT_OUT) == "1":
         pytest.skip(f"{OPT_OUT}=1: llama.cpp tests opted out")
     try:
@@ -127,6 +128,6 @@ def keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server for the session (tests/postgres.py); each test creates its own database."""
+    """A real PostgreSQL server for the session (tests/support/postgres.py); each test creates its own database."""
     with postgres_server() as server:
         yield server

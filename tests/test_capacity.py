@@ -22,9 +22,9 @@ from prober.targets import OpenAICompatible, Prompt, Secret, Transport, Transpor
 from prober.targets.api import Api
 from prober.testbed import tokenizer
 from prober.types import Severity
-from tests.shaped import Reply, Seen, ShapedServer, chat_answer
 from tests.support.aio import run
 from tests.support.policies import FAST
+from tests.support.shaped import Reply, Seen, ShapedServer, chat_answer
 from tests.support.testbed import SMALL, StartTestbed
 
 KEY_A = Secret("testbed-key-a")

@@ -20,12 +20,12 @@ import pytest
 
 from prober.daemon.budget import utc_day
 from prober.ledger import open_ledger
-from tests.daemonproc import DaemonProcess, daemon_config
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
+from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.keys import KEYS
 from tests.support.pool import NewCanaries, ledger_key, sent_canaries
 from tests.support.testbed import SMALL, StartTestbed
-from tests.tools import need
+from tests.support.tools import need
 
 LEAKS = {"cross_tenant_echo", "boundary_accepted", "placeholder_substitution", "foreign_content"}
 HEALTHY = {"context_length": 4_096, "pool_tokens": 16_384, "page_size": 16, "prefill_ms_per_1k_tokens": 0}

@@ -19,8 +19,8 @@ from prober.ledger import open_ledger
 from prober.targets.result import ErrorKind
 from prober.testbed import TestbedServer, build_config
 from prober.types import FindingKind
-from tests.daemonproc import daemon_config
 from tests.support.cli import invoke
+from tests.support.daemonproc import daemon_config
 from tests.support.daemons import make_daemon, sample, scenario, until
 from tests.support.ledgers import finding
 from tests.support.testbed import SMALL, StartTestbed

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import Chromium
+from tests.support.browser import Chromium
 
 # What a reader sees first, read from the rendered DOM (the page itself runs no script).
 QUERY = """JSON.parse(JSON.stringify({

@@ -1,4 +1,4 @@
-"""Detector quality on a labelled evaluation set (tests/evalset.py), measured and asserted, with the default
+"""Detector quality on a labelled evaluation set (tests/support/evalset.py), measured and asserted, with the default
 (multilingual) embedder: verbatim, disguised, reworded in English and in Korean (also as a memo), and retold
 across the two (also with names spelled other common ways than the Revised Romanization)."""
 
@@ -13,7 +13,7 @@ from prober.detect import Scanner
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, FindingKind, Record
-from tests import evalset
+from tests.support import evalset
 
 KEY = bytes(range(32))
 

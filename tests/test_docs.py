@@ -26,7 +26,7 @@ from prober.cli import app
 from prober.config import ProberConfig
 from prober.testbed.config import EngineConfig
 from tests.support.testbed import SMALL, StartTestbed
-from tests.tools import need_module
+from tests.support.tools import need_module
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "dashboards" / "prometheus" / "leakprobe-rules.yml"

@@ -15,7 +15,7 @@ from prober.config import ProberConfig, parse_config
 from prober.testbed import TestbedServer, build_config, load_config_file
 from tests.support.cli import invoke
 from tests.support.keys import BEARER_A
-from tests.tools import need
+from tests.support.tools import need
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ENGINE_KEYS = {"LEAKPROBE_KEY_ALICE": "key-of-alice-0001", "LEAKPROBE_KEY_BOB": "key-of-bob-0002"}

@@ -28,8 +28,8 @@ from prober.targets.decoding import STEP, BoundedDecoder, DecodingError
 from prober.targets.result import Completion
 from prober.targets.sse import SSEDecoder
 from prober.targets.transport import HTTPExchange
-from tests.hostile import ENCODERS as ECHOES
-from tests.hostile import key_traces
+from tests.support.hostile import ENCODERS as ECHOES
+from tests.support.hostile import key_traces
 
 settings.register_profile("suite", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.tools import need, need_module
+from tests.support.tools import need, need_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "leakprobe"

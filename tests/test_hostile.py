@@ -21,7 +21,7 @@ from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
 from prober.errors import LedgerError
 from prober.ledger import open_ledger
-from tests.hostile import (
+from tests.support.hostile import (
     assert_no_key,
     compressed_answer,
     declared_but_stalled,
@@ -79,7 +79,7 @@ def one_line_error(run: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_keys_echoed_in_every_encoding_reach_no_output_log_or_ledger_byte(tmp_path: Path) -> None:
-    """The engine echoes each caller's key in every encoding (tests/hostile.py ENCODERS) in 200, 400, 401 and
+    """The engine echoes each caller's key in every encoding (tests/support/hostile.py ENCODERS) in 200, 400, 401 and
     500 bodies, in headers, model ids and server_info: no form of any key in any report format, log line,
     preflight output or ledger byte."""
     config = tmp_path / "c.yaml"

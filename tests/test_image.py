@@ -1,6 +1,6 @@
 """The daemon image, built from the repository's Dockerfile with podman and run as an operator runs it.
 
-The image is built once per change of what goes into it (tests/containers.py: minutes cold, a second
+The image is built once per change of what goes into it (tests/support/containers.py: minutes cold, a second
 warm).  The container runs as the chart runs it (helm/leakprobe): non-root, read-only root filesystem, all
 capabilities dropped, writable tmpfs only for /tmp and the ledger folder; the default bridge network, port
 10461 published on loopback, the image's own CMD.  It probes a reference engine on the host, reached as
@@ -24,11 +24,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from prober.testbed import TestbedServer, build_config
-from tests.containers import ROOT, ImageUnavailable, copied_sources, ensure_image, missing_tools, podman
-from tests.daemonproc import daemon_config
+from tests.support.containers import ROOT, ImageUnavailable, copied_sources, ensure_image, missing_tools, podman
+from tests.support.daemonproc import daemon_config
 from tests.support.keys import KEYS
+from tests.support.tools import unavailable
 from tests.support.waiting import wait_for
-from tests.tools import unavailable
 
 pytestmark = pytest.mark.container
 

@@ -1,6 +1,6 @@
 """The timing check and the cross-talk burst through the runner, as `leakprobe audit` runs them: against the
 reference engine (its prefix cache shared or per tenant, prefill time simulated) and against a real
-llama.cpp (tests/llamacpp.py).
+llama.cpp (tests/support/llamacpp.py).
 
 llama.cpp reuses a slot's cached prompt prefix for whoever sends it next (`cache_prompt`, on by default):
 behind one gateway every tenant shares it, and the timing check sees that without `cached_tokens`; with
@@ -21,9 +21,9 @@ import pytest
 from prober.campaign.results import SlotCheck
 from prober.config import SlotSettings, TimingSettings
 from prober.types import FindingKind
-from tests.daemonproc import DaemonProcess, daemon_config
-from tests.llamacpp import Installation, LlamaServer
+from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, surveyed, timing
+from tests.support.llamacpp import Installation, LlamaServer
 from tests.support.testbed import SMALL, StartTestbed
 
 # Prompts of ~200 tokens: at ~550 tokens/s prefill idle a miss costs a fraction of a second more than a hit

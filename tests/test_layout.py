@@ -157,3 +157,11 @@ def test_no_test_imports_another_test_module_or_conftest() -> None:
             wrong += [f"{path.relative_to(tests.parent)} imports {name}" for name in names
                       if name == "tests.conftest" or name.startswith("tests.test_")]
     assert not wrong, "\n".join(wrong)
+
+
+def test_test_helpers_live_in_support() -> None:
+    """tests/ holds test modules and conftest.py; every helper they share is in tests/support, one place to look."""
+    tests = ROOT.parent / "tests"
+    stray = [p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "__init__.py")
+             and not p.name.startswith("test_")]
+    assert not stray, f"helpers outside tests/support: {', '.join(sorted(stray))}"

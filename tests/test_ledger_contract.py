@@ -21,8 +21,8 @@ from prober.incidents import IncidentKey
 from prober.ledger import Ledger, is_shared, open_ledger
 from prober.shingles import Shingler
 from prober.types import Canary, CanaryKind, FindingKind, Severity
-from tests.postgres import PostgresServer
 from tests.support.ledgers import OpenLedger, finding
+from tests.support.postgres import PostgresServer
 
 KEY = b"k" * 32
 def test_canaries_round_trip_with_every_field(connect: OpenLedger) -> None:

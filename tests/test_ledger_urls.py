@@ -12,10 +12,10 @@ import pytest
 
 from prober.ledger import open_ledger
 from prober.types import CanaryKind, FindingKind
-from tests.daemonproc import DaemonProcess, daemon_config
-from tests.postgres import PostgresServer
 from tests.support.cli import run
+from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.keys import TENANT_ARGS
+from tests.support.postgres import PostgresServer
 from tests.support.testbed import SMALL, StartTestbed
 
 

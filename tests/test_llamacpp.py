@@ -28,7 +28,8 @@ from prober.report import document
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
 from prober.types import FindingKind, Record, Severity
-from tests.llamacpp import (
+from tests.support.aio import run
+from tests.support.llamacpp import (
     EngineFault,
     Installation,
     LlamaCppUnavailable,
@@ -36,9 +37,8 @@ from tests.llamacpp import (
     cpu_key,
     prove,
 )
-from tests.support.aio import run
 from tests.support.policies import REAL_ENGINE
-from tests.tools import need
+from tests.support.tools import need
 
 SLOT_CTX = 512  # --ctx-size 1024 split between 2 slots: every prefill of a slot-filling prompt is seconds on a CPU
 KEY = b"llama-test-key-llama-test-key-32"

@@ -23,12 +23,12 @@ from prometheus_client import CollectorRegistry
 
 from prober.daemon.metrics import Metrics
 from prober.testbed import TestbedServer, build_config
-from tests.daemonproc import DaemonProcess, daemon_config
-from tests.monitoring import RULES, Prometheus, alertmanager, fast_rules, prometheus
-from tests.shaped import Reply, Seen, ShapedServer
+from tests.support.daemonproc import DaemonProcess, daemon_config
+from tests.support.monitoring import RULES, Prometheus, alertmanager, fast_rules, prometheus
+from tests.support.shaped import Reply, Seen, ShapedServer
 from tests.support.testbed import SMALL
+from tests.support.tools import need
 from tests.support.waiting import wait_for
-from tests.tools import need
 
 DASHBOARDS = sorted((Path(__file__).resolve().parent.parent / "dashboards" / "grafana").glob("*.json"))
 LEAK_ALERTS = {"LeakprobeCrossTenantLeak", "LeakprobePlaceholderSubstitution", "LeakprobeBoundaryAccepted",

@@ -19,8 +19,8 @@ import pytest
 from prober.incidents import IncidentKey
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, Finding, FindingKind
-from tests.daemonproc import DaemonProcess, daemon_config
-from tests.postgres import PostgresServer
+from tests.support.daemonproc import DaemonProcess, daemon_config
+from tests.support.postgres import PostgresServer
 from tests.support.testbed import SMALL, StartTestbed
 
 CAMPAIGN_S = 5.0

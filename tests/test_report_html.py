@@ -15,7 +15,7 @@ from prober.report.advice import WHAT_TO_DO
 from prober.report.html import PAIR_LEGEND, html_report, label_rows
 from prober.report.table import table_report
 from prober.types import FindingKind
-from tests.browser import Chromium
+from tests.support.browser import Chromium
 from tests.support.cli import invoke
 from tests.support.keys import TENANT_ARGS
 from tests.support.testbed import SMALL

@@ -25,8 +25,8 @@ from prober.detect import Scanner
 from prober.forensics import ForensicReport, scan_file, scan_inputs
 from prober.ledger import open_ledger
 from prober.types import Record
-from tests.postgres import PostgresServer
-from tests.tools import need_module
+from tests.support.postgres import PostgresServer
+from tests.support.tools import need_module
 
 KEY = b"scale-test-key-scale-test-key-!!"
 ENV = {"LEAKPROBE_CANARY_KEY": KEY.decode()}

@@ -1,6 +1,6 @@
 """The secret model: every credential, in every encoding a server may echo, is replaced wherever it lands —
 whatever the key, whatever surrounds it, wherever a window boundary falls.  Keys and encodings come from
-hypothesis; the encoders are the hostile engine's own (tests/hostile.py), written without the scrubber."""
+hypothesis; the encoders are the hostile engine's own (tests/support/hostile.py), written without the scrubber."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from prober.scrub import STEP, Scrubber
 from prober.secrets import scrubber_for
 from prober.targets.credentials import Secret
-from tests.hostile import ENCODERS, assert_no_key, key_traces
+from tests.support.hostile import ENCODERS, assert_no_key, key_traces
 
 KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_."
 # Keys as providers mint them: random-looking (a run of zeros is no key, and any text around it would hold it).

@@ -23,9 +23,9 @@ from prober.targets import (
 )
 from prober.targets.api import Api
 from prober.targets.transport import KEEPALIVE_EXPIRY_S
-from tests.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
 from tests.support.aio import run
 from tests.support.policies import FAST
+from tests.support.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
 from tests.support.testbed import SMALL, StartTestbed
 
 KEY_A = Secret("testbed-key-a")

@@ -36,8 +36,8 @@ from prober.testbed.config import LM_POOL
 from prober.testbed.protocol import Message
 from prober.types import Canary, FindingKind, Record
 from tests.support.keys import BEARER_A, BEARER_B
+from tests.support.tools import need_module, terminate
 from tests.support.waiting import wait_for
-from tests.tools import need_module, terminate
 
 pytestmark = pytest.mark.engine
 

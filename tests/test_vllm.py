@@ -29,8 +29,8 @@ from prober.targets.credentials import Secret
 from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
-from tests.tools import unavailable
-from tests.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
+from tests.support.tools import unavailable
+from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
 
 pytestmark = pytest.mark.engine
 

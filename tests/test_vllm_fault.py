@@ -25,11 +25,11 @@ import yaml
 
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
-from tests.daemonproc import FAST, DaemonProcess
 from tests.support.cli import invoke
+from tests.support.daemonproc import FAST, DaemonProcess
 from tests.support.pdproxy import MissedAbortRouter
-from tests.tools import unavailable
-from tests.vllm import VllmServer, VllmUnavailable, require_installed
+from tests.support.tools import unavailable
+from tests.support.vllm import VllmServer, VllmUnavailable, require_installed
 
 pytestmark = pytest.mark.engine
 

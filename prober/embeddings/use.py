@@ -19,7 +19,7 @@ USE_MODEL = "use-multilingual-v3"
 
 class UniversalSentenceEncoder:
     name = USE_MODEL
-    # Measured on the evaluation set (tests/evalset.py, bench/detect.py): recall of Korean facts retold in
+    # Measured on the evaluation set (tests/support/evalset.py, bench/detect.py): recall of Korean facts retold in
     # English 0.988 / 0.975 / 0.925 / 0.750 at 0.30 / 0.38 / 0.45 / 0.52, every other kind 1.000, and no false
     # positive or wrong attribution at any of them, because a hit also needs the fact's distinctive values
     # (or their romanized spellings) in the answer, as the semantic detector counts them.

@@ -17,7 +17,7 @@ from prober.canaries.keys import resolve_key
 from prober.daemon import Daemon, load_settings
 from prober.daemon.http import make_app
 from prober.ledger import open_ledger
-from tests.daemonproc import daemon_config
+from tests.support.daemonproc import daemon_config
 
 
 def make_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:

@@ -10,5 +10,5 @@ from prober.targets.transport import TransportPolicy
 REAL_ENGINE = TransportPolicy(timeout_s=600.0, connect_timeout_s=10.0, retries=2, backoff_s=0.1,
                               max_body_bytes=4 << 20)
 
-# A loopback server of the tests' own (tests/shaped.py): it answers at once or never.
+# A loopback server of the tests' own (tests/support/shaped.py): it answers at once or never.
 FAST = TransportPolicy(timeout_s=5.0, connect_timeout_s=1.0, retries=2, backoff_s=0.01, max_body_bytes=4 << 20)

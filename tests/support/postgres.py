@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 import psycopg
 
 from tests.support.ports import free_port
+from tests.support.tools import terminate, unavailable
 from tests.support.waiting import wait_for
-from tests.tools import terminate, unavailable
 
 URL_ENV = "LEAKPROBE_TEST_POSTGRES_URL"
 USER = "leakprobe"

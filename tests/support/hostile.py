@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
-from tests.shaped import Reply, Seen, ShapedServer, sse
+from tests.support.shaped import Reply, Seen, ShapedServer, sse
 
 CONTEXT, POOL = 2_048, 1_024
 LIMIT = min(CONTEXT - 1, POOL - 1) - 5  # SGLang's max_req_input_len

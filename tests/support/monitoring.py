@@ -16,10 +16,10 @@ import httpx
 import yaml
 
 from tests.support.ports import free_port
+from tests.support.tools import need, terminate
 from tests.support.waiting import wait_for
-from tests.tools import need, terminate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "dashboards" / "prometheus" / "leakprobe-rules.yml"
 EXAMPLES = ROOT / "examples"
 

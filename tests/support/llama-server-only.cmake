@@ -1,4 +1,4 @@
-# Included at the end of every project() call of the llama.cpp tree (CMAKE_PROJECT_INCLUDE, from tests/llamacpp.py):
+# Included at the end of every project() call of the llama.cpp tree (CMAKE_PROJECT_INCLUDE, from tests/support/llamacpp.py):
 # once the top-level directory has been read, every target but llama-server leaves `all`, so that the build
 # compiles llama-server and what it links (ggml, llama, common, mtmd), not the other tools (a third of the time).
 if(CMAKE_CURRENT_SOURCE_DIR STREQUAL CMAKE_SOURCE_DIR AND NOT COMMAND _leakprobe_server_only)

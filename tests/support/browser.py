@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
-from tests.tools import need, terminate
+from tests.support.tools import need, terminate
 
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
