@@ -42,6 +42,7 @@ def _compact_text(text: str) -> str:
 # dict-driven translate is most of its time.  Derived from the str path, character by character.
 _ASCII_DROP = bytes(b for b in range(128) if not _compact_text(chr(b)))
 _ASCII_TABLE = bytes(ord(_compact_text(chr(b)) or "\0") for b in range(128)) + bytes(range(128, 256))
+_ASCII_KEPT = np.array([b not in _ASCII_DROP for b in range(256)])
 
 
 def compact(text: str) -> str:
@@ -64,10 +65,13 @@ def offsets(text: str) -> npt.NDArray[np.int64]:
     every detector in one answer maps its span through the same array.  Where NFKC composes several
     characters into one, positions can be off by a character; they are used for excerpts.
     """
-    positions: list[int] = []
-    for index, ch in enumerate(text):
-        positions.extend([index] * _char_compact_len(ch))
-    mapped = np.asarray(positions, dtype=np.int64)
+    if text.isascii():  # one compact character or none per character: the kept ones' indices
+        mapped = np.flatnonzero(_ASCII_KEPT[np.frombuffer(text.encode(), dtype=np.uint8)]).astype(np.int64)
+    else:
+        positions: list[int] = []
+        for index, ch in enumerate(text):
+            positions.extend([index] * _char_compact_len(ch))
+        mapped = np.asarray(positions, dtype=np.int64)
     mapped.flags.writeable = False  # shared by every caller through the cache
     return mapped
 
