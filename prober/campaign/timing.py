@@ -88,7 +88,8 @@ class PairDecision:
                 "median_ratio": round(median_hit / median_miss, 4) if median_hit and median_miss else None,
                 "median_ttft_victim_warm_s": _median(s.warm), "hits": len(s.hits), "misses": len(s.misses),
                 "lost": s.lost, "requests": s.requests, "tokens": s.tokens,
-                "prompt_tokens": round(s.prompt_tokens, 1) if s.prompt_tokens else None,
+                # The observer's answers' mean (a request's own length is the finding's context, not evidence).
+                "mean_prompt_tokens": round(s.prompt_tokens, 1) if s.prompt_tokens else None,
                 **({"engine_telemetry": s.engine} if s.engine else {})}
 
 

@@ -52,14 +52,12 @@ def _context_json(context: ProbeContext) -> dict[str, object]:
 
 
 def _context_of(details: dict[str, Any]) -> ProbeContext:
-    """The context taken out of the stored details (left there where a value is not of its type: a timing
-    check's mean prompt length is evidence, not a request's)."""
+    """The context taken out of the stored details (left there where a value is not of its type: the mean prompt
+    length, a float, that timing findings kept under this name before it was `mean_prompt_tokens`)."""
     tokens, boundary, status = details.get("prompt_tokens"), details.get("boundary"), details.get("status")
-    context = ProbeContext(
-        prompt_tokens=details.pop("prompt_tokens") if _is_int(tokens) else None,
-        boundary=details.pop("boundary") if isinstance(boundary, str) else None,
-        status=details.pop("status") if _is_int(status) else None)
-    return context
+    return ProbeContext(prompt_tokens=details.pop("prompt_tokens") if _is_int(tokens) else None,
+                        boundary=details.pop("boundary") if isinstance(boundary, str) else None,
+                        status=details.pop("status") if _is_int(status) else None)
 
 
 def _is_int(value: object) -> bool:
