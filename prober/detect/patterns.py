@@ -89,11 +89,12 @@ class PatternIndex:
     library's own pick on pieces; bench/detect.py)."""
 
     def __init__(self, canaries: CanarySet) -> None:
-        self.canaries = canaries
         bodies = [i for i in range(len(canaries.patterns)) if is_body(canaries, i)]
-        self.bodies: dict[str, list[int]] = {}
+        grouped: dict[str, list[int]] = {}
         for i in bodies:
-            self.bodies.setdefault(canaries.patterns[i], []).append(i)
+            grouped.setdefault(canaries.patterns[i], []).append(i)
+        # Tuples of ints, which the garbage collector stops tracking (lists it would walk in every forked worker).
+        self.bodies = {body: tuple(ids) for body, ids in grouped.items()}
         tags = {canaries.patterns[i][:GROUP] for i in bodies}
         self.tags = _Automaton(((tag, -1, 0) for tag in tags), DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
         in_bodies = set(bodies)
