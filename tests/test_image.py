@@ -162,7 +162,8 @@ def test_daemon_in_the_image_is_ready_probes_the_host_engine_and_exports_metrics
         "a completed preflight against the host engine", progress=served)
     families = {name for name, _, _ in container.samples() if name.startswith("leakprobe_")}
     assert {"leakprobe_build_info", "leakprobe_job_runs_total", "leakprobe_ledger_up"} <= families, families
-    assert container.engine.engine.stats.prompt_tokens > 0  # the host engine served the container's prompts
+    # Preflight sends no generation request; the sentinel, due a moment after it, is the first that does.
+    container.wait_for(lambda: served() > 0, "the host engine to serve the sentinel's prompts", progress=served)
 
 
 def test_runs_as_non_root_on_a_read_only_root(container: Container) -> None:
