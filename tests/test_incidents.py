@@ -134,8 +134,8 @@ def test_probes_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger
 def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    for script in MIGRATIONS[:3]:
-        db.executescript(script)
+    for migration in MIGRATIONS[:3]:
+        db.executescript(";".join(migration))
     db.execute("INSERT INTO incidents VALUES ('sglang', 'cross_tenant_echo', 'alice', 'bob', 40, 1.0, 2.0, 5)")
     db.execute("PRAGMA application_id=0x4C50524B")
     db.execute("PRAGMA user_version=3")

@@ -173,6 +173,35 @@ def test_postgres_password_from_a_file(postgres: PostgresServer, monkeypatch: py
     assert password not in str(failure.value)
 
 
+def test_a_postgres_ledger_of_the_previous_schema_is_upgraded_in_place(postgres: PostgresServer) -> None:
+    """A PostgreSQL ledger records its version POSTGRES_OFFSET below the shared migrations it holds: one at the
+    previous version (3, migrations 1 to 5) gets migration 6 and keeps its rows."""
+    import psycopg
+
+    from prober.ledger.postgres import SCHEMA_VERSION
+    from prober.ledger.schema import POSTGRES_OFFSET, migrations
+
+    url = postgres.create_database()
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE SCHEMA leakprobe")
+        conn.execute("SET LOCAL search_path TO leakprobe")
+        for migration in migrations("postgres")[:5]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+        conn.execute("INSERT INTO token_spend VALUES ('t', '2026-12-04', 7)")
+    ledger = open_ledger(url)
+    try:
+        assert ledger.tokens_spent("t", "2026-12-04") == 7
+    finally:
+        ledger.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM leakprobe.meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),)
+        assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'canaries_by_creation'").fetchone()
+    assert len(migrations("postgres")) == SCHEMA_VERSION + POSTGRES_OFFSET
+
+
 def test_postgres_schema_is_versioned_and_a_newer_one_refused(postgres: PostgresServer) -> None:
     url = postgres.create_database()
     open_ledger(url).close()

@@ -23,55 +23,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from prober.errors import LedgerError
 from prober.ledger.base import JobLock
 from prober.ledger.credentials import masked, password_from_file
-from prober.ledger.sql import SQLLedger, statements
+from prober.ledger.schema import POSTGRES_OFFSET, migrations
+from prober.ledger.sql import SQLLedger
 
 SCHEMA = "leakprobe"
-MIGRATIONS: list[str] = [
-    # 1: everything the SQLite ledger has at its version 3
-    f"""
-    CREATE TABLE {SCHEMA}.canaries (
-        id TEXT PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL CHECK (kind IN ('token', 'fact')),
-        text TEXT NOT NULL, probe_id TEXT NOT NULL DEFAULT '', pack TEXT NOT NULL DEFAULT '',
-        slots TEXT NOT NULL DEFAULT '[]', created_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL, embedding BYTEA, embedding_model TEXT NOT NULL DEFAULT '',
-        aliases TEXT NOT NULL DEFAULT '[]');
-    CREATE INDEX canaries_by_expiry ON {SCHEMA}.canaries (expires_at);
-    CREATE INDEX canaries_by_creation ON {SCHEMA}.canaries (created_at);
-    CREATE TABLE {SCHEMA}.findings (
-        id BIGSERIAL PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, target TEXT NOT NULL DEFAULT '',
-        record_id TEXT NOT NULL, kind TEXT NOT NULL, detector TEXT NOT NULL, severity TEXT NOT NULL,
-        score DOUBLE PRECISION NOT NULL, observer_tenant TEXT NOT NULL, victim_tenant TEXT, canary_id TEXT,
-        probe_id TEXT, start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, excerpt TEXT NOT NULL,
-        excerpt_sha256 TEXT NOT NULL, redacted INTEGER NOT NULL, details TEXT NOT NULL DEFAULT '{{}}');
-    CREATE INDEX findings_by_canary ON {SCHEMA}.findings (canary_id);
-    CREATE TABLE {SCHEMA}.incidents (
-        target TEXT NOT NULL, kind TEXT NOT NULL, victim TEXT NOT NULL, observer TEXT NOT NULL,
-        severity INTEGER NOT NULL, first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL,
-        count BIGINT NOT NULL, PRIMARY KEY (target, kind, victim, observer));
-    CREATE TABLE {SCHEMA}.token_spend (
-        target TEXT NOT NULL, day TEXT NOT NULL, tokens BIGINT NOT NULL, PRIMARY KEY (target, day))
-    """,
-    # 2: the SQLite ledger's version 4 (incident probes and acknowledgements)
-    f"""
-    CREATE TABLE {SCHEMA}.incident_probes (
-        target TEXT NOT NULL, kind TEXT NOT NULL, victim TEXT NOT NULL, observer TEXT NOT NULL, job TEXT NOT NULL,
-        boundary TEXT NOT NULL, prompt_tokens BIGINT, last_found DOUBLE PRECISION NOT NULL,
-        last_clean DOUBLE PRECISION, PRIMARY KEY (target, kind, victim, observer, job, boundary));
-    CREATE INDEX incident_probes_by_check ON {SCHEMA}.incident_probes (target, job, boundary, observer);
-    CREATE TABLE {SCHEMA}.incident_acks (
-        id BIGSERIAL PRIMARY KEY, target TEXT NOT NULL, kind TEXT NOT NULL, victim TEXT NOT NULL,
-        observer TEXT NOT NULL, acked_at DOUBLE PRECISION NOT NULL, acked_by TEXT NOT NULL,
-        note TEXT NOT NULL DEFAULT '')
-    """,
-    # 3: the SQLite ledger's version 5 (prompt shingles)
-    f"""
-    CREATE TABLE {SCHEMA}.prompt_shingles (
-        id BIGSERIAL PRIMARY KEY, tenant TEXT NOT NULL, probe_id TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL, hashes BYTEA NOT NULL);
-    CREATE INDEX prompt_shingles_by_expiry ON {SCHEMA}.prompt_shingles (expires_at)
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
+MIGRATIONS = migrations("postgres")
+SCHEMA_VERSION = len(MIGRATIONS) - POSTGRES_OFFSET
 MIGRATION_LOCK = 0x4C50524B  # "LPRK"
 LOCK_KEEPALIVE = (("tcp_keepalives_idle", 30), ("tcp_keepalives_interval", 10), ("tcp_keepalives_count", 3))
 
@@ -125,8 +82,9 @@ class PostgresLedger(SQLLedger):
             if version > SCHEMA_VERSION:
                 raise LedgerError(f"{self.description}: ledger schema {version} is newer than this leakprobe "
                                   f"understands ({SCHEMA_VERSION}); upgrade leakprobe")
-            for script in MIGRATIONS[version:]:
-                for statement in statements(script):
+            conn.execute(f"SET LOCAL search_path TO {SCHEMA}")  # the shared migrations name tables unqualified
+            for migration in MIGRATIONS[version + POSTGRES_OFFSET if version else 0 :]:
+                for statement in migration:
                     conn.execute(statement)
             conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))

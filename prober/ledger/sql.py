@@ -1,8 +1,8 @@
 """The ledger's operations, written once in the SQL that SQLite (3.35+) and PostgreSQL both speak.
 
 A backend supplies what differs: how it opens a transaction and reads (`_transaction`, `_read`), its
-parameter mark (SQL here is written with `?`), the name of its "larger of two" function, its migrations,
-and its job locks.  Every write that must be atomic across replicas is one statement: a conditional
+parameter mark (SQL here is written with `?`), the name of its "larger of two" function, its dialect of the
+tables (schema.py), and its job locks.  Every write that must be atomic across replicas is one statement: a conditional
 upsert with RETURNING (token spend, slot claims), so it needs no lock held between statements.
 """
 
@@ -206,8 +206,3 @@ class SQLLedger(ABC):
 
 def _insert(table: str, columns: str) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(columns.split(',')))})"
-
-
-def statements(script: str) -> list[str]:
-    """A migration script's statements (they hold no semicolons of their own)."""
-    return [s for s in script.split(";") if s.strip()]

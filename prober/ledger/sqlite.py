@@ -21,118 +21,12 @@ from typing import Any
 
 from prober.errors import LedgerError
 from prober.ledger.base import JobLock
-from prober.ledger.sql import SQLLedger, statements
+from prober.ledger.schema import migrations
+from prober.ledger.sql import SQLLedger
 
 APPLICATION_ID = 0x4C50524B  # "LPRK"
 
-MIGRATIONS: list[str] = [
-    # 1: canaries, findings, meta
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE canaries (
-        id TEXT PRIMARY KEY,
-        tenant TEXT NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('token', 'fact')),
-        text TEXT NOT NULL,
-        probe_id TEXT NOT NULL DEFAULT '',
-        pack TEXT NOT NULL DEFAULT '',
-        slots TEXT NOT NULL DEFAULT '[]',
-        created_at REAL NOT NULL,
-        expires_at REAL NOT NULL,
-        embedding BLOB,
-        embedding_model TEXT NOT NULL DEFAULT ''
-    );
-    CREATE INDEX canaries_by_expiry ON canaries (expires_at);
-    CREATE TABLE findings (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        created_at REAL NOT NULL,
-        target TEXT NOT NULL DEFAULT '',
-        record_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        detector TEXT NOT NULL,
-        severity TEXT NOT NULL,
-        score REAL NOT NULL,
-        observer_tenant TEXT NOT NULL,
-        victim_tenant TEXT,
-        canary_id TEXT,
-        probe_id TEXT,
-        start_offset INTEGER NOT NULL,
-        end_offset INTEGER NOT NULL,
-        excerpt TEXT NOT NULL,
-        excerpt_sha256 TEXT NOT NULL,
-        redacted INTEGER NOT NULL,
-        details TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX findings_by_canary ON findings (canary_id);
-    """,
-    # 2: incidents (folded from the findings so far) and the daemon's daily token spend
-    """
-    CREATE TABLE incidents (
-        target TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        victim TEXT NOT NULL,
-        observer TEXT NOT NULL,
-        severity INTEGER NOT NULL,
-        first_seen REAL NOT NULL,
-        last_seen REAL NOT NULL,
-        count INTEGER NOT NULL,
-        PRIMARY KEY (target, kind, victim, observer)
-    );
-    INSERT INTO incidents
-        SELECT target, kind, coalesce(victim_tenant, ''), observer_tenant,
-               max(CASE severity WHEN 'critical' THEN 40 WHEN 'high' THEN 30 WHEN 'warning' THEN 20 ELSE 10 END),
-               min(created_at), max(created_at), count(*)
-        FROM findings GROUP BY target, kind, coalesce(victim_tenant, ''), observer_tenant;
-    CREATE TABLE token_spend (
-        target TEXT NOT NULL,
-        day TEXT NOT NULL,
-        tokens INTEGER NOT NULL,
-        PRIMARY KEY (target, day)
-    )
-    """,
-    # 3: other spellings of a fact's slot values (romanized Korean), for leaks across languages
-    """
-    ALTER TABLE canaries ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'
-    """,
-    # 4: the probes that found each incident and when they re-checked it clean; operators' acknowledgements
-    """
-    CREATE TABLE incident_probes (
-        target TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        victim TEXT NOT NULL,
-        observer TEXT NOT NULL,
-        job TEXT NOT NULL,
-        boundary TEXT NOT NULL,
-        prompt_tokens INTEGER,
-        last_found REAL NOT NULL,
-        last_clean REAL,
-        PRIMARY KEY (target, kind, victim, observer, job, boundary)
-    );
-    CREATE INDEX incident_probes_by_check ON incident_probes (target, job, boundary, observer);
-    CREATE TABLE incident_acks (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        target TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        victim TEXT NOT NULL,
-        observer TEXT NOT NULL,
-        acked_at REAL NOT NULL,
-        acked_by TEXT NOT NULL,
-        note TEXT NOT NULL DEFAULT ''
-    )
-    """,
-    # 5: keyed hashes of the word shingles of every prompt sent (to attribute verbatim runs of a stale prompt)
-    """
-    CREATE TABLE prompt_shingles (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        tenant TEXT NOT NULL,
-        probe_id TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        expires_at REAL NOT NULL,
-        hashes BLOB NOT NULL
-    );
-    CREATE INDEX prompt_shingles_by_expiry ON prompt_shingles (expires_at)
-    """,
-]
+MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -267,8 +161,8 @@ class SQLiteLedger(SQLLedger):
         if version == SCHEMA_VERSION:
             return
         with self._transaction():
-            for script in MIGRATIONS[version:]:
-                for statement in statements(script):
+            for migration in MIGRATIONS[version:]:
+                for statement in migration:
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
