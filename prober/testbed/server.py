@@ -50,6 +50,28 @@ class HTTPProblem(Exception):
         return JSONResponse(error_body(self.status, self.message, self.err_type), status_code=self.status)
 
 
+# What the engine counts about itself: stat -> (help, whether a counter), and each real engine's name for it
+# (with any label it adds).
+COUNTED = {
+    "aborted": ("Requests aborted by the scheduler.", True),
+    "transfer_failed": ("Prefill-to-decode KV transfers that failed.", True),
+    "prompt_tokens": ("Prompt tokens received.", True),
+    "cached_tokens": ("Prompt tokens served from the prefix cache.", True),
+    "running": ("Requests running.", False),
+    "kv_usage": ("Share of the KV pool in use.", False),
+}
+ENGINE_NAMES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+    "sglang": {"aborted": ("sglang:num_aborted_requests", {}),
+               "transfer_failed": ("sglang:num_transfer_failed_reqs", {}),
+               "prompt_tokens": ("sglang:prompt_tokens", {}), "cached_tokens": ("sglang:cached_tokens", {}),
+               "running": ("sglang:num_running_reqs", {}), "kv_usage": ("sglang:token_usage", {})},
+    "vllm": {"aborted": ("vllm:request_success", {"finished_reason": "abort"}),
+             "transfer_failed": ("vllm:nixl_num_failed_transfers", {}),
+             "prompt_tokens": ("vllm:prompt_tokens", {}), "cached_tokens": ("vllm:prefix_cache_hits", {}),
+             "running": ("vllm:num_requests_running", {}), "kv_usage": ("vllm:kv_cache_usage_perc", {})},
+}
+
+
 class _PoolCollector(Collector):
     """The engine's own pools, plus what it counts about itself under a real engine's names (`metrics:`):
     SGLang's `--enable-metrics` or vLLM's (aborts, failed transfers, KV usage, running requests, prompt and
@@ -59,49 +81,19 @@ class _PoolCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        yield from (self._vllm() if self.engine.config.metrics == "vllm" else self._sglang())
+        yield from self._counted()
         yield from self._pools()
 
-    def _vllm(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stats, model = self.engine.stats, [self.engine.config.model_name]
-        usage = self.engine.prefill_pool.usage()
-        finished = CounterMetricFamily("vllm:request_success", "Finished requests, by reason.",
-                                       labels=["model_name", "finished_reason"])
-        finished.add_metric([*model, "abort"], stats.aborted)
-        yield finished
-        for family, value in (
-            (CounterMetricFamily("vllm:nixl_num_failed_transfers", "KV transfers that failed.",
-                                 labels=["model_name"]), stats.transfer_failed),
-            (CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens received.", labels=["model_name"]),
-             stats.prompt_tokens),
-            (CounterMetricFamily("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.",
-                                 labels=["model_name"]), stats.cached_tokens),
-            (GaugeMetricFamily("vllm:num_requests_running", "Requests running.", labels=["model_name"]),
-             stats.running),
-            (GaugeMetricFamily("vllm:kv_cache_usage_perc", "Share of the KV pool in use.", labels=["model_name"]),
-             usage.tokens_used / usage.tokens_total),
-        ):
-            family.add_metric(model, value)
-            yield family
-
-    def _sglang(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stats, model = self.engine.stats, [self.engine.config.model_name]
-        usage = self.engine.prefill_pool.usage()
-        for family, value in (
-            (CounterMetricFamily("sglang:num_aborted_requests", "Requests aborted by the scheduler.",
-                                 labels=["model_name"]), stats.aborted),
-            (CounterMetricFamily("sglang:num_transfer_failed_reqs", "Prefill-to-decode transfers that failed.",
-                                 labels=["model_name"]), stats.transfer_failed),
-            (CounterMetricFamily("sglang:prompt_tokens", "Prompt tokens received.", labels=["model_name"]),
-             stats.prompt_tokens),
-            (CounterMetricFamily("sglang:cached_tokens", "Prompt tokens served from the prefix cache.",
-                                 labels=["model_name"]), stats.cached_tokens),
-            (GaugeMetricFamily("sglang:num_running_reqs", "Requests running.", labels=["model_name"]),
-             stats.running),
-            (GaugeMetricFamily("sglang:token_usage", "Share of the KV pool in use.", labels=["model_name"]),
-             usage.tokens_used / usage.tokens_total),
-        ):
-            family.add_metric(model, value)
+    def _counted(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats, usage = self.engine.stats, self.engine.prefill_pool.usage()
+        values = {"aborted": stats.aborted, "transfer_failed": stats.transfer_failed,
+                  "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
+                  "running": stats.running, "kv_usage": usage.tokens_used / usage.tokens_total}
+        for stat, (name, labels) in ENGINE_NAMES[self.engine.config.metrics].items():
+            what, counter = COUNTED[stat]
+            family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, what,
+                                                                            labels=["model_name", *labels])
+            family.add_metric([self.engine.config.model_name, *labels.values()], values[stat])
             yield family
 
     def _pools(self) -> Iterator[GaugeMetricFamily]:
