@@ -18,14 +18,16 @@ PREVIOUS = "7fe03a2"  # the last commit with gram-hash exact, fuzzy and fragment
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _module(name: str) -> types.ModuleType:
-    """prober/detect/<name>.py at PREVIOUS, run as a module of its own (it imports today's other modules)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{PREVIOUS}:prober/detect/{name}.py"],
+def _module(path: str, **names: types.ModuleType) -> types.ModuleType:
+    """`path` at PREVIOUS, run as a module of its own.  It imports today's other modules; `names` replaces some
+    of them after the import with their PREVIOUS versions, where today's lost a name it used."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{PREVIOUS}:{path}"],
                             capture_output=True, text=True, check=True).stdout
-    module = types.ModuleType(f"previous_{name}")
-    module.__file__ = f"{PREVIOUS}:prober/detect/{name}.py"
+    module = types.ModuleType(f"previous_{Path(path).stem}")
+    module.__file__ = f"{PREVIOUS}:{path}"
     sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(source, module.__file__, "exec"), module.__dict__)  # our own history
+    module.__dict__.update(names)
     return module
 
 
@@ -48,8 +50,10 @@ class Previous:
 def load() -> Previous | None:
     """The previous detectors, or None (with a line saying why) outside a git checkout that has PREVIOUS."""
     try:
-        return Previous(_module("exact").ExactDetector, _module("fuzzy").FuzzyDetector,
-                        _module("fragment").FragmentDetector)
+        tokens = _module("prober/canaries/tokens.py")
+        return Previous(_module("prober/detect/exact.py", tokens=tokens).ExactDetector,
+                        _module("prober/detect/fuzzy.py", tokens=tokens).FuzzyDetector,
+                        _module("prober/detect/fragment.py", tokens=tokens).FragmentDetector)
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"(no previous implementation to time: git show {PREVIOUS} failed: {exc})")
         return None

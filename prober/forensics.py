@@ -184,8 +184,8 @@ def scan_batch(batch: Batch, scanner: Scanner) -> ForensicReport:
     """One batch's part of the report (findings named after the input, not yet persisted)."""
     part = ForensicReport()
     label = "stdin" if batch.source == "-" else Path(batch.source).name
-    for record in parse(batch, part):
-        result = scanner.scan(record)
+    records = list(parse(batch, part))  # a batch is bounded (BATCH_LINES, BATCH_BYTES)
+    for result in scanner.scan_many(records):
         part.scanned += 1
         part.findings += [replace(f, target=f"scan:{label}", found_at=time.time()) for f in result.findings]
         part.own_echoes += len(result.own_echoes)

@@ -43,6 +43,20 @@ def test_unknown_tenant_tag_still_verifies() -> None:
     assert verified is not None and verified.tenant is None
 
 
+def test_exact_detection_verifies_tokens_it_never_minted_by_their_mac() -> None:
+    """A replica's token (not in this set) is attributed by its MAC; a known one is reported once, by the set."""
+    known = Canary(id="c1", tenant="tenant-a", kind=CanaryKind.TOKEN,
+                   text=tokens.display(tokens.mint_body(KEY, "tenant-a", "p1")))
+    replicas = tokens.display(tokens.mint_body(KEY, "tenant-b", "p2"))
+    forged = "LPK-" + "-".join(["ABCDEFGH"] * 4)
+    detector = ExactDetector(CanarySet([known], key=KEY, tenants=["tenant-a", "tenant-b"]))
+    text = f"one {known.text.lower()} two {replicas} three {forged} four lpk"
+    hits = detector.detect(Record("r", "observer", text), compact(text))
+    assert [(h.canary.id if h.canary else None, h.verified.tenant if h.verified else None) for h in hits] == [
+        ("c1", None), (None, "tenant-b")]
+    assert text[hits[1].start : hits[1].end] == replicas
+
+
 @pytest.mark.parametrize("variant", [
     "lpk-{a}-{b}-{c}-{d}", "LPK {a} {b}\n{c} {d}", "LPK{a}{b}{c}{d}", "{a}.{b}.{c}.{d}",
 ])

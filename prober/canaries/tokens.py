@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,8 +29,7 @@ PREFIX = "LPK"
 BODY_LEN = 32
 _RANDOM_CHARS = 16
 
-# The prefix compacts to "1PK" (L is an alias of 1); a body follows it.
-BODY_AFTER_PREFIX = re.compile("1PK([" + ALPHABET + "]{32})")
+COMPACT_PREFIX = "1PK"  # the prefix compacted (L is an alias of 1); a body follows it
 
 
 def _b32(value: int, chars: int) -> str:

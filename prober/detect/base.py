@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from prober.canaries import tokens
 from prober.canaries.compact import compact
@@ -14,6 +15,8 @@ from prober.canaries.tokens import VerifiedToken
 from prober.types import Canary, CanaryKind, Record, Severity
 
 SENTENCE_ENDS = ".!?。\n"
+BATCH = 64  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many
+T = TypeVar("T")
 
 
 def sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
@@ -78,7 +81,7 @@ class CanarySet:
         """Token: its compact 32-character body (the prefix is optional to a model).  Fact: compact text."""
         text = compact(canary.text)
         if canary.kind is CanaryKind.TOKEN:
-            return text.removeprefix("1PK")[-tokens.BODY_LEN :]
+            return text.removeprefix(tokens.COMPACT_PREFIX)[-tokens.BODY_LEN :]
         return text
 
     def facts(self) -> list[int]:
@@ -99,3 +102,31 @@ class Detector(ABC):
     @abstractmethod
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         """Hits in record.text; `compacted` is compact(record.text), computed once per record."""
+
+    def detect_many(self, answers: Sequence[tuple[Record, str]]) -> list[list[Hit]]:
+        """`detect` over several (record, compacted) answers; a detector whose work is cheaper in bulk (an
+        embedding model's batch) does it once for all of them."""
+        return [self.detect(record, compacted) for record, compacted in answers]
+
+
+class Recent(Generic[T]):
+    """A search's result for each of the last BATCH answers, per thread, by the identity of the compact answer
+    (the scanner compacts each once): detectors that share a search (fuzzy and fragment the pieces, fragment
+    and semantic the fact values) run it once per answer while a batch passes each detector in turn."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, compacted: str, search: Callable[[], T]) -> T:
+        memo: dict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)
+        if memo is None:
+            memo = self._local.memo = {}
+        kept = memo.get(id(compacted))
+        if kept is not None and kept[0] is compacted:  # the entry holds the string, so its id is not reused
+            return kept[1]
+        found = search()
+        memo[id(compacted)] = (compacted, found)
+        if len(memo) > BATCH:
+            del memo[next(iter(memo))]  # the oldest
+        return found
+

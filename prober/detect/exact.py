@@ -24,18 +24,19 @@ class ExactDetector(Detector):
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         hits: list[Hit] = []
         found = self.patterns.whole_in(compacted)
-        for match in found:
+        for match in found.matches:
             start, stop = original_span(record.text, match.start, match.end)
             hits.append(Hit(self.name, 1.0, start, stop, canary=self.canaries.canaries[match.canary]))
-        if self.canaries.key is not None and "1PK" in compacted:
-            known = {compacted[m.start : m.end] for m in found}
-            for unknown in tokens.BODY_AFTER_PREFIX.finditer(compacted):
-                body = unknown.group(1)
-                if body in known:
-                    continue  # a known canary, reported above
-                verified = tokens.verify(self.canaries.key, body, self.canaries.tenants)
-                if verified is not None:
-                    start, stop = original_span(record.text, unknown.start(), unknown.end())
-                    hits.append(Hit(self.name, 1.0, start, stop, verified=verified,
-                                    details={"verified_by": "mac", "tenant_tag": verified.tenant_tag}))
+        if self.canaries.key is None or not found.after_prefixes:
+            return hits
+        known = {(m.start, m.end) for m in found.matches}
+        for at in found.after_prefixes:
+            body = compacted[at : at + tokens.BODY_LEN]
+            if (at, at + len(body)) in known:
+                continue  # a known canary, reported above
+            verified = tokens.verify(self.canaries.key, body, self.canaries.tenants)
+            if verified is not None:
+                start, stop = original_span(record.text, at - len(tokens.COMPACT_PREFIX), at + tokens.BODY_LEN)
+                hits.append(Hit(self.name, 1.0, start, stop, verified=verified,
+                                details={"verified_by": "mac", "tenant_tag": verified.tenant_tag}))
         return hits

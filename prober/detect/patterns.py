@@ -11,12 +11,11 @@ once per canary set and run once per answer each, whatever the number of canarie
 
 An automaton of tags reads an answer at about a nanosecond a character; short pieces make a dense trie, slower
 per character (bench/detect.py), so they have an automaton of their own that only the fuzzy and fragment
-detectors pay for -- once per answer between them: `pieces_in` keeps each thread's last answer.
+detectors pay for -- once per answer between them (`Recent`).
 """
 
 from __future__ import annotations
 
-import threading
 from array import array
 from collections.abc import Iterable
 from itertools import accumulate
@@ -25,13 +24,14 @@ from typing import NamedTuple
 import ahocorasick_rs
 
 from prober.canaries import tokens
-from prober.detect.base import CanarySet
+from prober.detect.base import CanarySet, Recent
 from prober.types import CanaryKind
 
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
 GROUP = 8  # characters in a group of a token body
 GROUP_OF_PIECE = {0: 0, 2: 1, 3: 2, 5: 3}  # the group that holds each piece whole (pieces 1 and 4 straddle two)
 CONTIGUOUS, DFA = ahocorasick_rs.Implementation.ContiguousNFA, ahocorasick_rs.Implementation.DFA
+PREFIX_MARK = -2  # the canary number of the tokens' prefix in the tags' automaton
 MAX_DFA_TAGS = 50_000  # a DFA of 50,000 tags holds ~71 MiB (100,000: 136 MiB); more tags, a contiguous NFA
 
 
@@ -47,6 +47,13 @@ class Match(NamedTuple):
     def body_start(self) -> int:
         """Where the token body would start, for a piece of it."""
         return self.start - CUTS[self.part]
+
+
+class Whole(NamedTuple):
+    """What `PatternIndex.whole_in` found in one answer."""
+
+    matches: list[Match]
+    after_prefixes: list[int]  # where the tokens' prefix ends: a body may start there
 
 
 class _Automaton:
@@ -96,26 +103,30 @@ class PatternIndex:
         # Tuples of ints, which the garbage collector stops tracking (lists it would walk in every forked worker).
         self.bodies = {body: tuple(ids) for body, ids in grouped.items()}
         tags = {canaries.patterns[i][:GROUP] for i in bodies}
-        self.tags = _Automaton(((tag, -1, 0) for tag in tags), DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
+        # The tokens' prefix rides along (canary PREFIX_MARK): where it lies, a body this set never saw may follow.
+        self.tags = _Automaton([(tokens.COMPACT_PREFIX, PREFIX_MARK, 0), *((tag, -1, 0) for tag in tags)],
+                               DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
         in_bodies = set(bodies)
         self.others = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p and i not in in_bodies)
         self.pieces = _Automaton((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
                                  for i in bodies for k in range(len(CUTS) - 1))
-        self._last = threading.local()
+        self._recent: Recent[list[Match]] = Recent()
 
-    def whole_in(self, compacted: str) -> list[Match]:
-        """Every canary's whole pattern (a token's body, a fact's text) in the compact answer."""
-        found = [Match(canary, 0, tag.start, tag.start + tokens.BODY_LEN)
-                 for tag in self.tags.find(compacted)
-                 for canary in self.bodies.get(compacted[tag.start : tag.start + tokens.BODY_LEN], ())]
-        return found + self.others.find(compacted)
+    def whole_in(self, compacted: str) -> Whole:
+        """Every canary's whole pattern (a token's body, a fact's text) in the compact answer, and where the
+        tokens' prefix lies -- in the same pass, so an answer without it costs no second search."""
+        found, prefixes = self.others.find(compacted), []
+        for tag in self.tags.find(compacted):
+            if tag.canary == PREFIX_MARK:
+                prefixes.append(tag.end)
+                continue
+            end = tag.start + tokens.BODY_LEN
+            found.extend(Match(canary, 0, tag.start, end) for canary in self.bodies.get(compacted[tag.start : end], ()))
+        return Whole(found, prefixes)
 
     def pieces_in(self, compacted: str) -> list[Match]:
-        """Every piece of a token body in the compact answer; the same answer twice running is searched once."""
-        last = getattr(self._last, "pieces", None)
-        if last is None or last[0] is not compacted:
-            last = self._last.pieces = (compacted, self.pieces.find(compacted))
-        return last[1]
+        """Every piece of a token body in the compact answer; an answer of the batch is searched once."""
+        return self._recent.get(compacted, lambda: self.pieces.find(compacted))
 
 
 def is_body(canaries: CanarySet, index: int) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from prober.canaries.compact import compact
-from prober.detect.base import CanarySet, Detector, Hit
+from prober.detect.base import BATCH, CanarySet, Detector, Hit
 from prober.detect.exact import ExactDetector
 from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
 from prober.detect.fragment import FragmentDetector
@@ -95,17 +95,36 @@ class Scanner:
         """Every detector over the answer, its text escapes decoded, in overlapping windows, so that memory
         and time stay bounded per window whatever size a target sends (a canary is shorter than the overlap,
         so none is cut).  Spans are reported in the answer as it came."""
-        decoded = unescape(record.text)
-        text = decoded.text if decoded else record.text
-        hits: list[Hit] = []
-        for offset, window in windows(text):
-            part = Record(record.id, record.tenant, window, record.prompt)
-            compacted = compact(window)
+        return self.scan_many([record])[0]
+
+    def scan_many(self, records: Sequence[Record]) -> list[ScanResult]:
+        """`scan` of each record, handing each detector BATCH windows at a time (an embedding model encodes a
+        batch's sentences in one call); memory stays bounded by the batch, whatever the answers' sizes."""
+        decoded = [unescape(record.text) for record in records]
+        hits: list[list[Hit]] = [[] for _ in records]
+        parts: list[tuple[int, int, Record, str]] = []  # (record, offset, window, its compact form)
+
+        def run_detectors() -> None:
+            answers = [(window, compacted) for _, _, window, compacted in parts]
             for detector in self.detectors:
-                hits += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
-                         for h in detector.detect(part, compacted)]
-        if decoded is not None:
-            hits = [_in_original(h, decoded, record.text) for h in hits]
+                for (n, offset, _, _), found in zip(parts, detector.detect_many(answers), strict=True):
+                    hits[n] += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
+                                for h in found]
+            parts.clear()
+
+        for n, (record, unescaped) in enumerate(zip(records, decoded, strict=True)):
+            for offset, window in windows(unescaped.text if unescaped else record.text):
+                parts.append((n, offset, Record(record.id, record.tenant, window, record.prompt), compact(window)))
+                if len(parts) == BATCH:
+                    run_detectors()
+        if parts:
+            run_detectors()
+        return [self._result(record, [_in_original(h, unescaped, record.text) for h in found]
+                             if unescaped is not None else found)
+                for record, unescaped, found in zip(records, decoded, hits, strict=True)]
+
+    def _result(self, record: Record, hits: list[Hit]) -> ScanResult:
+        """The answer's findings and own echoes from its detectors' hits."""
         result = ScanResult()
         best: dict[str, Hit] = {}
         for hit in hits:

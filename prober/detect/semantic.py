@@ -14,14 +14,15 @@ the sentence around them still says the fact:
 2. for each candidate, chunks around the slot hits are embedded: the sentence that holds them, and where the
    sentence does not confirm the fact, a window of about the fact's length, so a fact run into a long sentence
    is not diluted;
-3. a blocked matrix product of chunk and fact embeddings (on the embedder's device) gives the best
-   cosine per candidate; a hit needs it above the threshold *and* half of the slot values present (a long
+3. the chunks of a batch of answers are embedded in one call, and each chunk's cosine with its own fact gives
+   the best per candidate; a hit needs it above the threshold *and* half of the slot values present (a long
    value written with an edit or two counts, next to a value written as it is).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -32,25 +33,9 @@ from prober.detect.values import SlotValues, ValueHit, strong
 from prober.embeddings import Embedder, Vectors
 from prober.types import Record, Severity
 
-BLOCK_ROWS = 8192
 SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
 NEAR_MIN = 8  # compact length of a value that may count written with an edit (numbers and short words may not)
 NEAR_SCORE = 90  # partial_ratio of such a value against the answer (one edit in 10+ characters)
-
-
-def blocked_cosine(chunks: Vectors, facts: Vectors, device: str) -> Vectors:
-    """facts x chunks cosine matrix (rows are unit vectors), BLOCK_ROWS facts at a time on `device`: numpy on
-    the CPU, torch in fp16 on a GPU (unit vectors keep cosines to about 1e-3 there; thresholds are 0.4+)."""
-    if device == "cpu":
-        product: Vectors = np.ascontiguousarray(facts) @ np.ascontiguousarray(chunks).T
-        return product
-    import torch  # imported here: nothing pays torch's start-up unless it compares on a GPU
-
-    right = torch.from_numpy(np.ascontiguousarray(chunks)).to(device, torch.float16).T
-    blocks = [(torch.from_numpy(np.ascontiguousarray(facts[i : i + BLOCK_ROWS])).to(device, torch.float16)
-               @ right).float().cpu() for i in range(0, len(facts), BLOCK_ROWS)]
-    gpu: Vectors = torch.cat(blocks).numpy()
-    return gpu
 
 
 class SemanticDetector(Detector):
@@ -136,34 +121,37 @@ class SemanticDetector(Detector):
         return kept
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
-        found = self.slot_hits(record.text, compacted)
-        candidates = self.placed(record.text, found) if found else {}
-        if not candidates:
-            return []
-        chunks = {}
-        for index, slot_spans in candidates.items():
-            start, end = min(h.start for h in slot_spans), max(h.end for h in slot_spans)
-            chunks[index] = _chunks_around(record.text, start, end, len(self.canaries.canaries[index].text.split()))
+        return self.detect_many([(record, compacted)])[0]
+
+    def detect_many(self, answers: Sequence[tuple[Record, str]]) -> list[list[Hit]]:
+        """The candidates of every answer first, then their chunks embedded together: one model call per tier
+        for all the answers, about 1.5x cheaper per sentence than a call per answer (USE, bench/detect.py)."""
+        candidates = [self.placed(record.text, found) if (found := self.slot_hits(record.text, compacted)) else {}
+                      for record, compacted in answers]
+        chunks = [{index: _chunks_around(record.text, min(h.start for h in spans), max(h.end for h in spans),
+                                         len(self.canaries.canaries[index].text.split()))
+                   for index, spans in found.items()} for (record, _), found in zip(answers, candidates, strict=True)]
         # The sentences first, then a fact-sized window only for the facts their sentence did not confirm: most
         # retellings are confirmed by their sentence, and embedding is the detector's cost (compute-bound).
-        best: dict[int, tuple[float, tuple[int, int]]] = {}
+        best: list[dict[int, tuple[float, tuple[int, int]]]] = [{} for _ in answers]
         for tier in range(2):
-            asked = [i for i in candidates if len(chunks[i]) > tier
-                     and (i not in best or best[i][0] < self.threshold)]
+            asked = [(n, index) for n, found in enumerate(candidates) for index in found
+                     if len(chunks[n][index]) > tier and best[n].get(index, (-1.0,))[0] < self.threshold]
             if not asked:
                 break
-            spans = [chunks[i][tier] for i in asked]
-            vectors = self.embedder.encode([record.text[s:e] for s, e in spans])
-            facts = np.stack([self._vectors[i] for i in asked])
-            scores = blocked_cosine(vectors, facts, self.embedder.matmul_device())  # facts x chunks
-            for row, (index, span) in enumerate(zip(asked, spans, strict=True)):
-                score = float(scores[row, row])
-                if index not in best or score > best[index][0]:
-                    best[index] = (score, span)
-        return [Hit(self.name, score, *span, canary=self.canaries.canaries[index],
-                    details={"slots_present": len({h.slot for h in candidates[index]}),
-                             "slots_total": self._slot_count[index]})
-                for index, (score, span) in best.items() if score >= self.threshold]
+            spans = [chunks[n][index][tier] for n, index in asked]
+            vectors = self.embedder.encode([answers[n][0].text[s:e] for (n, _), (s, e) in zip(asked, spans,
+                                                                                               strict=True)])
+            facts = np.stack([self._vectors[index] for _, index in asked])
+            scores = np.einsum("ij,ij->i", vectors, facts)  # unit rows: each chunk's cosine with its own fact
+            for (n, index), span, score in zip(asked, spans, scores.tolist(), strict=True):
+                if score > best[n].get(index, (-1.0,))[0]:
+                    best[n][index] = (score, span)
+        return [[Hit(self.name, score, *span, canary=self.canaries.canaries[index],
+                     details={"slots_present": len({h.slot for h in found[index]}),
+                              "slots_total": self._slot_count[index]})
+                 for index, (score, span) in scored.items() if score >= self.threshold]
+                for found, scored in zip(candidates, best, strict=True)]
 
 
 def _chunks_around(text: str, start: int, end: int, words: int) -> list[tuple[int, int]]:

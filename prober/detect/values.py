@@ -24,7 +24,7 @@ import ahocorasick
 
 from prober.canaries import hangul
 from prober.canaries.compact import compact, original_span
-from prober.detect.base import CanarySet
+from prober.detect.base import CanarySet, Recent
 
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
 # A one-word made-up name (a place, a pet) this long or longer is as rare as a person's name: "Brackenfold" is one
@@ -108,8 +108,7 @@ class SlotValues:
         for automaton in (self._automaton, self._latin):
             if len(automaton):
                 automaton.make_automaton()
-        # The last answer's hits: the semantic and the fragment detector ask about the same answer in turn.
-        self._last: tuple[str, str, dict[int, list[ValueHit]]] | None = None
+        self._recent: Recent[dict[int, list[ValueHit]]] = Recent()
 
     def _add_value(self, index: int, slot: int, value: str) -> None:
         words = value.split()
@@ -139,12 +138,7 @@ class SlotValues:
 
     def hits(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
         """The values in an answer (`compacted` = compact(text)), by fact (not to be changed by the caller)."""
-        last = self._last
-        if last is not None and last[0] is text and last[1] is compacted:
-            return last[2]
-        found = self._find(text, compacted)
-        self._last = (text, compacted, found)
-        return found
+        return self._recent.get(compacted, lambda: self._find(text, compacted))
 
     def _find(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
         found: dict[int, list[ValueHit]] = {}

@@ -1,7 +1,7 @@
 """The embedder interface that canaries (minting facts) and detection (matching paraphrases) share.
 
 It lives apart from both so that neither imports the other: an embedder turns sentences into unit
-vectors and says where similarity products should run; it knows nothing of canaries.
+vectors; it knows nothing of canaries.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ class Embedder(Protocol):
     def load(self) -> None:
         """Load the model now (raises EmbedderError), so a missing model fails at start, not mid-scan."""
 
+    @property
+    def device(self) -> str:
+        """Where it encodes ("cuda" or "cpu")."""
+
     def encode(self, texts: list[str]) -> Vectors:
         """L2-normalised float32 rows, one per text."""
 
-    def matmul_device(self) -> str:
-        """Where similarity products should run ("cuda" or "cpu")."""
 
 
 def pick_device(requested: str = "auto") -> str:

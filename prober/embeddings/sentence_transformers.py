@@ -81,6 +81,3 @@ class SentenceTransformerEmbedder:
         vectors = self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)  # fp16 on a GPU is widened for storage and comparison
-
-    def matmul_device(self) -> str:
-        return self.device

@@ -24,6 +24,7 @@ class UniversalSentenceEncoder:
     # positive or wrong attribution at any of them, because a hit also needs the fact's distinctive values
     # (or their romanized spellings) in the answer, as the semantic detector counts them.
     threshold = 0.40
+    device = "cpu"  # numpy only
 
     def __init__(self, threads: int = 1) -> None:
         # One BLAS thread: a detector encodes a few sentences at a time, whose tiny matrix products a second
@@ -59,6 +60,3 @@ class UniversalSentenceEncoder:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         normalised: Vectors = (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
         return normalised
-
-    def matmul_device(self) -> str:
-        return "cpu"
