@@ -4,11 +4,11 @@ One faulty shard can produce hundreds of findings of one leak; an on-call engine
 target and tenant pair, with when it was first and last seen and how often.  Alerts, `/status` and the
 reports all speak of incidents; the findings stay underneath as evidence.
 
-An incident ends on evidence, not on a timer.  Each finding came from a *probe*: a daemon job at a boundary
-(`campaign` at `pool+1`, `sentinel` at `sentinel`).  The incident stays open until every probe that found it
+An incident ends on evidence, not on a timer.  Each finding came from a *check*: a daemon job at a boundary
+(`campaign` at `pool+1`, `sentinel` at `sentinel`).  The incident stays open until every check that found it
 has run again between the same tenants and come back clean (a *re-check*), and at least `hold` after its
 last finding (the hold is a floor, so a flapping leak does not page on and off); or until an operator
-acknowledges it.  A finding after an acknowledgement opens it again.  A finding no daemon probe made (an
+acknowledges it.  A finding after an acknowledgement opens it again.  A finding no daemon check made (an
 audit's, a scan's, or one recorded just before a crash) cannot be re-checked: such an incident closes once
 the hold has passed, as incidents did before re-checks existed.
 """
@@ -40,8 +40,8 @@ class IncidentKey:
 
 
 @dataclass(frozen=True)
-class Probe:
-    """A kind of probe that found an incident (a job at a boundary), and when it last found and last
+class Check:
+    """A check (a daemon job at a boundary) that found an incident, and when it last found and last
     re-checked it clean."""
 
     job: str
@@ -68,9 +68,9 @@ class Acknowledgement:
 
 
 class Closure(StrEnum):
-    RECHECKED = "rechecked"  # every probe that found it came back clean (and the hold passed)
+    RECHECKED = "rechecked"  # every check that found it came back clean (and the hold passed)
     ACKNOWLEDGED = "acknowledged"  # an operator closed it
-    HELD = "held"  # no daemon probe can re-check it: the hold passed since its last finding
+    HELD = "held"  # no daemon check can re-check it: the hold passed since its last finding
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Resolution:
 
     how: Closure
     at: float
-    probe: Probe | None = None  # the re-check that cleared it last
+    check: Check | None = None  # the re-check that cleared it last
     ack: Acknowledgement | None = None
 
     def describe(self) -> str:
@@ -87,10 +87,10 @@ class Resolution:
         when = _utc(self.at)
         if self.ack is not None:  # its note stays in the ledger and /status: free text, not for every page
             return f"acknowledged by {self.ack.by} at {_utc(self.ack.at)}"
-        if self.probe is not None and self.probe.last_clean is not None:
-            held = "" if self.probe.last_clean >= self.at else f", closed at {when} when the hold ended"
-            return f"clean re-check at {self.probe.describe()} at {_utc(self.probe.last_clean)}{held}"
-        return f"the hold ended at {when} with no newer finding (no daemon probe re-checks it)"
+        if self.check is not None and self.check.last_clean is not None:
+            held = "" if self.check.last_clean >= self.at else f", closed at {when} when the hold ended"
+            return f"clean re-check at {self.check.describe()} at {_utc(self.check.last_clean)}{held}"
+        return f"the hold ended at {when} with no newer finding (no daemon check re-checks it)"
 
 
 @dataclass
@@ -101,7 +101,7 @@ class Incident:
     last_seen: float
     count: int
     findings: list[Finding] = field(default_factory=list)  # when grouped from findings at hand
-    probes: list[Probe] = field(default_factory=list)  # as the ledger keeps them
+    checks: list[Check] = field(default_factory=list)  # as the ledger keeps them
     ack: Acknowledgement | None = None  # the latest acknowledgement
 
     def add(self, finding: Finding) -> None:
@@ -116,21 +116,21 @@ class Incident:
         if self.ack is not None and self.ack.at >= self.last_seen:
             return Resolution(Closure.ACKNOWLEDGED, self.ack.at, ack=self.ack)
         floor = self.last_seen + hold
-        covered = bool(self.probes) and max(p.last_found for p in self.probes) >= self.last_seen
+        covered = bool(self.checks) and max(p.last_found for p in self.checks) >= self.last_seen
         if not covered:
             return Resolution(Closure.HELD, floor)
-        if not all(p.cleared for p in self.probes):
+        if not all(p.cleared for p in self.checks):
             return None
-        last = max(self.probes, key=lambda p: p.last_clean or 0.0)
-        return Resolution(Closure.RECHECKED, max(floor, last.last_clean or 0.0), probe=last)
+        last = max(self.checks, key=lambda p: p.last_clean or 0.0)
+        return Resolution(Closure.RECHECKED, max(floor, last.last_clean or 0.0), check=last)
 
     def is_open(self, now: float, hold: float) -> bool:
         closed = self.resolution(hold)
         return closed is None or now < closed.at
 
-    def pending(self) -> list[Probe]:
-        """The probes whose re-check it still waits for."""
-        return [p for p in self.probes if not p.cleared]
+    def pending(self) -> list[Check]:
+        """The checks whose re-check it still waits for."""
+        return [p for p in self.checks if not p.cleared]
 
     def to_json(self, now: float | None = None, hold: float | None = None) -> dict[str, object]:
         base: dict[str, object] = {
@@ -144,8 +144,8 @@ class Incident:
         is_open = closed is None or now < closed.at
         base.update({
             "state": "open" if is_open else "closed",
-            "probes": [{"job": p.job, "boundary": p.boundary, "prompt_tokens": p.prompt_tokens,
-                        "last_found": p.last_found, "last_clean": p.last_clean} for p in self.probes],
+            "checks": [{"job": p.job, "boundary": p.boundary, "prompt_tokens": p.prompt_tokens,
+                        "last_found": p.last_found, "last_clean": p.last_clean} for p in self.checks],
             "waiting_for": ([p.describe() for p in self.pending()] or
                             ([f"the hold, until {_utc(closed.at)}"] if closed and is_open else [])),
             "acknowledged": None if self.ack is None else {"by": self.ack.by, "at": self.ack.at,
@@ -157,7 +157,7 @@ class Incident:
 
 @dataclass(frozen=True)
 class Sighting:
-    """A finding of an incident by a probe, as a job run records it."""
+    """A finding of an incident by a check, as a job run records it."""
 
     key: IncidentKey
     boundary: str

@@ -57,7 +57,7 @@ def test_an_incident_stays_open_while_the_leak_persists_and_closes_on_a_clean_re
 
     async def body(client: httpx.AsyncClient) -> None:
         nonlocal engine
-        probe = "leakprobe_incident_probe_last_found_timestamp_seconds"
+        probe = "leakprobe_incident_check_last_found_timestamp_seconds"
         await until(daemon, lambda: sample(daemon, probe, kind="cross_tenant_echo", job="campaign") > 0,
                     "a campaign to record the probe that found a cross-tenant echo")
         campaigns = sample(daemon, "leakprobe_job_runs_total", job="campaign")

@@ -1,6 +1,6 @@
-"""Incident lifecycle: when an incident closes (a clean re-check of every probe that found it, after the hold;
-an acknowledgement; the hold alone where no daemon probe can re-check it), and the ledger's part of it on
-SQLite and a real PostgreSQL — probes, re-checks and acknowledgements shared by every handle, and a ledger
+"""Incident lifecycle: when an incident closes (a clean re-check of every check that found it, after the hold;
+an acknowledgement; the hold alone where no daemon check can re-check it), and the ledger's part of it on
+SQLite and a real PostgreSQL — checks, re-checks and acknowledgements shared by every handle, and a ledger
 written by the previous schema upgraded in place."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from prober.incidents import (
     Acknowledgement,
+    Check,
     Closure,
     Incident,
     IncidentKey,
     Observation,
-    Probe,
     RunChecks,
     Sighting,
 )
@@ -27,28 +27,28 @@ KEY = IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob")
 HOLD = 600.0
 
 
-def incident(*probes: Probe, last_seen: float = 1_000.0, ack: Acknowledgement | None = None) -> Incident:
-    return Incident(KEY, Severity.CRITICAL, 900.0, last_seen, 3, probes=list(probes), ack=ack)
+def incident(*checks: Check, last_seen: float = 1_000.0, ack: Acknowledgement | None = None) -> Incident:
+    return Incident(KEY, Severity.CRITICAL, 900.0, last_seen, 3, checks=list(checks), ack=ack)
 
 
-def test_an_incident_stays_open_until_every_probe_that_found_it_is_clean() -> None:
-    found = Probe("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)
-    also = Probe("campaign", "pool+page", last_found=990.0)
+def test_an_incident_stays_open_until_every_check_that_found_it_is_clean() -> None:
+    found = Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)
+    also = Check("campaign", "pool+page", last_found=990.0)
     assert incident(found, also).resolution(HOLD) is None
     assert incident(found, also).is_open(10**9, HOLD)  # whatever the clock says
-    one_clean = incident(found, Probe("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
+    one_clean = incident(found, Check("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
     assert one_clean.resolution(HOLD) is None and [p.boundary for p in one_clean.pending()] == ["pool+1"]
-    both = incident(Probe("campaign", "pool+1", last_found=1_000.0, last_clean=7_000.0),
-                    Probe("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
+    both = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=7_000.0),
+                    Check("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
     closed = both.resolution(HOLD)
     assert closed is not None and closed.how is Closure.RECHECKED and closed.at == 7_000.0
-    assert closed.probe is not None and closed.probe.boundary == "pool+1"
+    assert closed.check is not None and closed.check.boundary == "pool+1"
     assert "clean re-check at boundary pool+1 (campaign job)" in closed.describe()
     assert both.is_open(6_999.0, HOLD) and not both.is_open(7_000.0, HOLD)
 
 
 def test_the_hold_is_a_floor() -> None:
-    early = incident(Probe("sentinel", "sentinel", last_found=1_000.0, last_clean=1_060.0))
+    early = incident(Check("sentinel", "sentinel", last_found=1_000.0, last_clean=1_060.0))
     closed = early.resolution(HOLD)
     assert closed is not None and closed.at == 1_000.0 + HOLD
     assert early.is_open(1_500.0, HOLD) and not early.is_open(1_600.0, HOLD)
@@ -56,33 +56,33 @@ def test_the_hold_is_a_floor() -> None:
 
 
 def test_a_clean_recheck_older_than_the_last_finding_does_not_count() -> None:
-    assert incident(Probe("campaign", "pool+1", last_found=1_000.0, last_clean=1_000.0)).resolution(HOLD) is None
+    assert incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=1_000.0)).resolution(HOLD) is None
 
 
 def test_an_acknowledgement_closes_it_until_a_newer_finding() -> None:
     ack = Acknowledgement("oncall-ana", 2_000.0, "engine drained, ticket SEC-1")
-    acked = incident(Probe("campaign", "pool+1", last_found=1_000.0), ack=ack)
+    acked = incident(Check("campaign", "pool+1", last_found=1_000.0), ack=ack)
     closed = acked.resolution(HOLD)
     assert closed is not None and closed.how is Closure.ACKNOWLEDGED and not acked.is_open(2_000.0, HOLD)
     assert closed.describe().startswith("acknowledged by oncall-ana at ") and "SEC-1" not in closed.describe()
-    again = incident(Probe("campaign", "pool+1", last_found=2_500.0), last_seen=2_500.0, ack=ack)
+    again = incident(Check("campaign", "pool+1", last_found=2_500.0), last_seen=2_500.0, ack=ack)
     assert again.resolution(HOLD) is None
 
 
-def test_a_finding_no_daemon_probe_made_closes_with_the_hold() -> None:
+def test_a_finding_no_daemon_check_made_closes_with_the_hold() -> None:
     uncovered = incident()  # an audit's finding, or one recorded just before a crash
     closed = uncovered.resolution(HOLD)
     assert closed is not None and closed.how is Closure.HELD and closed.at == 1_000.0 + HOLD
-    stale_probe = incident(Probe("campaign", "pool+1", last_found=900.0, last_clean=950.0))  # the newest is not its
-    held = stale_probe.resolution(HOLD)
+    stale_check = incident(Check("campaign", "pool+1", last_found=900.0, last_clean=950.0))  # the newest is not its
+    held = stale_check.resolution(HOLD)
     assert held is not None and held.how is Closure.HELD
 
 
 def test_the_status_form_says_what_it_waits_for_and_why_it_closed() -> None:
-    waiting = incident(Probe("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).to_json(2_000.0, HOLD)
+    waiting = incident(Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).to_json(2_000.0, HOLD)
     assert waiting["state"] == "open" and waiting["waiting_for"] == ["boundary pool+1 (campaign job)"]
     assert waiting["closed"] is None
-    done = incident(Probe("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).to_json(9_500.0, HOLD)
+    done = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).to_json(9_500.0, HOLD)
     assert done["state"] == "closed" and done["waiting_for"] == []
     assert isinstance(done["closed"], dict) and done["closed"]["how"] == "rechecked"
     assert incident().to_json() == {k: v for k, v in incident().to_json(2_000.0, HOLD).items()
@@ -95,7 +95,7 @@ def checks(started: float, *sightings: Sighting, observed: tuple[Observation, ..
     return RunChecks("sglang", job, started, list(sightings), set(observed))
 
 
-def test_probes_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger) -> None:
+def test_checks_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger) -> None:
     a, b = connect(), connect()
     a.add_findings([finding(found_at=1_000.0), finding(found_at=1_010.0, victim_tenant=None,
                                                         kind=FindingKind.BOUNDARY_ACCEPTED)])
@@ -103,27 +103,27 @@ def test_probes_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger
     accepted = Sighting(IncidentKey("sglang", FindingKind.BOUNDARY_ACCEPTED, "", "bob"), "pool+1", 1_010.0, 4_097)
     a.record_checks(checks(990.0, pool, accepted, observed=(Observation("pool+1", "bob", "alice"),)), 1_020.0)
     (leak,) = [i for i in b.incidents() if i.key == KEY]
-    assert leak.probes == [Probe("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)]  # found in this run
+    assert leak.checks == [Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)]  # found in this run
     # A later campaign observes bob at pool+1 in an exchange with carol: alice's leak is not re-checked by it,
     # the incident that names no victim is.
     b.record_checks(checks(2_000.0, observed=(Observation("pool+1", "bob", "carol"),)), 2_050.0)
     by_kind = {i.key.kind: i for i in a.incidents()}
-    assert by_kind[FindingKind.CROSS_TENANT_ECHO].probes[0].last_clean is None
-    assert by_kind[FindingKind.BOUNDARY_ACCEPTED].probes[0].last_clean == 2_050.0
+    assert by_kind[FindingKind.CROSS_TENANT_ECHO].checks[0].last_clean is None
+    assert by_kind[FindingKind.BOUNDARY_ACCEPTED].checks[0].last_clean == 2_050.0
     # The same job elsewhere, or another boundary, re-checks nothing of it.
     b.record_checks(checks(3_000.0, observed=(Observation("pool+1", "bob", "alice"),), job="sentinel"), 3_010.0)
     b.record_checks(checks(3_000.0, observed=(Observation("pool", "bob", "alice"),)), 3_010.0)
-    assert next(i for i in a.incidents() if i.key == KEY).probes[0].last_clean is None
+    assert next(i for i in a.incidents() if i.key == KEY).checks[0].last_clean is None
     b.record_checks(checks(4_000.0, observed=(Observation("pool+1", "bob", "alice"),)), 4_100.0)
     (leak,) = [i for i in a.incidents() if i.key == KEY]
-    assert leak.probes[0].last_clean == 4_100.0
+    assert leak.checks[0].last_clean == 4_100.0
     resolved = leak.resolution(HOLD)
     assert resolved is not None and resolved.how is Closure.RECHECKED and resolved.at == 4_100.0
-    # Found again, later, at a longer prompt: open, and the probe remembers the newest prompt length.
+    # Found again, later, at a longer prompt: open, and the check remembers the newest prompt length.
     a.add_findings([finding(found_at=5_000.0)])
     a.record_checks(checks(4_900.0, Sighting(KEY, "pool+1", 5_000.0, 4_113)), 5_010.0)
     (leak,) = [i for i in b.incidents() if i.key == KEY]
-    assert leak.resolution(HOLD) is None and leak.probes[0].prompt_tokens == 4_113
+    assert leak.resolution(HOLD) is None and leak.checks[0].prompt_tokens == 4_113
     assert a.acknowledge(KEY, Acknowledgement("ana", 6_000.0, "drained"))
     assert b.acknowledge(KEY, Acknowledgement("ben", 6_100.0))
     assert next(i for i in a.incidents() if i.key == KEY).ack == Acknowledgement("ben", 6_100.0)
@@ -144,7 +144,7 @@ def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) ->
     ledger = open_ledger(path)
     try:
         (old,) = ledger.incidents()
-        assert old.count == 5 and old.probes == [] and old.ack is None
+        assert old.count == 5 and old.checks == [] and old.ack is None
         held = old.resolution(HOLD)  # recorded before re-checks existed: it closes by the hold, as it did
         assert held is not None and held.how is Closure.HELD and held.at == 2.0 + HOLD
         assert ledger.acknowledge(old.key, Acknowledgement("ana", 3.0))

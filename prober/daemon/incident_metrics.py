@@ -18,7 +18,7 @@ from enum import IntEnum
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from prober.incidents import Incident, IncidentKey, Probe, Sighting
+from prober.incidents import Check, Incident, IncidentKey, Sighting
 from prober.types import Finding
 
 KEY_LABELS = ["target", "kind", "victim", "observer"]
@@ -49,7 +49,7 @@ class IncidentCollector(Collector):
 
     def record(self, finding: Finding, job: str) -> None:
         """A finding this process just persisted by `job`, shown before the next read of the ledger (which gets
-        its probe when the run ends): open at once, waiting for that probe's re-check."""
+        its check when the run ends): open at once, waiting for that check's re-check."""
         key = IncidentKey.of(finding)
         if key not in self.by_key:
             self.by_key[key] = Incident(key, finding.severity, finding.found_at, finding.found_at, 0)
@@ -58,8 +58,8 @@ class IncidentCollector(Collector):
         incident.last_seen = max(incident.last_seen, finding.found_at)
         incident.count += 1
         seen = Sighting.of(finding)
-        others = [p for p in incident.probes if (p.job, p.boundary) != (job, seen.boundary)]
-        incident.probes = [*others, Probe(job, seen.boundary, finding.found_at, seen.prompt_tokens)]
+        others = [p for p in incident.checks if (p.job, p.boundary) != (job, seen.boundary)]
+        incident.checks = [*others, Check(job, seen.boundary, finding.found_at, seen.prompt_tokens)]
 
     def state(self, incident: Incident, now: float) -> int:
         closed = incident.resolution(self.hold)
@@ -80,14 +80,14 @@ class IncidentCollector(Collector):
                         "finding, or waiting for a clean re-check; 0 once re-checked clean or acknowledged.")
         alerting = family("leakprobe_incident_alerting", "What the leak alerts read: 1 open, 2 closed less than "
                           "daemon.resolved_notice ago (the alert says why), 0 closed.")
-        probe = family("leakprobe_incident_probe_last_found_timestamp_seconds", "When this probe (a job at a "
+        found = family("leakprobe_incident_check_last_found_timestamp_seconds", "When this check (a job at a "
                        "boundary, at this prompt length) last found the incident.", ("job", "boundary",
                                                                                       "prompt_tokens"))
-        clean = family("leakprobe_incident_probe_last_clean_timestamp_seconds", "When this probe last re-checked "
+        clean = family("leakprobe_incident_check_last_clean_timestamp_seconds", "When this check last re-checked "
                        "the incident's tenant pair clean.", ("job", "boundary"))
         closed = family("leakprobe_incident_closed_timestamp_seconds", "When the incident closed, and how: "
                         "rechecked (by a clean re-check at this boundary), acknowledged (by whom) or held (no "
-                        "probe re-checks it: the hold ended).", ("how", "by", "job", "boundary"))
+                        "check re-checks it: the hold ended).", ("how", "by", "job", "boundary"))
         acked = family("leakprobe_incident_acknowledged_timestamp_seconds", "When an operator last acknowledged "
                        "the incident, and who.", ("by",))
         now = time.time()
@@ -100,14 +100,14 @@ class IncidentCollector(Collector):
             state = self.state(incident, now)
             opened.add_metric(key, 1.0 if state == AlertState.OPEN else 0.0)
             alerting.add_metric(key, state)
-            for p in incident.probes:
-                probe.add_metric([*key, p.job, p.boundary, _tokens(p)], p.last_found)
+            for p in incident.checks:
+                found.add_metric([*key, p.job, p.boundary, _tokens(p)], p.last_found)
                 if p.last_clean is not None:
                     clean.add_metric([*key, p.job, p.boundary], p.last_clean)
             resolution = incident.resolution(self.hold)
             if state != AlertState.OPEN and resolution is not None:
                 by = resolution.ack.by if resolution.ack else ""
-                where = resolution.probe
+                where = resolution.check
                 closed.add_metric([*key, resolution.how.value, by, where.job if where else "",
                                    where.boundary if where else ""], resolution.at)
             if incident.ack is not None:
@@ -118,8 +118,8 @@ class IncidentCollector(Collector):
         notice = GaugeMetricFamily("leakprobe_incident_resolved_notice_seconds", "How long a leak alert keeps "
                                    "firing after its incident closed, saying why (daemon.resolved_notice).")
         notice.add_metric([], self.notice)
-        yield from (last, first, count, opened, alerting, probe, clean, closed, acked, hold, notice)
+        yield from (last, first, count, opened, alerting, found, clean, closed, acked, hold, notice)
 
 
-def _tokens(probe: Probe) -> str:
-    return "" if probe.prompt_tokens is None else str(probe.prompt_tokens)
+def _tokens(check: Check) -> str:
+    return "" if check.prompt_tokens is None else str(check.prompt_tokens)

@@ -6,14 +6,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prober.incidents import Acknowledgement, Incident, IncidentKey, Probe
+from prober.incidents import Acknowledgement, Check, Incident, IncidentKey
 from prober.shingles import PromptShingles
 from prober.types import Canary, CanaryKind, Finding, FindingKind, ProbeContext, Severity
 
 CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
                   "embedding_model, aliases")
 INCIDENT_KEY = "target, kind, victim, observer"
-PROBE_COLUMNS = f"{INCIDENT_KEY}, job, boundary, prompt_tokens, last_found, last_clean"
+CHECK_COLUMNS = f"{INCIDENT_KEY}, job, boundary, prompt_tokens, last_found, last_clean"
 ACK_COLUMNS = f"{INCIDENT_KEY}, acked_at, acked_by, note"
 SHINGLE_COLUMNS = "tenant, probe_id, created_at, expires_at, hashes"
 FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, score, observer_tenant, victim_tenant, "
@@ -82,8 +82,8 @@ def incident_of(row: Sequence[Any]) -> Incident:
     return Incident(key_of(row), Severity(row[4]), row[5], row[6], row[7])
 
 
-def probe_of(row: Sequence[Any]) -> Probe:
-    return Probe(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
+def check_of(row: Sequence[Any]) -> Check:
+    return Check(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
                  last_found=row[7], last_clean=row[8])
 
 

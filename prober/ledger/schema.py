@@ -129,6 +129,12 @@ _MIGRATIONS = [
     """
     CREATE INDEX IF NOT EXISTS canaries_by_creation ON canaries (created_at)
     """,
+    # 7: what found an incident is a check (a job at a boundary); "probe" is a request's role
+    """
+    ALTER TABLE incident_probes RENAME TO incident_checks;
+    DROP INDEX incident_probes_by_check;
+    CREATE INDEX incident_checks_by_run ON incident_checks (target, job, boundary, observer)
+    """,
 ]
 
 

@@ -18,20 +18,20 @@ from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
 from prober.ledger.rows import (
     ACK_COLUMNS,
     CANARY_COLUMNS,
+    CHECK_COLUMNS,
     FINDING_COLUMNS,
     INCIDENT_KEY,
-    PROBE_COLUMNS,
     SHINGLE_COLUMNS,
     ack_of,
     canary_of,
     canary_row,
+    check_of,
     finding_of,
     finding_row,
     incident_of,
     incident_row,
     key_of,
     key_row,
-    probe_of,
     shingles_of,
     shingles_row,
 )
@@ -120,27 +120,27 @@ class SQLLedger(ABC):
                             "FROM incidents ORDER BY severity DESC, first_seen")
         incidents = [incident_of(row) for row in rows]
         by_key = {i.key: i for i in incidents}
-        for row in self._select(f"SELECT {PROBE_COLUMNS} FROM incident_probes ORDER BY last_found"):
+        for row in self._select(f"SELECT {CHECK_COLUMNS} FROM incident_checks ORDER BY last_found"):
             if (incident := by_key.get(key_of(row))) is not None:
-                incident.probes.append(probe_of(row))
+                incident.checks.append(check_of(row))
         for row in self._select(f"SELECT {ACK_COLUMNS} FROM incident_acks ORDER BY acked_at, id"):
             if (incident := by_key.get(key_of(row))) is not None:
                 incident.ack = ack_of(row)  # the latest one wins
         return incidents
 
     def record_checks(self, checks: RunChecks, at: float) -> None:
-        """In one transaction: the probes that found incidents in this run, then the re-checks it made."""
+        """In one transaction: the checks that found incidents in this run, then the re-checks it made."""
         g = self.greatest
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
             cursor.executemany(self._sql(
-                f"INSERT INTO incident_probes ({PROBE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+                f"INSERT INTO incident_checks ({CHECK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
                 f"ON CONFLICT ({INCIDENT_KEY}, job, boundary) DO UPDATE SET "
-                "prompt_tokens = CASE WHEN excluded.last_found >= incident_probes.last_found "
-                "THEN excluded.prompt_tokens ELSE incident_probes.prompt_tokens END, "
-                f"last_found = {g}(incident_probes.last_found, excluded.last_found)"),
+                "prompt_tokens = CASE WHEN excluded.last_found >= incident_checks.last_found "
+                "THEN excluded.prompt_tokens ELSE incident_checks.prompt_tokens END, "
+                f"last_found = {g}(incident_checks.last_found, excluded.last_found)"),
                 [(*key_row(s.key), checks.job, s.boundary, s.prompt_tokens, s.found_at) for s in checks.sightings])
             cursor.executemany(self._sql(
-                f"UPDATE incident_probes SET last_clean = {g}(coalesce(last_clean, 0), ?) "
+                f"UPDATE incident_checks SET last_clean = {g}(coalesce(last_clean, 0), ?) "
                 "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
                 "AND last_found < ?"),
                 [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started)
