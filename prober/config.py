@@ -302,22 +302,6 @@ class Schedule(_Strict):
     """The cross-talk burst: concurrent short requests of every tenant (`crosstalk:` sets its size)."""
 
 
-class Jitter(_Strict):
-    """Random delay added to each run, so replicas and targets do not fire in step (default: a tenth of the
-    interval)."""
-
-    preflight: Duration | None = None
-    """Random delay of each preflight run (null: a tenth of its interval)."""
-    sentinel: Duration | None = None
-    """Random delay of each sentinel run (null: a tenth of its interval)."""
-    campaign: Duration | None = None
-    """Random delay of each campaign run (null: a tenth of its interval)."""
-    timing: Duration | None = None
-    """Random delay of each timing run (null: a tenth of its interval)."""
-    crosstalk: Duration | None = None
-    """Random delay of each cross-talk run (null: a tenth of its interval)."""
-
-
 class SentinelSettings(_Strict):
     tokens: int = Field(default=128, ge=16, le=8192)
     """Prompt length of each sentinel request."""
@@ -343,8 +327,9 @@ class DaemonSettings(_Strict):
     """HOST:PORT of the metrics and status server (0.0.0.0 in a container; :0 picks a free port)."""
     schedule: Schedule = Field(default_factory=Schedule)
     """How often each job runs, per target."""
-    jitter: Jitter = Field(default_factory=Jitter)
-    """Random delay added to each run."""
+    jitter: dict[str, Duration] = Field(default_factory=dict)
+    """Random delay added to each run of a job, by job (`{campaign: 36m}`), so replicas and targets do not fire
+    in step; a job not named gets a tenth of its interval."""
     tokens_per_day: int = Field(default=50_000_000, gt=0)
     """Prompt tokens per target per UTC day, all replicas together."""
     sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
@@ -381,12 +366,19 @@ class DaemonSettings(_Strict):
         listen_address(value)
         return value
 
+    @field_validator("jitter")
+    @classmethod
+    def _jobs(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - set(Schedule.model_fields)
+        if unknown:
+            raise ValueError(f"{', '.join(sorted(unknown))}: not a job ({', '.join(Schedule.model_fields)})")
+        return value
+
     def interval(self, job: str) -> float:
         return float(getattr(self.schedule, job))
 
     def jitter_of(self, job: str) -> float:
-        given = getattr(self.jitter, job)
-        return float(given) if given is not None else self.interval(job) / 10
+        return self.jitter.get(job, self.interval(job) / 10)
 
 
 def _replica_name(host: str) -> str:
