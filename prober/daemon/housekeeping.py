@@ -37,12 +37,13 @@ class Housekeeper:
             return
         try:
             budget = TokenBudget(self.ledger, daemon.tokens_per_day)
-            for name in targets:
-                self.tokens_left[name] = await budget.left(name)
-                self.metrics.budget_left.labels(name).set(self.tokens_left[name])
+            left = {name: await budget.left(name) for name in targets}  # targets a reload removed drop out
         except LedgerError as exc:
             self.health.failed(str(exc))
             return
+        self.tokens_left = left
+        for name, tokens in left.items():
+            self.metrics.budget_left.labels(name).set(tokens)
         await self.refresh_incidents(daemon)
 
     async def refresh_incidents(self, daemon: DaemonSettings) -> None:
