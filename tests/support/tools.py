@@ -7,11 +7,14 @@ tool fails the run: CI must never pass by skipping what it was meant to check.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -63,3 +66,16 @@ def terminate(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def install_main(opt_out: str, what: str, install: Callable[[], Any]) -> None:
+    """An engine's one-time build as a command (`python -m tests.support.X`, what `make builds` runs): nothing
+    where `opt_out`=1, else `install()` and where its pieces are (the fields of what it returns)."""
+    if os.environ.get(opt_out) == "1":
+        print(f"{opt_out}=1: not installing {what}")
+        sys.exit(0)
+    began = time.monotonic()
+    installed = install()
+    for field in dataclasses.fields(installed):
+        print(f"{field.name}: {getattr(installed, field.name)}")
+    print(f"({time.monotonic() - began:.0f} s)")

