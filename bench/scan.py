@@ -33,8 +33,6 @@ from previous import PREVIOUS  # bench/previous.py
 from prober.canaries import tokens
 from prober.canaries.filler import load_filler
 from prober.canaries.keys import KEY_ENV
-from prober.ledger import open_ledger
-from prober.types import Canary, CanaryKind
 
 KEY = "bench-scan-key-bench-scan-key-!!"
 TENANTS = [f"tenant-{i:02d}" for i in range(50)]
@@ -42,27 +40,39 @@ LEAK_EVERY = 100_000
 FILES = 8
 
 
-def canaries_for(folder: Path, count: int) -> list[Canary]:
-    """`count` tokens of 50 tenants, kept beside the logs that leak some of them."""
+def canaries_for(folder: Path, count: int) -> Path:
+    """`count` tokens of 50 tenants, kept (as JSON) beside the logs that leak some of them."""
     saved = folder / f"canaries-{count}.json"
-    if saved.exists():
-        return [Canary(id=c["id"], tenant=c["tenant"], kind=CanaryKind.TOKEN, text=c["text"],
-                       created_at=c["at"], expires_at=c["at"] + 365 * 86_400) for c in json.loads(saved.read_text())]
-    now = time.time()
-    canaries = [Canary(id=f"cn_{i:08x}", tenant=TENANTS[i % len(TENANTS)], kind=CanaryKind.TOKEN,
-                       text=tokens.display(tokens.mint_body(KEY.encode(), TENANTS[i % len(TENANTS)], f"p{i % 997}")),
-                       created_at=now, expires_at=now + 365 * 86_400) for i in range(count)]
-    saved.write_text(json.dumps([{"id": c.id, "tenant": c.tenant, "text": c.text, "at": now} for c in canaries]))
-    return canaries
+    if not saved.exists():
+        now = time.time()
+        saved.write_text(json.dumps([
+            {"id": f"cn_{i:08x}", "tenant": TENANTS[i % len(TENANTS)], "at": now,
+             "text": tokens.display(tokens.mint_body(KEY.encode(), TENANTS[i % len(TENANTS)], f"p{i % 997}"))}
+            for i in range(count)]))
+    return saved
 
 
-def ledger_with(path: Path, canaries: list[Canary]) -> Path:
-    """A fresh SQLite ledger holding the canaries (written in bulk: minting is not what is timed)."""
-    ledger = open_ledger(path)
-    ledger.set_meta_if_absent("canary_key", KEY)
-    for at in range(0, len(canaries), 10_000):
-        ledger.add_canaries(canaries[at : at + 10_000])
-    ledger.close()
+# Run by the package that scans (today's, or the previous one's), so the ledger has the schema it understands.
+LEDGER_WRITER = """
+import json, sys
+from prober.ledger import open_ledger
+from prober.types import Canary, CanaryKind
+path, saved, key = sys.argv[1:]
+ledger = open_ledger(path)
+ledger.set_meta_if_absent("canary_key", key)
+canaries = [Canary(id=c["id"], tenant=c["tenant"], kind=CanaryKind.TOKEN, text=c["text"], created_at=c["at"],
+                   expires_at=c["at"] + 365 * 86_400) for c in json.loads(open(saved).read())]
+for at in range(0, len(canaries), 10_000):
+    ledger.add_canaries(canaries[at : at + 10_000])
+ledger.close()
+"""
+
+
+def ledger_with(path: Path, saved: Path, code: Path | None = None) -> Path:
+    """A fresh SQLite ledger holding the canaries, written in bulk (minting is not what is timed) by the package
+    in `code` (today's where None)."""
+    subprocess.run([sys.executable, "-c", LEDGER_WRITER, str(path), str(saved), KEY], check=True, cwd=code,
+                   env={**os.environ, **({"PYTHONPATH": str(code)} if code else {})})
     return path
 
 
@@ -199,27 +209,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="leakprobe-scan-") as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        canaries = canaries_for(folder, args.canaries)
-        leaked = [c.text for c in canaries[:: max(1, len(canaries) // 997)]]
+        saved = canaries_for(folder, args.canaries)
+        texts = [c["text"] for c in json.loads(saved.read_text())]
+        leaked = texts[:: max(1, len(texts) // 997)]
         files, planted = generate(folder, args.answers, leaked)
 
-        baseline = ledger_with(Path(scratch) / "baseline.sqlite", canaries)
+        baseline = ledger_with(Path(scratch) / "baseline.sqlite", saved)
         base_s, base_rss, base = timed_scan(baseline, files[:1], 1)
         base_rate = int(base["scanned"]) / base_s  # type: ignore[call-overload]
         print(f"baseline, one process: {base['scanned']:,} answers in {base_s:.0f} s = {base_rate:,.0f} answers/s, "
               f"peak PSS {base_rss / 2**20:.0f} MiB")
         previous = previous_checkout(Path(scratch))
         if previous is not None:
-            was_s, was_pss, was = timed_scan(baseline, files[:1], 1, previous)
+            theirs = ledger_with(Path(scratch) / "previous.sqlite", saved, previous)
+            was_s, was_pss, was = timed_scan(theirs, files[:1], 1, previous)
             was_rate = int(was["scanned"]) / was_s  # type: ignore[call-overload]
             print(f"previous implementation ({PREVIOUS}), one process: {was_rate:,.0f} answers/s, peak PSS "
                   f"{was_pss / 2**20:.0f} MiB; now {base_rate / was_rate:.2f}x")
         for workers in (1, 2, 4):  # workers share the parent's index: memory must not grow with them
-            ledger = ledger_with(Path(scratch) / f"ledger-{workers}.sqlite", canaries)
+            ledger = ledger_with(Path(scratch) / f"ledger-{workers}.sqlite", saved)
             part_s, part_rss, part = timed_scan(ledger, files[:1], workers)
             print(f"  {workers} worker(s) over the first file: {int(part['scanned']) / part_s:,.0f} answers/s, "  # type: ignore[call-overload]
                   f"peak memory of the process tree (PSS) {part_rss / 2**20:.0f} MiB")
-        ledger = ledger_with(Path(scratch) / "ledger.sqlite", canaries)
+        ledger = ledger_with(Path(scratch) / "ledger.sqlite", saved)
         elapsed, peak, report = timed_scan(ledger, files, args.workers)
         found = {f["record_id"] for f in report["findings"]}  # type: ignore[attr-defined]
         rate = int(report["scanned"]) / elapsed  # type: ignore[call-overload]
