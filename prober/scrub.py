@@ -7,9 +7,9 @@ Whatever the target sends is scrubbed where it enters (the transport), and every
 the ledger, `/status`) scrubs again, so no secret reaches a file or a screen.  A secret is *replaced* by a
 label naming whose it was, never masked to its shape.
 
-How a form is recognised (the rule the tests check): escapes are decoded first (`%XX` runs as UTF-8,
-`&#N;`, `&#xH;`, named HTML entities, `\\uXXXX`, `\\u{H}` and `\\xHH` behind up to three backslashes, a
-backslash before punctuation as in JSON's `\\/`), and where that changed anything the text is read as
+How a form is recognised (the rule the tests check): escapes are decoded first, as detection decodes them
+(`prober/escapes.py`: `%XX` runs as UTF-8, HTML references, `\\u` and `\\x` escapes, a backslash before
+punctuation, up to three levels deep), and where that changed anything the text is read as
 written too (an escape-shaped run may be plain text: `%00` right before a key that begins `00…`); then
 each reading is *folded*: separators deleted (whitespace, `- _ . , : ; | / + * ~`, middle dots, dashes,
 soft hyphens, zero-width characters) and ASCII letters lowered.  The folded text is searched for the
@@ -27,7 +27,6 @@ Aho-Corasick automaton in C; only a window with a hit is mapped back character b
 from __future__ import annotations
 
 import base64
-import html
 import logging
 import re
 from bisect import bisect_right
@@ -36,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import ahocorasick
+
+from prober.escapes import Unescaped, unescape
 
 MIN_SECRET = 4  # shorter "secrets" would scrub ordinary text; the config refuses them
 STEP = 8_192  # characters (or bytes) a window advances
@@ -53,35 +54,7 @@ _LOWER = bytes(range(256)).translate(bytes.maketrans(bytes(range(65, 91)), bytes
 _ASCII_SEPS = ASCII_SEPARATORS.encode()
 _WIDE_SEPS = re.compile(b"|".join(re.escape(c.encode()) for c in WIDE_SEPARATORS))
 
-# Every alternative starts with a literal, so the regex engine skips in C to the next `%`, `&` or `\\`.  A backslash
-# before `%` or `&` is left alone: what follows may be an escape of its own (`\&#115;` is a backslash and an "s").
-ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*|&#[0-9]{1,8};?|&#[xX][0-9A-Fa-f]{1,8};?"
-                    r"|&[A-Za-z][A-Za-z0-9]{1,31};|\\(?:\\{0,2}u\{[0-9A-Fa-f]{1,8}\}|\\{0,2}[uU][0-9A-Fa-f]{4}"
-                    r"|\\{0,2}x[0-9A-Fa-f]{2}|[!-$'-/:-@\[-`{-~])")
-_ESCAPE_START = ("%", "&", "\\")
 _WORD = re.compile("[^" + re.escape(ASCII_SEPARATORS + WIDE_SEPARATORS) + "]+")
-
-
-def _unescape(escape: str) -> str:
-    """The text one escape stands for (itself when it stands for nothing)."""
-    first = escape[0]
-    try:
-        if first == "%":
-            return bytes.fromhex(escape.replace("%", "")).decode("utf-8", "surrogateescape")
-        if first == "&":
-            return html.unescape(escape if escape.endswith(";") else escape + ";")
-        code = escape.lstrip("\\")  # `\\u0073` too: an escape escaped once more by a JSON log line
-        if code and code[0] in "uUx":
-            return chr(int(code[1:].strip("{}"), 16))
-        return escape[1]
-    except (ValueError, OverflowError):
-        return escape
-
-
-def decode_escapes(text: str) -> str:
-    if not any(start in text for start in _ESCAPE_START):
-        return text
-    return ESCAPE.sub(lambda m: _unescape(m.group(0)), text)
 
 
 def fold(text: str) -> str:
@@ -204,20 +177,20 @@ class Scrubber:
     def _suspect(self, window: str) -> bool:
         """Whether a window may hold a secret, found with C-speed passes only (decode, translate, search)."""
         assert self._automata is not None
-        decoded = decode_escapes(window)
+        decoded = unescape(window)
         return any(next(self._automata.fast.iter(_fold_fast(text)), None) is not None
-                   for text in ((decoded,) if decoded == window else (decoded, window)))
+                   for text in ((window,) if decoded is None else (decoded.text, window)))
 
     def _mapped(self, window: str) -> list[Hit]:
         """Exact spans in a window known to hold a secret, in both readings of its escapes."""
-        decoded, pieces = _decode_mapped(window)
-        hits = self._mapped_reading(decoded, pieces, window)
-        if decoded != window:
-            hits += self._mapped_reading(window, _Pieces.plain(len(window)), window)
+        decoded = unescape(window)
+        hits = self._mapped_reading(window, None, window)
+        if decoded is not None:
+            hits += self._mapped_reading(decoded.text, decoded, window)
         return hits
 
-    def _mapped_reading(self, decoded: str, pieces: _Pieces, window: str) -> list[Hit]:
-        """Spans in one reading: decoded piece by piece (a piece is plain text or one escape) and folded word
+    def _mapped_reading(self, decoded: str, escapes: Unescaped | None, window: str) -> list[Hit]:
+        """Spans in one reading (`escapes` maps it back to the window; None: the window as written), folded word
         by word (a word is a run without separators), so each folded character maps back to where it came
         from without a loop over characters."""
         assert self._automata is not None
@@ -234,7 +207,8 @@ class Scrubber:
         def source(index: int) -> tuple[int, int]:
             """The window span that folded character `index` came from."""
             fold_start, dec_start = words[bisect_right(word_starts, index) - 1]
-            return pieces.span(dec_start + index - fold_start)
+            at = dec_start + index - fold_start
+            return escapes.original_span(at, at + 1) if escapes is not None else (at, at + 1)
 
         hits: list[Hit] = []
         for last, (length, label, is_base64) in self._automata.chars.iter("".join(folded)):
@@ -245,59 +219,12 @@ class Scrubber:
         return hits
 
 
-class _Pieces:
-    """Where each character of a decoded text came from: plain stretches map one to one, an escape's
-    characters all map to the whole escape."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []  # in the decoded text
-        self.sources: list[tuple[int, int, bool]] = []  # (start, end) in the window, and whether an escape
-
-    @classmethod
-    def plain(cls, length: int) -> _Pieces:
-        """A text read as written: one plain stretch."""
-        pieces = cls()
-        pieces.add(0, 0, length, False)
-        return pieces
-
-    def add(self, decoded_at: int, start: int, end: int, escape: bool) -> None:
-        self.starts.append(decoded_at)
-        self.sources.append((start, end, escape))
-
-    def span(self, index: int) -> tuple[int, int]:
-        piece = bisect_right(self.starts, index) - 1
-        start, end, escape = self.sources[piece]
-        if escape:
-            return start, end
-        at = start + index - self.starts[piece]
-        return at, at + 1
-
-
 def _fold_fast(text: str) -> str:
     """`fold` in C-speed passes, as latin-1 of the UTF-8 bytes (what the fast automaton searches)."""
     folded = text.encode("utf-8", "surrogatepass").translate(_LOWER, _ASCII_SEPS)
     if b"\xc2" in folded or b"\xe2" in folded or b"\xef" in folded:
         folded = _WIDE_SEPS.sub(b"", folded)
     return folded.decode("latin-1")
-
-
-def _decode_mapped(window: str) -> tuple[str, _Pieces]:
-    pieces = _Pieces()
-    parts: list[str] = []
-    decoded_at = at = 0
-    for m in (ESCAPE.finditer(window) if any(s in window for s in _ESCAPE_START) else ()):
-        if m.start() > at:
-            pieces.add(decoded_at, at, m.start(), False)
-            parts.append(window[at : m.start()])
-            decoded_at += m.start() - at
-        text = _unescape(m.group(0))
-        pieces.add(decoded_at, m.start(), m.end(), True)
-        parts.append(text)
-        decoded_at += len(text)
-        at = m.end()
-    pieces.add(decoded_at, at, len(window), False)
-    parts.append(window[at:])
-    return "".join(parts), pieces
 
 
 def _widen_base64(text: str, start: int, end: int) -> tuple[int, int]:

@@ -114,7 +114,7 @@ def test_any_mapping_is_a_config_or_a_config_error(data: dict[str, Any]) -> None
         assert "\n" not in str(exc)
 
 
-# -- decoders: text escapes undone before detection (prober/detect/unescape.py) --------------------------
+# -- decoders: text escapes undone before detection and scrubbing (prober/escapes.py) --------------------------
 
 from collections.abc import Callable  # noqa: E402
 
@@ -122,7 +122,7 @@ from prober.canaries import tokens as canary_tokens  # noqa: E402
 from prober.canaries.compact import compact  # noqa: E402
 from prober.canaries.hangul import romanization_key, romanization_key_positions  # noqa: E402
 from prober.detect import Scanner  # noqa: E402
-from prober.detect.unescape import unescape  # noqa: E402
+from prober.escapes import unescape  # noqa: E402
 from prober.types import Canary, CanaryKind, Record  # noqa: E402
 
 _ESCAPY = st.text(alphabet=st.sampled_from("&#%\\xXuU{};0123456789abcdefABCDEF:nt/\"'가 LPK-"), max_size=80)

@@ -22,10 +22,10 @@ from prober.detect.fragment import FragmentDetector
 from prober.detect.fuzzy import FuzzyDetector
 from prober.detect.patterns import PatternIndex
 from prober.detect.semantic import SemanticDetector
-from prober.detect.unescape import Unescaped, unescape
 from prober.detect.values import SlotValues
 from prober.detect.verbatim import VerbatimDetector
 from prober.embeddings import Embedder
+from prober.escapes import Unescaped, unescape
 from prober.shingles import PromptShingles
 from prober.types import Canary, Finding, FindingKind, Record
 

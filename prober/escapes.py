@@ -1,14 +1,17 @@
-"""Text escapes undone before detection, with a map back to the original offsets.
+"""Text escapes undone, with a map back to the original offsets: one grammar for what detection reads and what
+the scrubber searches.
 
-Web front-ends and log pipelines store an answer escaped: HTML character references (`&#76;&#80;&#75;`,
-`&#x4C;`, `&amp;`), URL percent-encoding (`%4C%50%4B`, UTF-8 bytes for Korean), JSON and C-style escapes
-(`\\u004C`, surrogate pairs, `\\x4C`, `\\n`).  A canary written that way compacts to nothing a detector
-knows, so `scan` would read such a log as clean.  Escapes are decoded here -- repeatedly, since a log may
-escape what was already escaped (`&amp;#76;`, `%2526`) -- and every span a detector reports on the decoded
-text is mapped back to the characters of the original that encode it, so excerpts and offsets stay true.
+Web front-ends and log pipelines store an answer escaped, and a careless server echoes a credential the same
+way: HTML character references (`&#76;&#80;&#75;`, `&#x4C;`, `&amp;`), URL percent-encoding (`%4C%50%4B`,
+UTF-8 bytes for Korean), JSON and C-style escapes (`\\u004C`, surrogate pairs, `\\x4C`, `\\n`), and a backslash
+before punctuation (JSON's `\\/`, Markdown's `\\-`).  A canary or a key written that way matches nothing, so
+escapes are decoded here -- repeatedly, since a log may escape what was already escaped (`&amp;#76;`, `%2526`,
+`\\\\u0073`) -- and every span found on the decoded text is mapped back to the characters of the original that
+encode it, so excerpts, offsets and redactions stay true.
 
 Only well-formed escapes are decoded; anything else (`50%`, `AT&T`, a lone backslash, a surrogate half,
-bytes that are not UTF-8) is kept as written.  Text without `&`, `%` or a backslash costs one scan for them.
+bytes that are not UTF-8) is kept as written.  A backslash before `%` or `&` is kept too: what follows may be an
+escape of its own.  Text without `&`, `%` or a backslash costs one scan for them.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ _ENTITY = re.compile(r"&(?:#[xX]([0-9a-fA-F]{1,6})|#([0-9]{1,7})|([A-Za-z][A-Za-
 # one-character escapes of JSON and C.
 _BYTES = re.compile(r"(?:%[0-9A-Fa-f]{2})+|(?:\\x[0-9A-Fa-f]{2})+")
 _UNICODE = re.compile(r"\\u\{([0-9A-Fa-f]{1,6})\}|\\U([0-9A-Fa-f]{8})|\\u([0-9A-Fa-f]{4})")
-_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "/": "/", '"': '"', "'": "'", "\\": "\\"}
-_SIMPLE_RE = re.compile(r"\\([ntr/\"'\\])")
+_CONTROL = {"n": "\n", "t": "\t", "r": "\r"}
+_SIMPLE_RE = re.compile(r"\\([ntr]|[!-$'-/:-@\[-`{-~])")  # ASCII punctuation but % and &
 _NAMED = {name.removesuffix(";"): text for name, text in html.entities.html5.items()}
 
 
@@ -137,7 +140,7 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
         if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
             add(match.start(), match.end(), chr(code), "backslash")
     for match in _SIMPLE_RE.finditer(text):
-        add(match.start(), match.end(), _SIMPLE[match.group(1)], "backslash")
+        add(match.start(), match.end(), _CONTROL.get(match.group(1), match.group(1)), "backslash")
     if not found:
         return None
     found.sort()
