@@ -240,7 +240,10 @@ class TimingSettings(_Strict):
     audit: bool = True
     """Run the timing check in `leakprobe audit`."""
     samples: int = Field(default=24, ge=2, le=1000)
-    """Would-be cache hits per ordered tenant pair, and as many misses."""
+    """Would-be cache hits per ordered tenant pair and round, and as many misses."""
+    rounds: int = Field(default=3, ge=1, le=10)
+    """The most rounds of samples per pair: a pair neither found nor clearly no faster gets another, of fresh
+    prompts; one still unclear after the last is reported undecided, never clean."""
     prompt_tokens: int = Field(default=1024, ge=16, le=1_048_576)
     """Length of each random prompt (longer: a larger gap between a hit and a miss); at most half the longest
     prompt the target serves, whatever is set, so that none is refused."""

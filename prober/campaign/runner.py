@@ -365,7 +365,7 @@ def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
     timing = config.timing
     seconds = 0.0
     if timing.audit:
-        requests = 3 * timing.samples * len(pairs(tenants))
+        requests = 3 * timing.samples * timing.rounds * len(pairs(tenants))
         seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + requests / DECODE_FLOOR
     if config.slots.audit:  # the configured width, or llama.cpp's usual four
         slots = config.slots

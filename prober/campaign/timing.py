@@ -15,6 +15,13 @@ queueing) is no evidence of sharing.  U is a rank test, so one stalled request c
 has more power against a shift than the Kolmogorov-Smirnov test Gu et al. used.  The p-values of a run's
 pairs are adjusted with Holm's step-down method, so the chance that a run with a fully isolated cache
 reports any pair is at most `false_alarm` (family-wise).
+
+Evidence is collected until the decision is clear, not for a fixed count that load can break: a pair whose
+first round of `samples` is neither found nor clearly no faster (one-sided p below `FUTILE_P`) gets another
+round of fresh prompts, up to `rounds`; the rounds' exact p-values combine by Stouffer's method (each round is
+its own randomised experiment, so a machine that grew busier between rounds shifts hits and misses alike).
+Each look tests at `false_alarm / rounds` (Bonferroni over the looks, Holm over the pairs), so the family-wise
+rate still holds; a pair still unclear after the last round is reported *undecided*, never clean.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 from prober.types import Finding, FindingKind, ProbeContext, Severity
 
-TEST = "one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), Holm across pairs"
+TEST = ("one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), rounds combined by Stouffer, "
+        "Bonferroni across rounds, Holm across pairs")
+FUTILE_P = 0.2  # a pair at or above this is clearly not faster: no further round for it
 WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific merges to rely on
 CALIBRATION_WORDS = 64
 
@@ -59,19 +68,46 @@ class PairSamples:
     tokens: int  # prompt tokens sent (victim and observer)
     engine: dict[str, dict[str, float]] | None = None
 
+    @classmethod
+    def merged(cls, rounds: Sequence[PairSamples]) -> PairSamples:
+        """One pair's rounds as one body of evidence (the engine's counters: first before, last after, the
+        deltas summed, since other pairs' rounds ran in between)."""
+        first, last = rounds[0], rounds[-1]
+        if len(rounds) == 1:
+            return first
+        served = [r.prompt_tokens for r in rounds if r.prompt_tokens]
+        engine: dict[str, dict[str, float]] = {}
+        for r in rounds:
+            for name, change in (r.engine or {}).items():
+                was = engine.get(name)
+                engine[name] = change if was is None else {
+                    "before": was["before"], "after": change["after"],
+                    "delta": round(was["delta"] + change["delta"], 6)}
+        return cls(first.victim, first.observer, tuple(t for r in rounds for t in r.hits),
+                   tuple(t for r in rounds for t in r.misses), tuple(t for r in rounds for t in r.warm),
+                   statistics.fmean(served) if served else None, sum(r.lost for r in rounds),
+                   sum(r.requests for r in rounds), sum(r.tokens for r in rounds), engine or last.engine)
+
 
 @dataclass(frozen=True)
 class PairDecision:
-    samples: PairSamples
-    u: float  # Mann-Whitney U of the hits
-    p_value: float
+    samples: PairSamples  # every round's, merged
+    u: float  # Mann-Whitney U of the hits, summed over the rounds
+    p_value: float  # one-sided, the rounds combined
     adjusted_p: float  # Holm over the run's pairs
     alpha: float  # the run's family-wise false-alarm rate
-    method: str  # exact | asymptotic
+    method: str  # exact | asymptotic, and how many rounds were combined
+    rounds: int = 1  # rounds measured
+    looks: int = 1  # the most rounds the run may take: each look tests at alpha / looks
 
     @property
     def found(self) -> bool:
-        return self.adjusted_p <= self.alpha
+        return self.adjusted_p <= self.alpha / self.looks
+
+    @property
+    def unclear(self) -> bool:
+        """Neither found nor clearly no faster: worth another round, or undecided after the last."""
+        return not self.found and self.p_value < FUTILE_P
 
     @property
     def hit_faster(self) -> float:
@@ -83,7 +119,8 @@ class PairDecision:
         s = self.samples
         median_hit, median_miss = _median(s.hits), _median(s.misses)
         return {"test": TEST, "method": self.method, "p_value": self.p_value, "adjusted_p": self.adjusted_p,
-                "false_alarm": self.alpha, "u": self.u, "hit_faster_probability": round(self.hit_faster, 4),
+                "false_alarm": self.alpha, "rounds": self.rounds, "most_rounds": self.looks, "u": self.u,
+                "hit_faster_probability": round(self.hit_faster, 4),
                 "median_ttft_hit_s": median_hit, "median_ttft_miss_s": median_miss,
                 "median_ratio": round(median_hit / median_miss, 4) if median_hit and median_miss else None,
                 "median_ttft_victim_warm_s": _median(s.warm), "hits": len(s.hits), "misses": len(s.misses),
@@ -98,6 +135,12 @@ class TimingResult:
     decisions: list[PairDecision] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def undecided(self) -> list[PairDecision]:
+        """Pairs still neither found nor clearly no faster after their last round: no finding, and no proof of
+        isolation either (a busy target; the next run measures afresh)."""
+        return [d for d in self.decisions if d.unclear]
 
     @property
     def requests(self) -> int:
@@ -117,8 +160,9 @@ def random_text(words: int, rng: random.Random) -> str:
 
 
 def planned_tokens(settings: TimingSettings, tenants: Sequence[str]) -> int:
-    """Prompt tokens one run sends: per pair, the victim's warm-ups and the observer's hits and misses."""
-    return len(pairs(list(tenants))) * 3 * settings.samples * settings.prompt_tokens
+    """Prompt tokens one run may send: per pair and round, the victim's warm-ups and the observer's hits and
+    misses, for every round (what a budget must hold, though a clear pair stops after its first)."""
+    return len(pairs(list(tenants))) * 3 * settings.samples * settings.rounds * settings.prompt_tokens
 
 
 def smallest_p(samples: int) -> float:
@@ -129,9 +173,9 @@ def smallest_p(samples: int) -> float:
 def check_decidable(settings: TimingSettings, tenants: Sequence[str]) -> None:
     """Refuse a run that could never reach the false-alarm rate, whatever it measured."""
     k = len(pairs(list(tenants)))
-    if smallest_p(settings.samples) > settings.false_alarm / k:
+    if smallest_p(settings.samples) > settings.false_alarm / k / settings.rounds:
         raise PlanError(f"timing: {settings.samples} samples per pair can never reach a false-alarm rate of "
-                        f"{settings.false_alarm} over {k} pairs; raise timing.samples")
+                        f"{settings.false_alarm} over {k} pairs and {settings.rounds} rounds; raise timing.samples")
 
 
 async def words_for(counter: TokenCounter, tokens: int, rng: random.Random) -> int:
@@ -200,21 +244,36 @@ def _tokens(answer: Completion) -> int:
     return (answer.usage.prompt_tokens or 0) if answer.usage else 0
 
 
-def decide(measured: Sequence[PairSamples], alpha: float) -> list[PairDecision]:
-    """One-sided U per pair, then Holm's step-down adjustment over the pairs."""
+def decide(measured: Sequence[Sequence[PairSamples]], alpha: float, looks: int = 1) -> list[PairDecision]:
+    """One-sided U per pair and round, the rounds combined (Stouffer), then Holm's step-down adjustment over the
+    pairs; each pair is tested at `alpha / looks`, the run's share of its false-alarm rate for one look."""
     from scipy.stats import mannwhitneyu  # here, not at the top: importing scipy.stats costs each command ~1.5 s
 
     raw: list[tuple[float, float, str]] = []
-    for s in measured:
-        if not s.hits or not s.misses:
-            raw.append((len(s.hits) * len(s.misses) / 2, 1.0, "none"))
-            continue
-        method = "exact" if len(set(s.hits + s.misses)) == len(s.hits) + len(s.misses) else "asymptotic"
-        result = mannwhitneyu(s.hits, s.misses, alternative="less", method=method)
-        raw.append((float(result.statistic), float(result.pvalue), method))
+    for rounds in measured:
+        tests = []
+        for s in rounds:
+            if not s.hits or not s.misses:
+                tests.append((len(s.hits) * len(s.misses) / 2, 1.0, "none"))
+                continue
+            method = "exact" if len(set(s.hits + s.misses)) == len(s.hits) + len(s.misses) else "asymptotic"
+            result = mannwhitneyu(s.hits, s.misses, alternative="less", method=method)
+            tests.append((float(result.statistic), float(result.pvalue), method))
+        methods = "+".join(sorted({m for _, _, m in tests}))
+        raw.append((sum(u for u, _, _ in tests), stouffer([p for _, p, _ in tests]),
+                    methods if len(tests) == 1 else f"{methods}, {len(tests)} rounds (Stouffer)"))
     adjusted = holm([p for _, p, _ in raw])
-    return [PairDecision(s, u, p, adj, alpha, method)
-            for s, (u, p, method), adj in zip(measured, raw, adjusted, strict=True)]
+    return [PairDecision(PairSamples.merged(rounds), u, p, adj, alpha, method, len(rounds), looks)
+            for rounds, (u, p, method), adj in zip(measured, raw, adjusted, strict=True)]
+
+
+def stouffer(p_values: Sequence[float]) -> float:
+    """One-sided p-values of independent experiments combined: Phi(sum of Phi^-1(p) / sqrt(k)); one is itself."""
+    if len(p_values) == 1:
+        return p_values[0]
+    normal = statistics.NormalDist()
+    z = sum(normal.inv_cdf(min(max(p, 1e-300), 1 - 1e-12)) for p in p_values) / math.sqrt(len(p_values))
+    return normal.cdf(z)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -261,16 +320,27 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
     rng = rng or random.SystemRandom()  # fresh prompts nobody can predict, and an order nobody can either
     tokens = settings.prompt_tokens if longest is None else max(1, min(settings.prompt_tokens, longest // 2))
     words = await words_for(counter, tokens, rng)
-    measured = [await measure_pair(send, victim, observer, words=words, settings=settings, rng=rng,
-                                   telemetry=telemetry)
-                for victim, observer in pairs(list(tenants))]
-    # In a worker thread: the first decision imports scipy.stats (seconds of CPU on a busy machine), which on
-    # the event loop held up everything else the process serves, a daemon's /metrics among it.
-    result = TimingResult(await asyncio.to_thread(decide, measured, settings.false_alarm))
+    every = pairs(list(tenants))
+    measured: list[list[PairSamples]] = [[] for _ in every]
+    unclear = list(range(len(every)))
+    decisions: list[PairDecision] = []
+    for _ in range(settings.rounds):
+        for index in unclear:
+            victim, observer = every[index]
+            measured[index].append(await measure_pair(send, victim, observer, words=words, settings=settings,
+                                                      rng=rng, telemetry=telemetry))
+        # In a worker thread: the first decision imports scipy.stats (seconds of CPU on a busy machine), which on
+        # the event loop held up everything else the process serves, a daemon's /metrics among it.
+        decisions = await asyncio.to_thread(decide, measured, settings.false_alarm, settings.rounds)
+        unclear = [i for i, decision in enumerate(decisions) if decision.unclear]
+        if not unclear:
+            break
+    result = TimingResult(decisions)
     for decision in result.decisions:
-        s = decision.samples
-        if len(s.hits) < settings.samples // 2 or len(s.misses) < settings.samples // 2:
+        s, wanted = decision.samples, settings.samples * decision.rounds
+        if len(s.hits) < wanted // 2 or len(s.misses) < wanted // 2:
             result.errors.append(f"timing {s.victim}->{s.observer}: only {len(s.hits)} hits and {len(s.misses)} "
-                                 f"misses of {settings.samples} each gave a TTFT ({s.lost} lost)")
+                                 f"misses of {wanted} each gave a TTFT ({s.lost} lost)")
+
     result.findings = findings_of(result.decisions, run_id=run_id, salted=salted)
     return result

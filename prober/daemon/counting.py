@@ -49,6 +49,8 @@ class RunCounter:
                 for decision in timing.decisions:
                     s = decision.samples
                     m.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
+                    m.timing_rounds.labels(self.target, s.victim, s.observer).set(decision.rounds)
+                    m.timing_undecided.labels(self.target, s.victim, s.observer).set(int(decision.unclear))
                     for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
                         if ttfts:
                             m.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))

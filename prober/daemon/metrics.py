@@ -127,7 +127,13 @@ class Metrics:
         pair = ["target", "victim", "observer"]
         self.timing_p = Gauge("leakprobe_cache_timing_p_value", "Last timing check's Holm-adjusted p-value that the "
                               "observer's would-be cache hits on the victim's prompts came back sooner than misses "
-                              "(a finding at or below timing.false_alarm).", pair, registry=registry)
+                              "(a finding at or below timing.false_alarm / timing.rounds).", pair, registry=registry)
+        self.timing_rounds = Gauge("leakprobe_cache_timing_rounds", "Rounds of samples the last timing check took "
+                                   "for this pair (at most timing.rounds; a pair still unclear then is undecided: "
+                                   "leakprobe_cache_timing_undecided).", pair, registry=registry)
+        self.timing_undecided = Gauge("leakprobe_cache_timing_undecided", "1 where the last timing check ended "
+                                      "neither finding this pair's prompts faster nor clearly no faster.", pair,
+                                      registry=registry)
         self.timing_ttft = Gauge("leakprobe_cache_timing_ttft_seconds", "Last timing check's median time to first "
                                  "token of the observer's would-be hits and of its misses.", [*pair, "prompts"],
                                  registry=registry)
@@ -149,8 +155,8 @@ class Metrics:
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool, self.input_limit, self.verdict,
             self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success,
-            self.interval, self.timing_p, self.timing_ttft, self.burst_answers, self.blind, self.shape,
-            self.shape_chosen]
+            self.interval, self.timing_p, self.timing_rounds, self.timing_undecided, self.timing_ttft,
+            self.burst_answers, self.blind, self.shape, self.shape_chosen]
 
     def exchanged(self, target: str, exchange: HTTPExchange) -> None:
         """Every request to the target's API, whichever job sent it: its health."""

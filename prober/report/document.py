@@ -146,7 +146,10 @@ def still_checked(report: TargetReport) -> list[str]:
     if cache:
         checked.append(f"prefix cache ({len(cache)} requests: cached_tokens, phantom hits)")
     if report.timing and report.timing.decisions:
-        checked.append(f"timing ({len(report.timing.decisions)} tenant pairs)")
+        undecided = len(report.timing.undecided)
+        checked.append(f"timing ({len(report.timing.decisions)} tenant pairs"
+                       + (f", {undecided} undecided after {report.timing.decisions[0].looks} rounds)" if undecided
+                          else ")"))
     return checked or ["nothing"]
 
 

@@ -27,7 +27,7 @@ FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "campaign": "4s"},
 # daemons are about what campaigns and sentinels find (tests/test_vllm.py runs them in earnest).
 # Seven samples: the fewest that can decide at the default false-alarm rate over two pairs (a looser rate would
 # let a clean engine draw a finding now and then).
-LEAN_CHECKS = {"timing": {"samples": 7, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
+LEAN_CHECKS = {"timing": {"samples": 7, "rounds": 1, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
 
 
 def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:
