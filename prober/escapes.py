@@ -20,27 +20,29 @@ import bisect
 import html.entities
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_ROUNDS = 3  # escaped, escaped again, and once more (a log of a proxy's log); deeper is not seen in practice
-_MARKERS = re.compile(r"[&%\\]")
 _ENTITY = re.compile(r"&(?:#[xX]([0-9a-fA-F]{1,6})|#([0-9]{1,7})|([A-Za-z][A-Za-z0-9]{1,31}));?")
 # Runs of byte escapes (UTF-8 spread over several), \u escapes (surrogate pairs spread over two), and the
-# one-character escapes of JSON and C.
-_BYTES = re.compile(r"(?:%[0-9A-Fa-f]{2})+|(?:\\x[0-9A-Fa-f]{2})+")
-_UNICODE = re.compile(r"\\u\{([0-9A-Fa-f]{1,6})\}|\\U([0-9A-Fa-f]{8})|\\u([0-9A-Fa-f]{4})")
+# one-character escapes of JSON and C.  Each pattern starts with a literal, so the regex engine skips in C to
+# the next place it could match (an alternation at the top would try every position).
+_BYTES = (re.compile(r"(?:%[0-9A-Fa-f]{2})+"), re.compile(r"(?:\\x[0-9A-Fa-f]{2})+"))
+_UNICODE = re.compile(r"\\(?:u\{([0-9A-Fa-f]{1,6})\}|U([0-9A-Fa-f]{8})|u([0-9A-Fa-f]{4}))")
 _CONTROL = {"n": "\n", "t": "\t", "r": "\r"}
 _SIMPLE_RE = re.compile(r"\\([ntr]|[!-$'-/:-@\[-`{-~])")  # ASCII punctuation but % and &
 _NAMED = {name.removesuffix(";"): text for name, text in html.entities.html5.items()}
 
 
-@dataclass(frozen=True)
-class _Piece:
-    """One decoded piece: decoded[at : at + length] came from original[source : source + width]."""
+class _Piece(NamedTuple):
+    """One decoded piece: decoded[at : at + length] came from original[source : source + width]; where `step` is
+    set, a run of one-character escapes of that width each (`%41%42`), so a character maps to its own escape."""
 
     at: int
     length: int
     source: int
     width: int
+    step: int = 0
 
 
 class _Map:
@@ -48,17 +50,22 @@ class _Map:
 
     def __init__(self, pieces: list[_Piece]) -> None:
         self._pieces = pieces
-        self._starts = [p.at for p in pieces]
+        self._starts: list[int] | None = None  # built at the first lookup: a decode that is only read needs none
 
     def position(self, at: int, end: bool) -> int:
         """Where decoded position `at` lies in the source: a start maps to the start of the escape holding
         it, an (exclusive) end to the end of the escape holding the character before it."""
         probe = at - 1 if end else at
+        if self._starts is None:
+            self._starts = [p.at for p in self._pieces]
         index = bisect.bisect_right(self._starts, probe) - 1
         if index < 0:
             return at
         piece = self._pieces[index]
         if probe < piece.at + piece.length:
+            if piece.step:
+                first = piece.source + (probe - piece.at) * piece.step
+                return first + piece.step if end else first
             return piece.source + piece.width if end else piece.source
         return at - (piece.at + piece.length) + piece.source + piece.width
 
@@ -77,11 +84,9 @@ class Unescaped:
         return start, end
 
 
-def _utf8(escaped: str) -> list[tuple[str, int, int]]:
-    """(character, first escape, escapes used) for a run of byte escapes (each three or four characters);
-    a byte that does not start a valid UTF-8 sequence gets "" (its escape is kept as written)."""
-    width = 3 if escaped.startswith("%") else 4
-    data = bytes(int(escaped[i + width - 2 : i + width], 16) for i in range(0, len(escaped), width))
+def _utf8(data: bytes) -> list[tuple[str, int, int]]:
+    """(character, first byte, bytes used) for the bytes of a run of byte escapes; a byte that does not start a
+    valid UTF-8 sequence gets "" (its escape is kept as written)."""
     out: list[tuple[str, int, int]] = []
     at = 0
     while at < len(data):
@@ -101,12 +106,13 @@ def _utf8(escaped: str) -> list[tuple[str, int, int]]:
 
 def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
     """Decode every escape of one level; None when there was none."""
-    found: list[tuple[int, int, str, str]] = []  # (start, end, decoded, kind) in the text
+    found: list[tuple[int, int, str, str, int]] = []  # (start, end, decoded, kind, step) in the text
 
-    def add(start: int, end: int, decoded: str, kind: str) -> None:
-        found.append((start, end, decoded, kind))
+    def add(start: int, end: int, decoded: str, kind: str, step: int = 0) -> None:
+        found.append((start, end, decoded, kind, step))
 
-    for match in _ENTITY.finditer(text):
+    entities, percents, backslashes = "&" in text, "%" in text, "\\" in text
+    for match in _ENTITY.finditer(text) if entities else ():
         hex_digits, digits, name = match.groups()
         if name is not None:
             if not match.group(0).endswith(";") or name not in _NAMED:
@@ -116,14 +122,23 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
         code = int(hex_digits, 16) if hex_digits is not None else int(digits)
         if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
             add(match.start(), match.end(), chr(code), "html")
-    for match in _BYTES.finditer(text):
-        width = 3 if match.group(0).startswith("%") else 4
+    runs = [*(_BYTES[0].finditer(text) if percents else ()), *(_BYTES[1].finditer(text) if backslashes else ())]
+    for match in runs:
+        escaped = match.group(0)
+        width = 3 if escaped.startswith("%") else 4
         kind = "percent" if width == 3 else "backslash"
-        for char, first, used in _utf8(match.group(0)):
+        if len(escaped) == width and escaped[-2] < "8":  # one ASCII byte (`%20`), the commonest run by far
+            add(match.start(), match.end(), chr(int(escaped[-2:], 16)), kind)
+            continue
+        data = bytes.fromhex("".join(escaped[i + width - 2 : i + width] for i in range(0, len(escaped), width)))
+        if data.isascii():  # one character per escape: the run is one piece
+            add(match.start(), match.end(), data.decode("ascii"), kind, width)
+            continue
+        for char, first, used in _utf8(data):
             if char:
                 start = match.start() + first * width
                 add(start, start + used * width, char, kind)
-    matches = list(_UNICODE.finditer(text))
+    matches = list(_UNICODE.finditer(text)) if backslashes else []
     for i, match in enumerate(matches):
         braced, long, short = match.groups()
         code = int(braced or long or short, 16)
@@ -139,7 +154,7 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
             continue  # a low half: taken with its high half above, or kept
         if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
             add(match.start(), match.end(), chr(code), "backslash")
-    for match in _SIMPLE_RE.finditer(text):
+    for match in _SIMPLE_RE.finditer(text) if backslashes else ():
         add(match.start(), match.end(), _CONTROL.get(match.group(1), match.group(1)), "backslash")
     if not found:
         return None
@@ -148,12 +163,12 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
     pieces: list[_Piece] = []
     kinds: set[str] = set()
     at = copied = length = 0
-    for start, end, decoded, kind in found:
+    for start, end, decoded, kind, step in found:
         if start < at:
             continue  # overlaps an escape already taken (`\\u0041` also looks like `\\` + `u0041`)
         parts.append(text[copied:start])
         length += start - copied
-        pieces.append(_Piece(length, len(decoded), start, end - start))
+        pieces.append(_Piece(length, len(decoded), start, end - start, step))
         parts.append(decoded)
         length += len(decoded)
         kinds.add(kind)
@@ -164,7 +179,7 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
 
 def unescape(text: str) -> Unescaped | None:
     """The text with its escapes decoded (up to MAX_ROUNDS levels deep); None when it holds none."""
-    if _MARKERS.search(text) is None:
+    if not _marked(text):
         return None
     maps: list[_Map] = []
     kinds: set[str] = set()
@@ -175,6 +190,11 @@ def unescape(text: str) -> Unescaped | None:
         text, step, found = decoded
         maps.append(step)
         kinds |= found
-        if _MARKERS.search(text) is None:
+        if not _marked(text):
             break
     return Unescaped(text, tuple(sorted(kinds)), tuple(maps)) if maps else None
+
+
+def _marked(text: str) -> bool:
+    """Whether an escape could start in `text`: three substring scans (memchr) beat one character-class regex."""
+    return "&" in text or "%" in text or "\\" in text
