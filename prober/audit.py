@@ -9,7 +9,7 @@ from prober.canaries.mint import Minter
 from prober.config import ProberConfig
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
-from prober.secrets import scrubber_for
+from prober.run_secrets import scrubber_for
 from prober.targets.credentials import Secret
 from prober.types import FindingKind, Severity
 

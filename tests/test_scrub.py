@@ -10,8 +10,8 @@ import json
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from prober.run_secrets import scrubber_for
 from prober.scrub import STEP, Scrubber
-from prober.secrets import scrubber_for
 from prober.targets.credentials import Secret
 from tests.support.hostile import ENCODERS, assert_no_key, key_traces
 

@@ -34,7 +34,7 @@ def preflight(
     from prober.campaign.survey import preflight as run_preflight
     from prober.capacity.limits import FIELDS
     from prober.config import assemble_config
-    from prober.secrets import scrubber_for
+    from prober.run_secrets import scrubber_for
 
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
     secret = cfg.tenants[0].credential.load() if cfg.tenants else None
@@ -138,7 +138,7 @@ def audit(
     from prober.ledger import masked
     from prober.progress import AuditProgress
     from prober.report import Terminal, render
-    from prober.secrets import load_secrets, scrubber_for
+    from prober.run_secrets import load_secrets, scrubber_for
 
     cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
                           environ=dict(os.environ), ledger=ledger.given if ledger else None, fail_on=fail_on,

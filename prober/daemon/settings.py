@@ -17,8 +17,8 @@ from prober.canaries.keys import KEY_ENV, resolve_key
 from prober.config import DaemonSettings, ProberConfig, assemble_config
 from prober.daemon.jobs import Job
 from prober.errors import CredentialError
+from prober.run_secrets import load_secrets, scrubber_for
 from prober.scrub import Scrubber
-from prober.secrets import load_secrets, scrubber_for
 from prober.targets.credentials import CredentialSource, Secret
 
 # What a running daemon holds open or has loaded: a reload that changes any of these is refused.

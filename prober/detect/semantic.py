@@ -120,17 +120,25 @@ class SemanticDetector(Detector):
                 kept[fact] = best
         return kept
 
+    def _candidates(self, text: str, compacted: str) -> dict[int, list[ValueHit]]:
+        """The facts whose values lie together in the answer, enough of them to attribute the fact."""
+        found = self.slot_hits(text, compacted)
+        return self.placed(text, found) if found else {}
+
+    def _chunks(self, text: str, candidates: dict[int, list[ValueHit]]) -> dict[int, list[tuple[int, int]]]:
+        """Each candidate's chunks to embed: the sentence around its values, and a window of the fact's length."""
+        return {index: _chunks_around(text, min(h.start for h in spans), max(h.end for h in spans),
+                                      len(self.canaries.canaries[index].text.split()))
+                for index, spans in candidates.items()}
+
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         return self.detect_many([(record, compacted)])[0]
 
     def detect_many(self, answers: Sequence[tuple[Record, str]]) -> list[list[Hit]]:
         """The candidates of every answer first, then their chunks embedded together: one model call per tier
-        for all the answers, about 1.5x cheaper per sentence than a call per answer (USE, bench/detect.py)."""
-        candidates = [self.placed(record.text, found) if (found := self.slot_hits(record.text, compacted)) else {}
-                      for record, compacted in answers]
-        chunks = [{index: _chunks_around(record.text, min(h.start for h in spans), max(h.end for h in spans),
-                                         len(self.canaries.canaries[index].text.split()))
-                   for index, spans in found.items()} for (record, _), found in zip(answers, candidates, strict=True)]
+        for all the answers (USE encodes a sentence 1.4-1.6x cheaper in a batch of 8-64 than alone)."""
+        candidates = [self._candidates(record.text, compacted) for record, compacted in answers]
+        chunks = [self._chunks(record.text, found) for (record, _), found in zip(answers, candidates, strict=True)]
         # The sentences first, then a fact-sized window only for the facts their sentence did not confirm: most
         # retellings are confirmed by their sentence, and embedding is the detector's cost (compute-bound).
         best: list[dict[int, tuple[float, tuple[int, int]]]] = [{} for _ in answers]

@@ -18,8 +18,8 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from prober.canaries import tokens
 from prober.canaries.filler import load_filler
+from prober.canaries.tokens import lookalike
 from prober.errors import BuildError
 from prober.prompts.counter import TokenCounter
 from prober.types import Canary
@@ -87,7 +87,7 @@ class PromptBuilder:
         self._counts: dict[str, int] = {}
         self._pad: str | None = None
         self._tokens_per_word = 1.3  # the filler's, as last measured through this counter
-        self._lookalikes = [tokens.lookalike() for _ in range(CANARY_SAMPLES)]
+        self._lookalikes = [lookalike() for _ in range(CANARY_SAMPLES)]
 
     async def _count(self, text: str) -> int:
         if text not in self._counts:
