@@ -111,6 +111,7 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
     def add(start: int, end: int, decoded: str, kind: str, step: int = 0) -> None:
         found.append((start, end, decoded, kind, step))
 
+    # Three substring scans (memchr) say which patterns can match at all; text with none of them costs no more.
     entities, percents, backslashes = "&" in text, "%" in text, "\\" in text
     for match in _ENTITY.finditer(text) if entities else ():
         hex_digits, digits, name = match.groups()
@@ -179,8 +180,6 @@ def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
 
 def unescape(text: str) -> Unescaped | None:
     """The text with its escapes decoded (up to MAX_ROUNDS levels deep); None when it holds none."""
-    if not _marked(text):
-        return None
     maps: list[_Map] = []
     kinds: set[str] = set()
     for _ in range(MAX_ROUNDS):
@@ -190,11 +189,4 @@ def unescape(text: str) -> Unescaped | None:
         text, step, found = decoded
         maps.append(step)
         kinds |= found
-        if not _marked(text):
-            break
     return Unescaped(text, tuple(sorted(kinds)), tuple(maps)) if maps else None
-
-
-def _marked(text: str) -> bool:
-    """Whether an escape could start in `text`: three substring scans (memchr) beat one character-class regex."""
-    return "&" in text or "%" in text or "\\" in text

@@ -163,8 +163,9 @@ class Scrubber:
         while True:
             end = min(size, start + STEP + self._overlap)
             window = window_of(start, end)
-            if self._suspect(window):
-                for a, b, label in self._mapped(window):
+            decoded = unescape(window)  # once per window: the fast search and the mapped one read it
+            if self._suspect(window, decoded):
+                for a, b, label in self._mapped(window, decoded):
                     if isinstance(value, str):
                         yield start + a, start + b, label
                     else:  # characters -> bytes of this window
@@ -174,16 +175,14 @@ class Scrubber:
                 return
             start += STEP
 
-    def _suspect(self, window: str) -> bool:
-        """Whether a window may hold a secret, found with C-speed passes only (decode, translate, search)."""
+    def _suspect(self, window: str, decoded: Unescaped | None) -> bool:
+        """Whether a window may hold a secret, found with C-speed passes only (translate, search)."""
         assert self._automata is not None
-        decoded = unescape(window)
         return any(next(self._automata.fast.iter(_fold_fast(text)), None) is not None
                    for text in ((window,) if decoded is None else (decoded.text, window)))
 
-    def _mapped(self, window: str) -> list[Hit]:
+    def _mapped(self, window: str, decoded: Unescaped | None) -> list[Hit]:
         """Exact spans in a window known to hold a secret, in both readings of its escapes."""
-        decoded = unescape(window)
         hits = self._mapped_reading(window, None, window)
         if decoded is not None:
             hits += self._mapped_reading(decoded.text, decoded, window)
