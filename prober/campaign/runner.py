@@ -41,7 +41,7 @@ from prober.campaign.shapes import planned_tokens as shape_tokens
 from prober.campaign.slots import planned_tokens as slot_tokens
 from prober.campaign.slots import width_of
 from prober.campaign.survey import PreflightResult, survey
-from prober.campaign.timing import planned_tokens
+from prober.campaign.timing import planned_requests, planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.capacity import origin_of, reachability
@@ -365,8 +365,7 @@ def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
     timing = config.timing
     seconds = 0.0
     if timing.audit:
-        requests = 3 * timing.samples * timing.rounds * len(pairs(tenants))
-        seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + requests / DECODE_FLOOR
+        seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + planned_requests(timing, tenants) / DECODE_FLOOR
     if config.slots.audit:  # the configured width, or llama.cpp's usual four
         slots = config.slots
         width = width_of(slots, 4) or 4

@@ -159,10 +159,15 @@ def random_text(words: int, rng: random.Random) -> str:
     return " ".join("".join(rng.choices(string.ascii_lowercase, k=WORD_LETTERS)) for _ in range(words))
 
 
+def planned_requests(settings: TimingSettings, tenants: Sequence[str]) -> int:
+    """Requests one run may send: per pair and round, the victim's warm-ups and the observer's hits and misses,
+    for every round (what a budget must hold, though a clear pair stops after its first)."""
+    return len(pairs(list(tenants))) * 3 * settings.samples * settings.rounds
+
+
 def planned_tokens(settings: TimingSettings, tenants: Sequence[str]) -> int:
-    """Prompt tokens one run may send: per pair and round, the victim's warm-ups and the observer's hits and
-    misses, for every round (what a budget must hold, though a clear pair stops after its first)."""
-    return len(pairs(list(tenants))) * 3 * settings.samples * settings.rounds * settings.prompt_tokens
+    """Prompt tokens one run may send."""
+    return planned_requests(settings, tenants) * settings.prompt_tokens
 
 
 def smallest_p(samples: int) -> float:
@@ -341,6 +346,5 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
         if len(s.hits) < wanted // 2 or len(s.misses) < wanted // 2:
             result.errors.append(f"timing {s.victim}->{s.observer}: only {len(s.hits)} hits and {len(s.misses)} "
                                  f"misses of {wanted} each gave a TTFT ({s.lost} lost)")
-
     result.findings = findings_of(result.decisions, run_id=run_id, salted=salted)
     return result

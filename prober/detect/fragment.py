@@ -152,7 +152,7 @@ def _longest_run(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _written_as_token(text: str, compacted: str, position: int) -> bool:
     """Whether a group at `position` (compact) opens something written as a token: right after the prefix, or
     as a whole word of the answer followed by a hyphen and another group ("GA432EPR-K1J90DE7")."""
-    if compacted[max(0, position - 3) : position] == tokens.COMPACT_PREFIX:
+    if compacted[max(0, position - len(tokens.COMPACT_PREFIX)) : position] == tokens.COMPACT_PREFIX:
         return True
     start, end = original_span(text, position, position + GROUP)
     return (start == 0 or not text[start - 1].isalnum()) and _NEXT_GROUP.match(text, end) is not None

@@ -29,7 +29,6 @@ class Embedder(Protocol):
         """L2-normalised float32 rows, one per text."""
 
 
-
 def pick_device(requested: str = "auto") -> str:
     if requested != "auto":
         return requested
