@@ -170,14 +170,20 @@ class Sighting:
         return cls(IncidentKey.of(finding), context.boundary or "", finding.found_at, context.prompt_tokens)
 
 
+# What only an answer's text shows: a run whose answers never carried their own canary (blind) cannot re-check these.
+CONTENT_KINDS = frozenset({FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_REQUEST_ECHO, FindingKind.FOREIGN_CONTENT})
+
+
 @dataclass(frozen=True)
 class Observation:
     """A request of a job run whose answer was fully checked: the `observer` tenant's request at `boundary`,
-    in an exchange with `other` (the tenant whose canaries it could have carried)."""
+    in an exchange with `other` (the tenant whose canaries it could have carried).  `sighted`: the run's answers
+    showed their own canaries, so a clean one also re-checks what only content shows."""
 
     boundary: str
     observer: str
     other: str
+    sighted: bool = True
 
 
 @dataclass

@@ -131,6 +131,35 @@ def test_checks_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger
                              Acknowledgement("ana", 1.0))
 
 
+def test_the_first_clean_recheck_closes_it_and_later_ones_leave_the_closing_time(connect: OpenLedger) -> None:
+    """A clean re-check every few minutes must not move the closing time (and so restart the resolved notice): the
+    alert says "resolved" once."""
+    ledger = connect()
+    ledger.add_findings([finding(found_at=1_000.0)])
+    ledger.record_checks(checks(990.0, Sighting(KEY, "pool+1", 1_000.0, 4_097)), 1_010.0)
+    for started in (2_000.0, 3_000.0, 4_000.0):
+        ledger.record_checks(checks(started, observed=(Observation("pool+1", "bob", "alice"),)), started + 10)
+    (leak,) = [i for i in ledger.incidents() if i.key == KEY]
+    resolved = leak.resolution(HOLD)
+    assert leak.checks[0].last_clean == 2_010.0
+    assert resolved is not None and resolved.at == 2_010.0
+
+
+def test_a_blind_recheck_clears_what_the_envelope_shows_not_what_content_shows(connect: OpenLedger) -> None:
+    """A run whose answers never carried their own canary could not have seen the leak again: it re-checks the
+    boundary's envelope findings (a refusal now), not the echo."""
+    ledger = connect()
+    accepted = IncidentKey("sglang", FindingKind.BOUNDARY_ACCEPTED, "", "bob")
+    ledger.add_findings([finding(found_at=1_000.0), finding(found_at=1_000.0, victim_tenant=None,
+                                                            kind=FindingKind.BOUNDARY_ACCEPTED)])
+    ledger.record_checks(checks(990.0, Sighting(KEY, "pool+1", 1_000.0, 4_097),
+                                Sighting(accepted, "pool+1", 1_000.0, 4_097)), 1_010.0)
+    ledger.record_checks(checks(2_000.0, observed=(Observation("pool+1", "bob", "alice", sighted=False),)), 2_010.0)
+    by_kind = {i.key.kind: i for i in ledger.incidents()}
+    assert by_kind[FindingKind.CROSS_TENANT_ECHO].checks[0].last_clean is None
+    assert by_kind[FindingKind.BOUNDARY_ACCEPTED].checks[0].last_clean == 2_010.0
+
+
 def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import assert_never
 
+from prober.campaign.crosstalk import BOUNDARY as BURST_BOUNDARY
 from prober.campaign.events import (
     BurstDone,
     Event,
@@ -38,6 +40,8 @@ class RunEvidence:
         self._exchanges: dict[str, Exchange] = {}
         self._steps = 0
         self._observations: set[Observation] = set()
+        self._checkless = ""  # the boundary of a check without steps (the burst's), which its re-checks are at
+        self._sighted = False  # some probe's answer carried its own canary: a clean run re-checks content too
         self._unwritten: list[Sighting] = []
         self._writing: asyncio.Future[None] | None = None
 
@@ -47,6 +51,7 @@ class RunEvidence:
                 self._exchanges.update((e.id, e) for e in plan.exchanges)
             case StepDone(result=result):
                 self._steps += 1
+                self._sighted |= result.step.role == "probe" and result.answer.served and result.own_echoes > 0
                 exchange = self._exchanges.get(result.exchange)
                 if result.observed and exchange is not None and result.step.role in ("prime", "probe"):
                     step = result.step
@@ -56,8 +61,10 @@ class RunEvidence:
                 self._unwritten.append(Sighting.of(finding))
                 if self._writing is None or self._writing.done():
                     self._writing = asyncio.ensure_future(self._sightings())
-            case SurveyDone() | ShapeChosen() | TargetFailed() | TimingDone() | BurstDone():
-                pass  # a probe's re-check is its steps; the timing and burst checks re-check nothing
+            case BurstDone(result=burst):
+                self._checkless, self._sighted = BURST_BOUNDARY, burst.own_echoed > 0
+            case SurveyDone() | ShapeChosen() | TargetFailed() | TimingDone():
+                pass  # a probe's re-check is its steps; a timing check re-checks every pair when it completes
             case _:
                 assert_never(event)
 
@@ -68,11 +75,14 @@ class RunEvidence:
 
     async def finish(self, completed: bool, tenants: Sequence[str]) -> None:
         """The run ended: the last probes, then what it re-checked.  A check without boundary steps (a burst, a
-        timing test) asks every tenant pair at once: completing it re-checks them all."""
+        timing test) asks every tenant pair at once: completing it re-checks them all, at its own boundary.  Only a
+        run that saw its own canaries come back re-checks what content shows."""
         if self._writing is not None:
             await self._writing
         await self._sightings()
         if completed and self._steps == 0:
-            self._observations |= {Observation("", observer, other) for observer in tenants for other in tenants}
-        if self._observations:
-            await self._write(RunChecks(self.target, self.job, self.started, observations=self._observations))
+            self._observations |= {Observation(self._checkless, observer, other)
+                                   for observer in tenants for other in tenants}
+        observed = {replace(o, sighted=self._sighted) for o in self._observations}
+        if observed:
+            await self._write(RunChecks(self.target, self.job, self.started, observations=observed))

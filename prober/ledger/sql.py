@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing
 from typing import Any, ClassVar
 
-from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.incidents import CONTENT_KINDS, Acknowledgement, Incident, IncidentKey, RunChecks
 from prober.ledger.rows import (
     ACK_COLUMNS,
     CANARY_COLUMNS,
@@ -129,8 +129,12 @@ class SQLLedger(ABC):
         return incidents
 
     def record_checks(self, checks: RunChecks, at: float) -> None:
-        """In one transaction: the checks that found incidents in this run, then the re-checks it made."""
+        """In one transaction: the checks that found incidents in this run, then the re-checks it made.  A re-check
+        sets `last_clean` only where none came after the last finding: the first clean re-check closes the
+        incident, and later ones leave its closing time (and so its resolved notice) where it was.  A run that
+        could not see content (no answer carried its own canary) re-checks only what the envelope shows."""
         g = self.greatest
+        blind_kinds = ", ".join(f"'{kind.value}'" for kind in sorted(CONTENT_KINDS))
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
             cursor.executemany(self._sql(
                 f"INSERT INTO incident_checks ({CHECK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
@@ -140,10 +144,11 @@ class SQLLedger(ABC):
                 f"last_found = {g}(incident_checks.last_found, excluded.last_found)"),
                 [(*key_row(s.key), checks.job, s.boundary, s.prompt_tokens, s.found_at) for s in checks.sightings])
             cursor.executemany(self._sql(
-                f"UPDATE incident_checks SET last_clean = {g}(coalesce(last_clean, 0), ?) "
+                "UPDATE incident_checks SET last_clean = ? "
                 "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
-                "AND last_found < ?"),
-                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started)
+                "AND last_found < ? AND (last_clean IS NULL OR last_clean <= last_found) "
+                f"AND (? OR kind NOT IN ({blind_kinds}))"),
+                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started, o.sighted)
                  for o in sorted(checks.observations, key=lambda o: (o.boundary, o.observer, o.other))])
 
     def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
