@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -113,11 +112,11 @@ async def one_round(url: str, shape: str, ledger_path: Path, tally: Tally) -> No
 
 
 def serve(fault: ConnectorSettings | None, module_dir: Path) -> VllmServer:
-    extra: tuple[str, ...] = ()
-    if fault is not None:
-        extra = ("--kv-transfer-config", json.dumps(fault.kv_transfer_config()))
-        os.environ["PYTHONPATH"] = str(module_dir)
-    return VllmServer(ensure_installed(), api_keys=tuple(KEYS.values()), max_model_len=CONTEXT, extra=extra)
+    if fault is None:
+        return VllmServer(ensure_installed(), api_keys=tuple(KEYS.values()), max_model_len=CONTEXT)
+    return VllmServer(ensure_installed(), api_keys=tuple(KEYS.values()), max_model_len=CONTEXT,
+                      extra=("--kv-transfer-config", json.dumps(fault.kv_transfer_config())),
+                      env=ConnectorSettings.environment(module_dir))
 
 
 def bench(label: str, fault: ConnectorSettings | None, shapes: list[str], rounds: int) -> None:

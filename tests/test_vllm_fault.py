@@ -61,7 +61,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     prefill = VllmServer(installation, api_keys=keys, max_model_len=THRESHOLD + 1,
                          extra=("--kv-transfer-config", json.dumps(producer)))
     decode = VllmServer(installation, api_keys=keys, max_model_len=CONTEXT,
-                        extra=("--kv-transfer-config", json.dumps(consumer)), env={"PYTHONPATH": str(module)})
+                        extra=("--kv-transfer-config", json.dumps(consumer)),
+                        env=ConnectorSettings.environment(module))
     failed: list[VllmUnavailable] = []
 
     def start(server: VllmServer) -> None:

@@ -14,7 +14,7 @@ from prober.cli.app import drill_app, fail
 def vllm_connector(
     out: Annotated[Path, typer.Option(help="Directory to write the connector module to (vLLM's PYTHONPATH).")],
     claim_over: Annotated[int, typer.Option(
-        min=0, help="Prompts longer than this many tokens are answered over KV that was never written: set it to "
+        min=1, help="Prompts longer than this many tokens are answered over KV that was never written: set it to "
                     "the prefill pool your staging engine pretends to have.")],
     claim_tokens: Annotated[int | None, typer.Option(
         min=1, help="Claim at most this many tokens (block-aligned); default all but the prompt's last block.")] = None,
@@ -34,7 +34,8 @@ def vllm_connector(
     except OSError as exc:
         raise fail(f"cannot write the connector to {out}: {exc.strerror}") from None
     settings = ConnectorSettings(claim_over, claim_tokens, first_block, shared_storage)
+    environment = " ".join(f"{k}={v}" for k, v in ConnectorSettings.environment(path.parent.resolve()).items())
     typer.echo(f"connector written to {path}\n\nStart a STAGING vLLM (never production) with:\n\n"
-               f"  PYTHONPATH={path.parent.resolve()} vllm serve MODEL ... {settings.flag()}\n\n"
+               f"  {environment} vllm serve MODEL ... {settings.flag()}\n\n"
                "Then audit it (`leakprobe audit`) or point a daemon at it: prompts over "
                f"{claim_over:,} tokens come back with another tenant's data.")

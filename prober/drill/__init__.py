@@ -14,6 +14,7 @@ from pathlib import Path
 
 CONNECTOR_MODULE = "leakprobe_drill"
 CONNECTOR_CLASS = "HandoffFaultConnector"
+OPT_IN = "LEAKPROBE_DRILL"  # the connector's own name for it (it cannot import this package inside vLLM)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class ConnectorSettings:
     write_first_block: bool = False  # zero the first claimed block: "received 1 page of 8"
     shared_storage_path: str | None = None  # decode side of an ExampleConnector hand-off: only a miss is claimed
 
+    def __post_init__(self) -> None:
+        if self.claim_over_tokens <= 0:
+            raise ValueError("claim_over_tokens must be positive: 0 would corrupt every prompt longer than a block")
+
     def kv_transfer_config(self) -> dict[str, object]:
         extra = {key: value for key, value in vars(self).items() if value not in (None, False)}
         return {"kv_connector": CONNECTOR_CLASS, "kv_connector_module_path": CONNECTOR_MODULE,
@@ -34,6 +39,11 @@ class ConnectorSettings:
     def flag(self) -> str:
         """The vLLM flag, ready for a shell."""
         return f"--kv-transfer-config '{json.dumps(self.kv_transfer_config())}'"
+
+    @staticmethod
+    def environment(module_dir: Path) -> dict[str, str]:
+        """What vLLM's environment needs: the module on its path, and the opt-in without which it refuses to start."""
+        return {"PYTHONPATH": str(module_dir), OPT_IN: "1"}
 
 
 def connector_source() -> Path:

