@@ -1,4 +1,4 @@
-"""Probe shapes, blindness and phantom cache hits as policy: pure functions of answers, checked in-process.
+"""Probe shapes and blindness as policy: pure functions of answers, checked in-process.
 (What real models do with each shape is tests/test_llamacpp.py's and tests/test_vllm_fault.py's.)"""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import pytest
 
 from prober.audit import EXIT_ERROR, EXIT_FINDINGS, exit_code
 from prober.campaign import AuditResult, StepResult, TargetReport
-from prober.campaign.checks import check_answer, counted_failure
 from prober.campaign.plan import Step
 from prober.campaign.shapes import choose_shape
 from prober.errors import CountError
@@ -26,7 +25,7 @@ from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 
 T = TypeVar("T")
 Role = Literal["prime", "probe", "control"]
-CHAT_ASK, COMPLETIONS_CUE, CHAT_CUE = candidates(Api.CHAT)
+CHAT_ASK, COMPLETIONS_ASK, COMPLETIONS_CUE, CHAT_CUE = candidates(Api.CHAT)
 SERVED = Completion(status=200, text="an answer", usage=Usage(prompt_tokens=300, cached_tokens=0))
 
 
@@ -58,8 +57,9 @@ def choose(echoes: dict[Shape, bool | Completion | Exception], stopped: Callable
 
 
 def test_the_order_of_shapes_follows_the_route() -> None:
-    assert [s.name for s in candidates(Api.CHAT)] == ["chat-ask", "completions-cue", "chat-cue"]
-    assert [s.name for s in candidates(Api.COMPLETIONS)] == ["completions-ask", "completions-cue"]
+    assert [s.name for s in candidates(Api.CHAT)] == ["chat-ask", "completions-ask", "completions-cue", "chat-cue"]
+    assert [s.name for s in candidates(Api.COMPLETIONS)] == ["completions-ask", "chat-ask", "completions-cue",
+                                                             "chat-cue"]
     assert [s.name for s in candidates(Api.WORKERS_AI)] == ["workers-ai-ask", "workers-ai-cue"]
     assert candidates(Api.CHAT, (COMPLETIONS_CUE,)) == [COMPLETIONS_CUE]
     assert Shape.parse("workers-ai-cue") == Shape(Api.WORKERS_AI, Layout.CUE)
@@ -68,29 +68,31 @@ def test_the_order_of_shapes_follows_the_route() -> None:
 
 
 def test_the_first_shape_that_brings_every_canary_back_is_taken_at_once() -> None:
-    chosen, tried = choose({CHAT_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True})
+    chosen, tried = choose({CHAT_ASK: True, COMPLETIONS_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True})
     assert chosen == CHAT_ASK and tried == [(CHAT_ASK, "a"), (CHAT_ASK, "b")]
-    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_CUE: True, CHAT_CUE: True})
-    assert chosen == COMPLETIONS_CUE and len(tried) == 4
+    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_ASK: False, COMPLETIONS_CUE: True, CHAT_CUE: True})
+    assert chosen == COMPLETIONS_CUE and len(tried) == 6
 
 
 def test_a_shape_that_cannot_be_tried_is_passed_over_and_none_that_echoes_keeps_the_first() -> None:
-    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_CUE: CountError("no tokenizer"), CHAT_CUE: True})
+    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_ASK: CountError("no tokenizer"),
+                            COMPLETIONS_CUE: CountError("no tokenizer"), CHAT_CUE: True})
     assert chosen == CHAT_CUE and [s for s, _ in tried].count(COMPLETIONS_CUE) == 1
-    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_CUE: False, CHAT_CUE: False})
-    assert chosen == CHAT_ASK and len(tried) == 6  # blind: every shape tried, the first kept
+    chosen, tried = choose({CHAT_ASK: False, COMPLETIONS_ASK: False, COMPLETIONS_CUE: False, CHAT_CUE: False})
+    assert chosen == CHAT_ASK and len(tried) == 8  # blind: every shape tried, the first kept
 
 
 def test_a_target_that_does_not_answer_ends_the_choice() -> None:
     """No answer and no refusal to the first control: no other shape would fare better, and the campaign's
     breaker and deadline deal with it; a refusal (no completions route, say) moves on to the next shape."""
     silent = Completion(status=None, error=TargetError(ErrorKind.TIMEOUT, "timed out"))
-    chosen, tried = choose({CHAT_ASK: silent, COMPLETIONS_CUE: True, CHAT_CUE: True})
+    chosen, tried = choose({CHAT_ASK: silent, COMPLETIONS_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True})
     assert chosen == CHAT_ASK and tried == [(CHAT_ASK, "a")]
     refused = Completion(status=404, error=TargetError(ErrorKind.REFUSED, "no such route", 404))
-    chosen, _ = choose({CHAT_ASK: refused, COMPLETIONS_CUE: True, CHAT_CUE: True})
-    assert chosen == COMPLETIONS_CUE
-    _, tried = choose({CHAT_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True}, stopped=lambda: True)
+    chosen, _ = choose({CHAT_ASK: refused, COMPLETIONS_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True})
+    assert chosen == COMPLETIONS_ASK
+    _, tried = choose({CHAT_ASK: True, COMPLETIONS_ASK: True, COMPLETIONS_CUE: True, CHAT_CUE: True},
+                      stopped=lambda: True)
     assert tried == []
 
 
@@ -120,19 +122,6 @@ def test_a_cue_ends_the_prompt_and_a_lead_keeps_canaries_to_its_first_unit() -> 
     assert nonce.fresh_from == tokenizer.count("0a1b2c Quote the document.\n the") - 1
 
 
-@pytest.mark.parametrize(("cached", "fresh_from", "phantom"), [
-    (0, 40, False), (32, 40, False), (40, 40, False), (128, 40, True), (256, None, False)])
-def test_cached_tokens_past_what_anyone_sent_are_a_phantom_hit(cached: int, fresh_from: int | None,
-                                                               phantom: bool) -> None:
-    answer = Completion(status=200, text="x", usage=Usage(prompt_tokens=300, cached_tokens=cached))
-    found = [f for f in check_answer(step("probe", "b"), 300, answer, fresh_from=fresh_from)
-             if f.kind is FindingKind.PHANTOM_CACHE_HIT]
-    assert bool(found) is phantom
-    if found:
-        assert found[0].severity is Severity.HIGH and found[0].details["cached_tokens"] == cached
-        assert found[0].victim_tenant is None  # no tenant is known to have written those pages
-
-
 def audit_of(*steps: StepResult, findings: list[Finding] | None = None) -> AuditResult:
     report = TargetReport("t", "http://t/v1", steps=list(steps), complete=True)
     if findings:
@@ -154,14 +143,3 @@ def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -
                    severity=Severity.CRITICAL, score=1.0, observer_tenant="b", victim_tenant="a")
     leaked = audit_of(probe, findings=[echo])  # a leak seen is seen, even by an audit otherwise blind
     assert document(leaked)["verdict"]["status"] == "leak" and exit_code(leaked, Severity.WARNING) == EXIT_FINDINGS
-
-
-def test_an_abort_counted_while_the_answer_was_served_is_a_finding() -> None:
-    """The engine's counters rose by more than the window's refusals explain; a refusal's own abort is no finding."""
-    aborts = {"sglang:num_aborted_requests_total": 1.0}
-    found = counted_failure(step("probe", "b"), 300, SERVED, aborts, unserved=0)
-    assert found is not None and found.kind is FindingKind.COUNTED_FAILURE and found.severity is Severity.HIGH
-    assert found.details["counters"] == aborts and "sglang:num_aborted_requests_total +1" in found.excerpt
-    assert counted_failure(step("probe", "b"), 300, SERVED, aborts, unserved=1) is None  # the refused one's abort
-    refused = Completion(status=400, error=TargetError(ErrorKind.REFUSED, "too long", 400))
-    assert counted_failure(step("probe", "b"), 300, refused, aborts, unserved=0) is None

@@ -41,11 +41,14 @@ class Shape:
 
 
 def candidates(api: Api, configured: tuple[Shape, ...] = ()) -> list[Shape]:
-    """The shapes to try, in order: the configured ones, else the target's own route asking (what an
-    instruction-tuned chat model answers), then a cue on the plain completions route where the target has
-    one (a base model), then a cue on its own route."""
+    """The shapes to try, in order: the configured ones, else the target's own route asking, then the other
+    OpenAI route asking (an endpoint configured as `completions` may serve an instruction-tuned model best through
+    chat, and the reverse), then a cue on the plain completions route (a base model), then a cue on chat."""
     if configured:
         return list(configured)
-    cue_route = Api.COMPLETIONS if api.openai_routes else api
-    order = [Shape(api, Layout.ASK), Shape(cue_route, Layout.CUE), Shape(api, Layout.CUE)]
+    if not api.openai_routes:
+        return [Shape(api, Layout.ASK), Shape(api, Layout.CUE)]
+    other = Api.COMPLETIONS if api is Api.CHAT else Api.CHAT
+    order = [Shape(api, Layout.ASK), Shape(other, Layout.ASK), Shape(Api.COMPLETIONS, Layout.CUE),
+             Shape(Api.CHAT, Layout.CUE)]
     return list(dict.fromkeys(order))
