@@ -45,8 +45,11 @@ class OpenAICompatible(HTTPTarget):
         if problem and not obj.get("choices"):
             return Piece(error=problem)
         choice = obj["choices"][0]
-        text = choice["message"].get("content") if self.api is Api.CHAT else choice["text"]
-        return Piece(text or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")))
+        if self.api is not Api.CHAT:
+            return Piece(choice["text"] or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")))
+        message = choice["message"]
+        return Piece(message.get("content") or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")),
+                     other=beside_content(message))
 
     def read_event(self, obj: Any) -> Piece:
         problem = error_message(obj)
@@ -58,7 +61,17 @@ class OpenAICompatible(HTTPTarget):
             return Piece(usage=usage)
         choice = choices[0]
         if self.api is Api.CHAT or "delta" in choice:
-            text = (choice.get("delta") or {}).get("content") or ""
-        else:
-            text = choice.get("text") or ""
-        return Piece(text, choice.get("finish_reason"), usage)
+            delta = choice.get("delta") or {}
+            return Piece(delta.get("content") or "", choice.get("finish_reason"), usage, other=beside_content(delta))
+        return Piece(choice.get("text") or "", choice.get("finish_reason"), usage)
+
+
+def beside_content(message: dict[str, Any]) -> str:
+    """A chat message's (or stream delta's) text outside `content`: reasoning (vLLM and SGLang `reasoning_content`,
+    newer vLLM `reasoning`), a refusal, tool-call arguments."""
+    texts = [message.get("reasoning_content"), message.get("reasoning"), message.get("refusal")]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            texts.append(function.get("arguments"))
+    return "\n".join(t for t in texts if isinstance(t, str) and t)

@@ -101,6 +101,14 @@ class Completion:
     attempts: int = 1
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     implausible_usage: str | None = None  # why the engine's usage figures were set aside (`usage` is None then)
+    # What the API returned as text beside the content: a reasoning model's reasoning, a refusal, tool-call
+    # arguments.  A canary there has left the engine as surely as one in the content.
+    other_text: str = field(default="", repr=False)
+
+    @property
+    def full_text(self) -> str:
+        """Everything the answer says, content first: what is scanned."""
+        return f"{self.text}\n{self.other_text}" if self.other_text else self.text
 
     @property
     def ok(self) -> bool:
