@@ -135,7 +135,7 @@ class PrefixCache:
 class EngineStats:
     """What the engine counts about itself, exported under SGLang's metric names (see server.py)."""
 
-    aborted: int = 0  # scheduler aborts (gate 2), whether or not the abort reached every stage
+    aborted: int = 0  # scheduler aborts (gate 2, whether or not it reached every stage) and client disconnects
     transfer_failed: int = 0  # hand-offs that delivered fewer pages than decode reserved, answered or not
     running: int = 0
     prompt_tokens: int = 0
@@ -163,6 +163,11 @@ class Engine:
                              if config.faults.storage_tier_ignores_salt else None)
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
+
+    def disconnected(self) -> None:
+        """A client hung up before its answer was complete: counted as an abort, as vLLM and SGLang count one, so
+        that other users' disconnects move the counters a prober reads."""
+        self._count(aborted=1)
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

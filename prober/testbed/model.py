@@ -30,6 +30,8 @@ _SENTENCE = re.compile(r"[^.!?\n。]+[.!?。]?")
 _SALIENT = re.compile(r"(?<=\S)[A-Z]|[0-9]|[^\x00-\x7f]")
 _CODE = re.compile(r"(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]{7,}")
 _CHAT_MARKUP = re.compile(r"<\|[a-z_]+\|>(?:user|assistant|system)?")
+# An operator's system turn: followed, never quoted (an instruction-tuned model does not recite its system prompt).
+_SYSTEM_TURN = re.compile(r"<\|im_start\|>system\n.*?(?:<\|im_end\|>|\Z)", re.DOTALL)
 
 _INSTRUCTION_WORDS = (
     (Instruction.CODE, re.compile(r"code ?word|passcode|access code|코드", re.IGNORECASE)),
@@ -60,6 +62,26 @@ class Answer:
     text: str
     token_ids: TokenIds
     truncated: bool
+
+
+def _without_system_turns(texts: list[str]) -> list[str]:
+    """The regions' texts with every system turn cut out (a turn may span regions)."""
+    whole = "".join(texts)
+    spans = [m.span() for m in _SYSTEM_TURN.finditer(whole)] if "<|im_start|>system" in whole else []
+    if not spans:
+        return texts
+    kept, at = [], 0
+    for text in texts:
+        end, pieces, cursor = at + len(text), [], at
+        for start, stop in spans:
+            if stop <= cursor or start >= end:
+                continue
+            pieces.append(text[cursor - at : max(cursor, start) - at])
+            cursor = min(end, stop)
+        pieces.append(text[cursor - at :])
+        kept.append("".join(pieces))
+        at = end
+    return kept
 
 
 def _salience(sentence: str) -> int:
@@ -102,7 +124,8 @@ class QuotingModel:
         pages = max(1, -(-len(attended) // page_size))
         count = min(self.regions, pages)
         bounds = [round(i * pages / count) * page_size for i in range(count + 1)]
-        return [tokenizer.decode(attended[bounds[i] : bounds[i + 1]]) for i in range(count)]
+        texts = [tokenizer.decode(attended[bounds[i] : bounds[i + 1]]) for i in range(count)]
+        return _without_system_turns(texts)
 
     def answer(
         self,

@@ -264,7 +264,8 @@ class TestbedApp:
             last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
             vocab = self.engine.vocab
             ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
-            return await self._generate(GenerationRoute.CHAT, tenant, body, ids, body.requested_max_tokens, last_user)
+            return await self._generate(request, GenerationRoute.CHAT, tenant, body, ids, body.requested_max_tokens,
+                                        last_user)
         return await self._guarded("chat", request, handle)
 
     async def completions(self, request: Request) -> Response:
@@ -272,12 +273,13 @@ class TestbedApp:
             tenant = self._tenant(request)
             body = parse(CompletionRequest, await read_json(request, self.config.max_body_bytes))
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
-            return await self._generate(GenerationRoute.COMPLETIONS, tenant, body, ids, body.requested_max_tokens,
-                                        body.text)
+            return await self._generate(request, GenerationRoute.COMPLETIONS, tenant, body, ids,
+                                        body.requested_max_tokens, body.text)
         return await self._guarded("completions", request, handle)
 
-    async def _generate(self, route: GenerationRoute, tenant: str, body: ChatRequest | CompletionRequest,
-                        ids: TokenIds, max_tokens: int | None, instruction_text: str) -> Response:
+    async def _generate(self, request: Request, route: GenerationRoute, tenant: str,
+                        body: ChatRequest | CompletionRequest, ids: TokenIds, max_tokens: int | None,
+                        instruction_text: str) -> Response:
         cfg = self.config
         if ids.size == 0:
             raise HTTPProblem(400, "invalid request: the prompt is empty", "BadRequestError")
@@ -300,6 +302,8 @@ class TestbedApp:
             return StreamingResponse(self._stream(route, meta, req, body.include_usage),
                                      media_type="text/event-stream")
         result = await anyio.to_thread.run_sync(self.engine.generate, req)
+        if await request.is_disconnected():
+            self.engine.disconnected()
         if route is GenerationRoute.CHAT:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
                                       "finish_reason": result.finish_reason}
@@ -327,15 +331,21 @@ class TestbedApp:
             yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
             yield "data: [DONE]\n\n"
             return
-        if route is GenerationRoute.CHAT:
-            yield chunk(None, None, first=True)
-        pieces = self.engine.vocab.pieces(result.text)
-        for start in range(0, len(pieces), 4):
-            yield chunk("".join(pieces[start : start + 4]), None)
-        yield chunk(None, result.finish_reason)
-        if include_usage:
-            yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
-        yield "data: [DONE]\n\n"
+        finished = False
+        try:
+            if route is GenerationRoute.CHAT:
+                yield chunk(None, None, first=True)
+            pieces = self.engine.vocab.pieces(result.text)
+            for start in range(0, len(pieces), 4):
+                yield chunk("".join(pieces[start : start + 4]), None)
+            yield chunk(None, result.finish_reason)
+            if include_usage:
+                yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
+            yield "data: [DONE]\n\n"
+            finished = True
+        finally:
+            if not finished:  # the client closed the stream (Starlette stops iterating when it hangs up)
+                self.engine.disconnected()
 
 
 def _usage(result: GenerationResult) -> dict[str, Any]:

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import AsyncIterator
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.ports import free_port
+from tests.support.asgi import ThreadedServer
 
 COMPLETIONS = ("/v1/completions", "/v1/chat/completions")
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "content-encoding"}
@@ -30,8 +28,6 @@ HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "content-enco
 class MissedAbortRouter:
     def __init__(self, prefill: str, decode: str) -> None:
         self.prefill, self.decode = prefill.rstrip("/"), decode.rstrip("/")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.refused_by_prefill = 0  # requests prefill refused and decode answered anyway
         self._client = httpx.AsyncClient()  # replaced in the server's own event loop
 
@@ -41,10 +37,8 @@ class MissedAbortRouter:
                 yield
 
         routes = [Route("/{path:path}", self._forward, methods=["GET", "POST"])]
-        config = uvicorn.Config(Starlette(routes=routes, lifespan=lifespan), host="127.0.0.1", port=self.port,
-                                log_level="warning")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = ThreadedServer(Starlette(routes=routes, lifespan=lifespan))
+        self.url = self._server.url
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
@@ -68,13 +62,8 @@ class MissedAbortRouter:
                                  background=BackgroundTask(upstream.aclose))
 
     def start(self) -> MissedAbortRouter:
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError(f"the router on port {self.port} did not start")
-            threading.Event().wait(0.05)
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(30)
+        self._server.stop()
