@@ -277,6 +277,18 @@ class SlotSettings(_Strict):
     """Completion tokens per request (enough to repeat a canary)."""
 
 
+class CounterSettings(_Strict):
+    """The engine's failure counters (aborts, failed transfers) as evidence: a rise in leakprobe's own windows is a
+    `counted_failure` only where it is more than other users' traffic explains, tested against the counters' rate
+    in stretches with none of leakprobe's requests out."""
+
+    false_alarm: float = Field(default=0.001, gt=0, lt=0.5)
+    """Chance that a run against a healthy engine reports a counted failure (Bonferroni over the counters)."""
+    quiet: Duration = 10.0
+    """Where a run has seen less than 5 s of background, it reads the counters over a quiet stretch of this long
+    (up to three times it, as long as its own windows took) before it decides."""
+
+
 class DetectionSettings(_Strict):
     semantic: bool = True
     """Plant fact canaries and look for them reworded or translated (loads an embedding model)."""
@@ -416,6 +428,8 @@ class ProberConfig(_Strict):
     """The cross-talk burst: concurrent requests of every tenant, each answer checked for others' canaries."""
     slots: SlotSettings = Field(default_factory=SlotSettings)
     """The idle-slot check: cold prompts of one tenant after another's conversations in every slot."""
+    counters: CounterSettings = Field(default_factory=CounterSettings)
+    """How the engine's failure counters are told apart from other users' traffic."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     """Settings of `leakprobe daemon`."""
 

@@ -3,37 +3,22 @@ The scanner judges the text; these judge status, usage and finish reason."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from prober.campaign.plan import Step
 from prober.targets.result import Completion, ErrorKind
 from prober.types import Finding, FindingKind, ProbeContext, Severity
 
 PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
-CACHE_SHARE = 0.5  # an observer served half of another tenant's prompt from cache
 USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max_tokens", "stop_sequence",
                           "tool_calls", "content_filter"})
 
 
-def phantom_cached(answer: Completion, fresh_from: int | None) -> int | None:
-    """Cached tokens the engine reports beyond what any earlier prompt can have shared with this one (its
-    `fresh_from`): KV the engine says it reused but never computed, or None."""
-    cached = answer.usage.cached_tokens if answer.usage else None
-    if fresh_from is None or not answer.served or not cached or cached <= fresh_from:
-        return None
-    return cached
-
-
-def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by: str | None = None,
-                 fresh_from: int | None = None) -> list[Finding]:
-    """`primed_by`: this prompt is that tenant's, sent again by another (the prefix-cache check).  `fresh_from`:
-    where this prompt's never-sent content begins (the phantom cache-hit check)."""
+def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Finding]:
+    """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's)."""
     findings: list[Finding] = []
 
-    def add(kind: FindingKind, severity: Severity, message: str, victim: str | None = None,
-            **details: object) -> None:
+    def add(kind: FindingKind, severity: Severity, message: str, **details: object) -> None:
         findings.append(Finding(record_id=step.id, kind=kind, detector="envelope", severity=severity, score=1.0,
-                                observer_tenant=step.tenant, victim_tenant=victim, probe_id=step.id,
+                                observer_tenant=step.tenant, probe_id=step.id,
                                 excerpt=message, context=ProbeContext(sent_tokens, step.boundary, answer.status),
                                 details=details))
 
@@ -53,18 +38,6 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
     if answer.error is not None and answer.error.kind is ErrorKind.SERVER_ERROR and answer.status:
         add(FindingKind.ENGINE_ERROR, Severity.WARNING,
             f"HTTP {answer.status} on a {sent_tokens:,}-token prompt ({step.boundary}): {answer.error.message}")
-    cached = answer.usage.cached_tokens if answer.usage else None
-    # Half the prompt, not any hit: chat-template tokens every request starts with are cached legitimately.
-    if primed_by is not None and cached and cached >= sent_tokens * CACHE_SHARE:
-        add(FindingKind.CROSS_TENANT_CACHE_HIT, Severity.WARNING,
-            f"{cached:,} of {sent_tokens:,} tokens came from a prefix cache filled by {primed_by}: a timing "
-            "side channel (per-tenant cache salts close it)", victim=primed_by, cached_tokens=cached)
-    phantom = phantom_cached(answer, fresh_from)
-    if phantom is not None:
-        add(FindingKind.PHANTOM_CACHE_HIT, Severity.HIGH,
-            f"{phantom:,} of {sent_tokens:,} tokens reported as cached, but no prompt sent before shares more than the "
-            f"first {fresh_from:,}: the engine attended over KV it never computed for this prompt (a hand-off or "
-            "cache tier that claims what it did not write)", cached_tokens=phantom, fresh_from=fresh_from)
     implausible = answer.implausible_usage or (answer.usage.implausible(sent_tokens=sent_tokens)
                                                if answer.usage else None)
     if implausible:
@@ -79,20 +52,3 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, *, primed_by:
         add(FindingKind.ODD_FINISH_REASON, Severity.WARNING,
             f"finish_reason {answer.finish_reason!r} on an HTTP-200 answer", finish_reason=answer.finish_reason)
     return findings
-
-
-def counted_failure(step: Step, sent_tokens: int, answer: Completion, failures: Mapping[str, float],
-                    unserved: int) -> Finding | None:
-    """The engine's abort or transfer-failure counters rose by more than the requests in the same window that
-    were refused or failed (whose aborts it counts rightly) while this answer came back served: the engine gave
-    up on a request its client was told succeeded (the incident's abort, counted by the scheduler, HTTP 200)."""
-    rose = {name: delta for name, delta in failures.items() if delta > unserved}
-    if not answer.served or not rose:
-        return None
-    named = ", ".join(f"{name} +{delta:g}" for name, delta in sorted(rose.items()))
-    return Finding(record_id=step.id, kind=FindingKind.COUNTED_FAILURE, detector="engine_counters",
-                   severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
-                   excerpt=f"{named} while this answer came back HTTP 200 ({unserved} other requests in the same "
-                           "window were refused or failed): the engine gave up on a request it answered",
-                   context=ProbeContext(sent_tokens, step.boundary, answer.status),
-                   details={"counters": rose, "unserved_in_window": unserved})

@@ -16,8 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.checks import counted_failure
-from prober.campaign.plan import Step, Streaming
+from prober.campaign.counters import CounterEvidence
+from prober.campaign.plan import Streaming
 from prober.campaign.timing import Send
 from prober.config import CrosstalkSettings
 from prober.detect.scanner import ScanResult
@@ -27,6 +27,7 @@ from prober.targets.telemetry import EngineTelemetry, window
 from prober.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 
 ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
+BOUNDARY = "crosstalk"  # where its findings and its re-checks are, for incidents
 # A bound on one request's prompt tokens, for budgets: measured 47 with completions, 55 with Gemma's chat template.
 PROMPT_TOKENS = 64
 
@@ -67,29 +68,28 @@ def planned_tokens(settings: CrosstalkSettings, tenants: Sequence[str]) -> int:
 
 
 async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], settings: CrosstalkSettings, *,
-                    streaming: Streaming = "both", run_id: str = "",
-                    telemetry: EngineTelemetry | None = None) -> CrosstalkResult:
+                    streaming: Streaming = "both", run_id: str = "", telemetry: EngineTelemetry | None = None,
+                    counted: CounterEvidence | None = None) -> CrosstalkResult:
     """All requests at once, tenants interleaved (so batches mix them), streamed as the audit streams (half of
-    them for "both")."""
+    them for "both").  The engine's counters around the burst go to `counted`, named on its first served answer."""
     requests: list[BurstRequest] = []
     for _ in range(settings.per_tenant):
         for tenant in tenants:
             rid = f"{run_id}ct{len(requests) + 1:03d}"
             stream = streaming == "stream" or (streaming == "both" and len(requests) % 2 == 1)
             requests.append(BurstRequest(rid, tenant, await mint(tenant, rid), stream=stream))
-    async with window(telemetry) as engine:
+    async with window(telemetry, len(requests)) as engine:
         answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
                                                                max_tokens=settings.max_tokens, stream=r.stream))
                                          for r in requests))
     result = CrosstalkResult(requests=len(requests))
     served = [(r, a) for r, a in zip(requests, answers, strict=True) if a.served]
-    if served:  # a failure the engine counted during the burst, named on its first served answer
+    if served and counted is not None:
         first, answer = served[0]
-        step = Step(id=first.id, role="probe", tenant=first.tenant, length=PROMPT_TOKENS, stream=first.stream,
-                    expect_served=True, boundary="crosstalk")
-        failed = counted_failure(step, (answer.usage.prompt_tokens or 0) if answer.usage else 0, answer,
-                                 engine.failures(), len(requests) - len(served))
-        result.findings += [failed] if failed else []
+        tokens = answer.usage.prompt_tokens if answer.usage else None
+        counted.add(engine, request=first.id, tenant=first.tenant,
+                    context=ProbeContext(tokens, BOUNDARY, answer.status), unserved=len(requests) - len(served),
+                    retried=any(a.attempts > 1 for a in answers))
     for request, answer in zip(requests, answers, strict=True):
         result.findings += await _judge(request, answer, scan, result)
     evidence = engine.evidence()
@@ -102,13 +102,14 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     result.tokens += (answer.usage.prompt_tokens or 0) if answer.usage else 0
     if not answer.served:
         result.errors.append(f"{request.id} ({request.tenant}): {answer.error or f'HTTP {answer.status}'}")
-        if not answer.text:
+        if not answer.full_text:
             return []
     else:
         result.answered += 1
-    scanned = await scan(Record(request.id, request.tenant, answer.text, ASK.format(code=request.canary.text)))
+    scanned = await scan(Record(request.id, request.tenant, answer.full_text, ASK.format(code=request.canary.text)))
     context = {"check": "crosstalk", "streamed": answer.streamed, "own_canary": request.canary.id}
-    findings = [replace(f, probe_id=f.probe_id or request.id, context=ProbeContext(status=answer.status),
+    where = ProbeContext(boundary=BOUNDARY, status=answer.status)
+    findings = [replace(f, probe_id=f.probe_id or request.id, context=where,
                         details={**f.details, **context}) for f in scanned.findings]
     own = [hit for hit in scanned.own_echoes if hit.canary is not None]
     if any(hit.canary.id == request.canary.id for hit in own if hit.canary):
@@ -119,7 +120,7 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
         findings.append(Finding(
             record_id=request.id, kind=FindingKind.CROSS_REQUEST_ECHO, detector=hit.detector, severity=Severity.HIGH,
             score=hit.score, observer_tenant=request.tenant, victim_tenant=request.tenant, canary_id=hit.canary.id,
-            probe_id=hit.canary.probe_id or request.id, start=hit.start, end=hit.end,
+            probe_id=hit.canary.probe_id or request.id, start=hit.start, end=hit.end, context=where,
             excerpt=f"the answer to {request.id} carries the canary of {hit.canary.probe_id}, another request of "
                     f"{request.tenant} in the same burst: answers were mixed between concurrent requests",
             details={**context, "other_request": hit.canary.probe_id}))

@@ -8,6 +8,7 @@ import asyncio
 from secrets import token_hex
 from typing import Protocol
 
+from prober.campaign.counters import CounterEvidence
 from prober.campaign.crosstalk import CrosstalkResult, run_burst
 from prober.campaign.events import BurstDone, FindingRecorded, Listener, StepDone, TimingDone, ignore
 from prober.campaign.judging import Judge
@@ -42,16 +43,13 @@ class Runner(Protocol):
     @property
     def tenants(self) -> list[str]: ...
 
-    @property
-    def page(self) -> int | None: ...
-
     async def route(self) -> Route: ...
 
     async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion: ...
 
-    async def check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
-                    engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
-                    also: list[Finding] | None = None) -> StepResult: ...
+    async def send_and_check(self, step: Step, built: BuiltPrompt, route: Route) -> StepResult: ...
+
+    async def decide_counters(self, counted: CounterEvidence, on_event: Listener) -> list[Finding]: ...
 
 
 class Isolation:
@@ -77,9 +75,11 @@ class Isolation:
         async def scan(record: Record) -> ScanResult:
             return await asyncio.to_thread(runner.wiring.scanner.scan, record)
 
+        counted = CounterEvidence()
         result = await run_burst(runner.send_as, runner.planter.canary, scan, runner.tenants, settings,
-                                 streaming=streaming, run_id=run_id, telemetry=runner.telemetry)
+                                 streaming=streaming, run_id=run_id, telemetry=runner.telemetry, counted=counted)
         result.findings = await runner.judge.persist(result.findings, None, on_event)
+        result.findings += await runner.decide_counters(counted, on_event)
         on_event(BurstDone(result))
         return result
 
@@ -92,15 +92,14 @@ class Isolation:
         width = width_of(settings, known.value if known else None)
         if width is None:
             return None
-        route = await runner.route()
+        route, page = await runner.route(), runner.surveyed.page if runner.surveyed else None
         plan = Plan(runner.config.name, [], run_id=run_id)
 
         async def run(step: Step) -> StepResult:
             ask = ASKED["quote"] if step.role == "probe" else PRIME_INSTRUCTION
-            built = await runner.planter.prompt(step, ask, route.builder, plan, page=runner.page, cue=False,
+            built = await runner.planter.prompt(step, ask, route, plan, page=page, cue=False,
                                                 nonce=token_hex(6))
-            answer = await runner.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
-            result = await runner.check(step, step.id, built, answer)
+            result = await runner.send_and_check(step, built, route)
             on_event(StepDone(result))
             for finding in result.findings:
                 on_event(FindingRecorded(finding))

@@ -42,17 +42,14 @@ class Judge:
         return findings
 
     async def answer(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
-                     engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
-                     fresh: bool = True, also: list[Finding] | None = None) -> StepResult:
-        """One answer's envelope and text (and `also`, what its window showed), its findings durable.  `fresh`:
-        cached tokens past the prompt's fresh start are a phantom hit (off where decode counts what a prefill
-        instance sent it as cached)."""
-        checked = check_answer(step, built.tokens, answer, primed_by=primed_by,
-                               fresh_from=built.fresh_from if fresh else None)
-        findings = [salt_asserted(f, self.salted) for f in checked] + (also or [])
+                     engine: dict[str, dict[str, float]] | None = None, also: list[Finding] | None = None
+                     ) -> StepResult:
+        """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable."""
+        checked = check_answer(step, built.tokens, answer) + (also or [])
+        findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
-        if answer.text:
-            record = Record(step.id, step.tenant, answer.text, built.text)
+        if answer.full_text:
+            record = Record(step.id, step.tenant, answer.full_text, built.text)
             scanner = self.wiring.scanner
             scanned = await asyncio.to_thread(scanner.scan, record)
             if scanned.unindexed:

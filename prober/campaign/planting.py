@@ -8,14 +8,15 @@ import asyncio
 import random
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cache, partial
 from itertools import cycle, islice
 
 from prober.campaign.plan import Plan, Step
+from prober.campaign.routes import Route
 from prober.campaign.wiring import Wiring
 from prober.canaries.packs import load_pack
-from prober.prompts import BuiltPrompt, PromptBuilder
+from prober.prompts import BuiltPrompt
 from prober.prompts.builder import Facts
 from prober.shingles import Shingler
 from prober.types import Canary
@@ -33,13 +34,17 @@ class Planter:
     def __init__(self, wiring: Wiring) -> None:
         self.wiring = wiring
 
-    async def prompt(self, step: Step, instruction: str, builder: PromptBuilder, plan: Plan, *, page: int | None,
+    async def prompt(self, step: Step, instruction: str, route: Route, plan: Plan, *, page: int | None,
                      cue: bool, lead: bool = False, nonce: str | None = None) -> BuiltPrompt:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new.  A cue
         layout's probe carries its tenant's canary in its first unit only (`PromptBuilder.build`'s `lead`): on a
-        sound engine the model finishes the cue with it, over a stale first page with the victim's."""
+        sound engine the model finishes the cue with it, over a stale first page with the victim's.  An aimed
+        step is built shorter by what the route's path adds, so that the engine sees `step.length` tokens (raises
+        BuildError where the path alone leaves no room)."""
         wiring = self.wiring
+        overhead = route.path.of(step.tenant)
+        length = step.length - overhead if step.aimed else step.length
         language = wiring.languages.get(step.tenant, "en")
         tokens = self._minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id,
                                        retention_s=plan.retention_s))
@@ -48,9 +53,9 @@ class Planter:
             mint_facts = self._minting(partial(wiring.minter.facts, step.tenant, probe_id=step.id, language=language,
                                                retention_s=plan.retention_s))
             facts = Facts(fact_samples(language), mint_facts, plan.fact_share)
-        built = await builder.build(step.length, instruction=instruction, mint=tokens, facts=facts, page_size=page,
-                                    seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode()) & 0xFFFF, cue=cue,
-                                    lead=lead, nonce=nonce)
+        built = await route.builder.build(length, instruction=instruction, mint=tokens, facts=facts,
+                                          page_size=page, seed=zlib.crc32(step.id.removeprefix(plan.run_id).encode())
+                                          & 0xFFFF, cue=cue, lead=lead, nonce=nonce)
         # Before it is sent, what it leaves in the ledger: keyed hashes of its word shingles (never its text), so a
         # run of it in another tenant's answer is attributed (detection helper's hook).
         now = time.time()
@@ -58,7 +63,16 @@ class Planter:
         record = Shingler(wiring.minter.key).record(built.text, step.tenant, step.id, now, now + retention)
         await asyncio.to_thread(wiring.ledger.add_prompt_shingles, [record])
         wiring.scanner.add_prompts([record])
-        return built
+        return built.through(overhead)
+
+    @staticmethod
+    async def plain(step: Step, route: Route, nonce: str) -> BuiltPrompt:
+        """A canary-free prompt of fresh words led by `nonce` (the prefix-cache check's prime), unique to this run,
+        so nothing the observer sent before (in any run) shares its prefix; sized like `prompt`'s."""
+        overhead = route.path.of(step.tenant)
+        built = await route.builder.build(step.length - overhead if step.aimed else step.length,
+                                          instruction=ASKED["quote"], nonce=nonce, seed=int(nonce[:4], 16))
+        return built.through(overhead)
 
     async def canary(self, tenant: str, request_id: str) -> Canary:
         """One token canary for one request (the cross-talk burst's)."""
@@ -80,3 +94,10 @@ def fact_samples(language: str) -> tuple[str, ...]:
     """The same few facts of a pack for every build, so the builder's measurements of them are reused."""
     rng = random.Random(FACT_SAMPLES)
     return tuple(load_pack(language).mint(rng).text for _ in range(FACT_SAMPLES))
+
+
+def instruction(step: Step, languages: Mapping[str, str]) -> str:
+    """What a probe asks; a translation goes into the language the observer does not write in, so its own canaries
+    (and any other tenant's that leak) come out in the other language."""
+    other = "ko" if languages.get(step.tenant, "en") == "en" else "en"
+    return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])

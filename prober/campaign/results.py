@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from prober.campaign.crosstalk import CrosstalkResult
+from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Step
 from prober.campaign.survey import PreflightResult
 from prober.campaign.timing import TimingResult
@@ -151,6 +152,8 @@ class TargetReport:
     crosstalk: CrosstalkResult | None = None  # the cross-talk burst, where it ran
     shape: ShapeChoice | None = None  # the probe shape this run measured and took, where it chose one
     slots: SlotCheck | None = None  # the idle-slot check, where it ran
+    paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used
+    skipped: dict[str, str] = field(default_factory=dict)  # exchange id -> why it could not be built (not sent)
 
     @property
     def findings(self) -> list[Finding]:
@@ -171,9 +174,12 @@ class TargetReport:
                      echoed=sum(1 for s in answers if s.own_echoes) + (burst.own_echoed if burst else 0))
 
     def coverage(self) -> Coverage:
-        """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does."""
+        """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does; an
+        exchange that cannot be built behind the path (a one-page prime behind a longer system prompt) is not
+        planned for this target."""
         steps = [s for s in self.steps if s.step.role != "control"]
-        planned = sum(len(e.steps) for e in self.plan.exchanges) if self.plan else len(steps)
+        planned = (sum(len(e.steps) for e in self.plan.exchanges if e.id not in self.skipped) if self.plan
+                   else len(steps))
         return Coverage(planned, len(steps), Counter(s.outcome for s in steps if not s.observed))
 
 

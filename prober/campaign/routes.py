@@ -1,11 +1,14 @@
-"""The API routes a target's requests may take, each with its adapter and a prompt builder that counts tokens
-the way that route does (a chat template costs tokens the completions route does not): the configured route
+"""The API routes a target's requests may take, each with its adapter, a prompt builder that counts tokens
+the way that route does (a chat template costs tokens the completions route does not), and what the path to the
+engine adds on that route (prober/campaign/path.py, measured when the route is first used): the configured route
 from the survey, any other (completions beside chat) set up the first time a probe shape asks for it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
+from prober.campaign.path import PathOverhead
 from prober.capacity import origin_of
 from prober.config import TargetConfig
 from prober.errors import PlanError
@@ -23,13 +26,24 @@ class Route:
     api: Api
     target: HTTPTarget
     builder: PromptBuilder
+    path: PathOverhead  # what the path adds to each tenant's prompts on this route
+
+    @property
+    def counter(self) -> TokenCounter:
+        return self.builder.counter
+
+
+Measure = Callable[[Route], Awaitable[PathOverhead]]
 
 
 class Routes:
-    def __init__(self, config: TargetConfig, transport: Transport) -> None:
+    def __init__(self, config: TargetConfig, transport: Transport, measure: Measure | None = None) -> None:
+        """`measure`: how a route's path overhead is measured when it is first used (none: assumed 0)."""
         self.config = config
         self.transport = transport
+        self.measure = measure
         self._routes: dict[Api, Route] = {}
+        self._measured: set[Api] = set()
         self._engine: Engine | None = None
         self._secret: Secret | None = None
 
@@ -40,8 +54,9 @@ class Routes:
     def surveyed(self, counter: TokenCounter, engine: Engine | None, secret: Secret | None) -> Route:
         """What a survey learned replaces every route: the configured one counts with `counter`."""
         self._engine, self._secret = engine, secret
-        route = Route(self.config.api, self._target(self.config.api), PromptBuilder(counter))
-        self._routes = {route.api: route}
+        route = Route(self.config.api, self._target(self.config.api), PromptBuilder(counter),
+                      PathOverhead(self.config.api))
+        self._routes, self._measured = {route.api: route}, set()
         return route
 
     async def get(self, api: Api) -> Route:
@@ -53,5 +68,13 @@ class Routes:
             target = self._target(api)
             counter = await select_counter(self.transport, target, origin_of(cfg.introspection_url or cfg.url),
                                            api=api, mode=cfg.tokenizer, secret=self._secret, engine=self._engine)
-            self._routes[api] = Route(api, target, PromptBuilder(counter))
+            self._routes[api] = Route(api, target, PromptBuilder(counter), PathOverhead(api))
+        if self.measure is not None and api not in self._measured:
+            self._measured.add(api)  # first, so that the measurement's own requests take the route as it is
+            self._routes[api] = replace(self._routes[api], path=await self.measure(self._routes[api]))
         return self._routes[api]
+
+    @property
+    def paths(self) -> list[PathOverhead]:
+        """What each route used so far measured."""
+        return [self._routes[api].path for api in sorted(self._measured) if api in self._routes]

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from secrets import token_hex
 
-from prober.campaign.checks import counted_failure, phantom_cached
+from prober.campaign.cached import CacheExplainer
+from prober.campaign.counters import CounterEvidence
 from prober.campaign.events import (
     FindingRecorded,
     Listener,
@@ -30,8 +31,10 @@ from prober.campaign.events import (
 )
 from prober.campaign.isolation import Isolation
 from prober.campaign.judging import Judge
+from prober.campaign.path import behind_path
+from prober.campaign.path import measure as measure_path
 from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
-from prober.campaign.planting import ASKED, LANGUAGE_NAMES, PRIME_INSTRUCTION, Planter
+from prober.campaign.planting import ASKED, PRIME_INSTRUCTION, Planter, instruction
 from prober.campaign.results import AuditResult, ShapeChoice, StepResult, TargetReport
 from prober.campaign.routes import Route, Routes
 from prober.campaign.salts import salted_tenants, tenant_salts
@@ -55,7 +58,7 @@ from prober.targets.credentials import Secret
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 from prober.targets.transport import Transport
-from prober.types import Finding
+from prober.types import Finding, ProbeContext
 
 # A target's deadline when none is given: the survey's allowance, then one derived from the plan.
 SURVEY_ALLOWANCE_S = 300.0
@@ -69,8 +72,10 @@ class TargetRunner:
         self.config = config
         self.transport = transport
         self.wiring = wiring
-        self.routes = Routes(config, transport)
+        self.routes = Routes(config, transport, lambda route: measure_path(
+            route.api, route.counter, self.tenants, lambda tenant, prompt: self.send_as(tenant, prompt, route)))
         self.planter = Planter(wiring)
+        self.cached = CacheExplainer(transport.outbox, wiring.secrets)
         self.surveyed: PreflightResult | None = None
         self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing run
         self._want_telemetry = telemetry
@@ -103,7 +108,7 @@ class TargetRunner:
         self.routes.surveyed(counter, result.capacity.engine, first)
         if self._want_telemetry and self.telemetry is None and cfg.api.openai_routes:
             telemetry = EngineTelemetry(self.transport, origin_of(cfg.introspection_url or cfg.url) + "/metrics", first)
-            self.telemetry = telemetry if await telemetry.snapshot() is not None else None
+            self.telemetry = telemetry if await telemetry.read() is not None else None
         return result
 
     def campaign(self, on_event: Listener = ignore, *, streaming: Streaming, concurrent: bool, rounds: int,
@@ -122,26 +127,27 @@ class TargetRunner:
         after it takes that shape's route and layout.  The control requests go into `report` as steps."""
         if self.surveyed is None:
             raise PlanError("survey the target before choosing a probe shape")
-        limit = acceptance_limit(self.surveyed.capacity)
-        length = min(CONTROL_TOKENS, limit - 1) if limit else CONTROL_TOKENS
+        limit, page = acceptance_limit(self.surveyed.capacity), self.surveyed.page
         answer_tokens = min(CONTROL_ANSWER_TOKENS, max((s.max_tokens for e in plan.exchanges for s in e.steps),
                                                        default=CONTROL_ANSWER_TOKENS))
         controls = replace(plan, fact_share=0.0)  # token canaries: the question is only whether codes come back
 
         async def trial(shape: Shape, tenant: str) -> StepResult:
             route = await self.routes.get(shape.api)
+            # Short, whatever the path adds in front, and below the limit with it.
+            length = min(CONTROL_TOKENS, limit - 1 - route.path.of(tenant)) if limit else CONTROL_TOKENS
             step = Step(id=f"{plan.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
-                        stream=False, expect_served=True, boundary=f"shape:{shape.name}", max_tokens=answer_tokens)
+                        stream=False, expect_served=True, boundary=f"shape:{shape.name}", max_tokens=answer_tokens,
+                        aimed=False)
             cue = shape.layout is Layout.CUE
-            built = await self.planter.prompt(step, ASKED["quote"], route.builder, controls, page=self.page, cue=cue,
+            built = await self.planter.prompt(step, ASKED["quote"], route, controls, page=page, cue=cue,
                                               lead=cue)
-            answer = await self.send_as(tenant, Prompt(built.text, max_tokens=step.max_tokens), route)
-            result = await self.check(step, step.id, built, answer)
-            self._record(result, report, on_event)
+            result = await self.send_and_check(step, built, route)
+            record(result, report, on_event)
             return result
 
         choice = await choose_shape(self.config.shapes, self.tenants, trial, CountError,
-                                    stopped=lambda: self._stop_reason() is not None)
+                                    stopped=lambda: self.wiring.stop_reason(self.transport) is not None)
         self.shape = choice
         on_event(ShapeChosen(self.config.name, choice))
         return choice
@@ -154,100 +160,102 @@ class TargetRunner:
         observed."""
         if choose or self.shape is None:
             report.shape = await self.choose_shape(plan, report, on_event)
+        report.paths = self.routes.paths
+        counted = CounterEvidence()
+        try:
+            return await self._exchanges(plan, report, on_event, counted)
+        finally:
+            for finding in await self.decide_counters(counted, on_event):
+                named = next((s for s in report.steps if s.step.id == finding.record_id), None)
+                if named is not None:
+                    named.findings.append(finding)
+
+    async def _exchanges(self, plan: Plan, report: TargetReport, on_event: Listener,
+                         counted: CounterEvidence) -> str | None:
         unobserved = 0  # in a row
         for exchange in plan.exchanges:
-            stop = self._stop_reason() or (f"circuit breaker: {unobserved} answers in a row could not be observed"
-                                           if unobserved >= self.config.breaker else None)
+            stop = self.wiring.stop_reason(self.transport) or (
+                f"circuit breaker: {unobserved} answers in a row could not be observed"
+                if unobserved >= self.config.breaker else None)
             if stop:
                 report.errors.append(f"stopped before {exchange.id}: {stop}")
                 return stop
             sent = len(report.steps)
-            await self._exchange(exchange, report, on_event, plan)
+            try:
+                await self._exchange(exchange, report, on_event, plan, counted)
+            except BuildError as exc:
+                behind = behind_path(self.routes.paths, (exchange.victim, exchange.observer))
+                if behind is None:
+                    raise
+                report.skipped[exchange.id] = f"{exchange.probe.boundary}: {exc}, {behind}"
+                continue
             for step in report.steps[sent:]:
                 unobserved = 0 if step.observed else unobserved + 1
         return None
 
-    def _stop_reason(self) -> str | None:
-        """Why no request may start now, if one may not."""
-        if self.wiring.stopping.is_set():
-            return "shutting down"
-        moved = self.wiring.ledger.identity_problem()  # its canaries could not be kept where they belong
-        return moved or ("the audit's deadline for this target passed" if self.transport.expired() else None)
+    async def decide_counters(self, counted: CounterEvidence, on_event: Listener) -> list[Finding]:
+        """A run's failure-counter windows against the background (prober/campaign/counters.py): its findings,
+        durable and told."""
+        found = await counted.decided(self.telemetry, self.wiring.counters, quiet=not self.wiring.stopping.is_set())
+        return await self.judge.persist(found, None, on_event)
 
     # -- one exchange ---------------------------------------------------------------------------
-    async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan) -> None:
-        route = await self.route()
-        builder, cue = route.builder, self.shape is not None and self.shape.chosen.layout is Layout.CUE
+    async def _exchange(self, exchange: Exchange, report: TargetReport, on_event: Listener, plan: Plan,
+                        counted: CounterEvidence) -> None:
+        route, page = await self.route(), self.surveyed.page if self.surveyed else None
+        cue = self.shape is not None and self.shape.chosen.layout is Layout.CUE
         if exchange.same_text:
-            # Unique to this run, so nothing the observer sent before (in any run) shares its prefix.
-            nonce = token_hex(6)
-            prime = await builder.build(exchange.prime.length, instruction=ASKED["quote"], nonce=nonce,
-                                        seed=int(nonce[:4], 16))
+            prime = await self.planter.plain(exchange.prime, route, token_hex(6))
             probe = replace(prime, fresh_from=None)  # the victim's prompt again: not new when the observer sends it
         else:
-            prime = await self.planter.prompt(exchange.prime, PRIME_INSTRUCTION, builder, plan, page=self.page,
-                                              cue=cue)
-            probe = await self.planter.prompt(exchange.probe, self._instruction(exchange.probe), builder, plan,
-                                              page=self.page, cue=cue, lead=cue)
+            prime = await self.planter.prompt(exchange.prime, PRIME_INSTRUCTION, route, plan, page=page, cue=cue)
+            probe = await self.planter.prompt(exchange.probe, instruction(exchange.probe, self.wiring.languages),
+                                              route, plan, page=page, cue=cue, lead=cue)
         sends = [(exchange.prime, prime), (exchange.probe, probe)]
         if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
             sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
-        async with window(self.telemetry) as engine:
+        async with window(self.telemetry, len(sends)) as engine:
             if exchange.concurrent:
-                answers = list(await asyncio.gather(*(self._send(step, built) for step, built in sends)))
+                sent = list(await asyncio.gather(*(self._send(step, built, route) for step, built in sends)))
             else:
-                answers = [await self._send(step, built) for step, built in sends]
-        # The observer's resend shows a shared cache only if the victim's first send was not itself claimed
-        # from a cache that cannot have held it.
-        shared = exchange.same_text and phantom_cached(answers[0], prime.fresh_from) is None
+                sent = [await self._send(step, built, route) for step, built in sends]
         # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
-        named = len(answers) - 1 if answers[-1].served else len(answers) - 2
-        unserved = sum(not answer.served for answer in answers)
-        for i, ((step, built), answer) in enumerate(zip(sends, answers, strict=True)):
-            primed_by = exchange.victim if shared and step.role == "probe" else None
-            failed = counted_failure(step, built.tokens, answer, engine.failures(), unserved) if i == named else None
-            result = await self.check(step, exchange.id, built, answer, engine=engine.evidence(),
-                                       primed_by=primed_by, also=[failed] if failed else [])
-            self._record(result, report, on_event)
-
-    @staticmethod
-    def _record(result: StepResult, report: TargetReport, on_event: Listener) -> None:
-        """Into the report, then told: the step, then its findings (already durable)."""
-        report.steps.append(result)
-        if not result.observed and result.step.role != "control":
-            report.errors.append(f"{result.step.id} ({result.step.length:,} tokens): "
-                                 f"{result.answer.error or 'not observed'}")
-        on_event(StepDone(result))
-        for finding in result.findings:
-            on_event(FindingRecorded(finding))
+        named = len(sent) - 1 if sent[-1][0].served else len(sent) - 2
+        step, built = sends[named]
+        counted.add(engine, request=step.id, tenant=step.tenant,
+                    context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
+                    unserved=sum(not answer.served for answer, _ in sent),
+                    retried=any(answer.attempts > 1 for answer, _ in sent))
+        for (step, built), (answer, before) in zip(sends, sent, strict=True):
+            result = await self.check(step, exchange.id, built, answer, route, before=before,
+                                      engine=engine.evidence())
+            record(result, report, on_event)
 
     async def route(self) -> Route:
         """The chosen shape's route, else the configured one (raises PlanError before a survey)."""
         return await self.routes.get(self.shape.chosen.api if self.shape else self.config.api)
 
-    async def check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
-                     engine: dict[str, dict[str, float]] | None = None, primed_by: str | None = None,
-                     also: list[Finding] | None = None) -> StepResult:
-        """The judge's verdict on one answer; no phantom check where prefill and decode are split (decode counts
-        what prefill sent it as cached)."""
+    async def check(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
+                    before: int, engine: dict[str, dict[str, float]] | None = None) -> StepResult:
+        """The judge's verdict on one answer, its cached tokens explained by what was sent before it (`before`: the
+        outbox's count when it was sent); no phantom check where prefill and decode are split (decode counts what
+        prefill sent it as cached)."""
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
-        return await self.judge.answer(step, exchange, built, answer, engine=engine, primed_by=primed_by,
-                                       fresh=not split, also=also)
+        cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,
+                                         overhead=route.path.of(step.tenant), fresh=not split)
+        return await self.judge.answer(step, exchange, built, answer, engine=engine, also=cached)
 
-    @property
-    def page(self) -> int | None:
-        """The KV page size the last survey learned, which canaries in prompts are spaced by."""
-        known = self.surveyed.capacity.page_size if self.surveyed else None
-        return known.value if known else None
+    async def send_and_check(self, step: Step, built: BuiltPrompt, route: Route) -> StepResult:
+        """One request of a check that is its own exchange (a probe-shape control, an idle-slot request)."""
+        answer, before = await self._send(step, built, route)
+        return await self.check(step, step.id, built, answer, route, before=before)
 
-    def _instruction(self, step: Step) -> str:
-        """A translation goes into the language the observer does not write in, so its own canaries (and any
-        other tenant's that leak) come out in the other language."""
-        other = "ko" if self.wiring.languages.get(step.tenant, "en") == "en" else "en"
-        return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
-
-    async def _send(self, step: Step, built: BuiltPrompt) -> Completion:
-        return await self.send_as(step.tenant, Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream))
+    async def _send(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int]:
+        """The answer, and how many prompts the target had been sent before this one."""
+        before = self.transport.outbox.started  # also the number this prompt gets as it goes out
+        self.cached.sent(before, built)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
+        return await self.send_as(step.tenant, prompt, route), before
 
     async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion:
         """As this tenant: its credential, and its own cache salt where the target asks for one; on the chosen
@@ -255,6 +263,17 @@ class TargetRunner:
         route = route or await self.route()
         return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                            self.wiring.secrets.get(tenant))
+
+
+def record(result: StepResult, report: TargetReport, on_event: Listener) -> None:
+    """Into the report, then told: the step, then its findings (already durable)."""
+    report.steps.append(result)
+    if not result.observed and result.step.role != "control":
+        report.errors.append(f"{result.step.id} ({result.step.length:,} tokens): "
+                             f"{result.answer.error or 'not observed'}")
+    on_event(StepDone(result))
+    for finding in result.findings:
+        on_event(FindingRecorded(finding))
 
 
 class Auditor:

@@ -31,6 +31,11 @@ class PreflightResult:
     at: float = field(default_factory=time.time)  # when it was learned
 
     @property
+    def page(self) -> int | None:
+        """The KV page size learned, which canaries in prompts are spaced by."""
+        return self.capacity.page_size.value if self.capacity.page_size else None
+
+    @property
     def severity(self) -> Severity:
         return max((v.severity for v in self.verdicts), default=Severity.INFO)
 

@@ -184,10 +184,12 @@ def check_decidable(settings: TimingSettings, tenants: Sequence[str]) -> None:
 
 
 async def words_for(counter: TokenCounter, tokens: int, rng: random.Random) -> int:
-    """How many random words make a prompt of about `tokens` tokens (template included) for this tokenizer."""
-    counted = await counter.count(random_text(CALIBRATION_WORDS, rng))
-    per_word = counted / CALIBRATION_WORDS
-    return max(1, round(tokens / per_word))
+    """How many random words make a prompt of about `tokens` tokens for this tokenizer: the cost of a word from the
+    difference of two lengths, so that a template's (or a gateway's) fixed tokens do not count as words."""
+    short = await counter.count(random_text(CALIBRATION_WORDS // 2, rng))
+    long = await counter.count(random_text(CALIBRATION_WORDS, rng))
+    per_word = max(1.0, (long - short) / (CALIBRATION_WORDS - CALIBRATION_WORDS // 2))
+    return max(1, round((tokens - max(0, short - per_word * CALIBRATION_WORDS // 2)) / per_word))
 
 
 async def measure_pair(send: Send, victim: str, observer: str, *, words: int, settings: TimingSettings,
@@ -197,7 +199,7 @@ async def measure_pair(send: Send, victim: str, observer: str, *, words: int, se
     n = settings.samples
     texts = [random_text(words, rng) for _ in range(2 * n)]
     hit_texts = set(rng.sample(range(2 * n), n))  # which fresh prompts become would-be hits: drawn at random
-    async with window(telemetry) as engine:
+    async with window(telemetry, 3 * n) as engine:
         samples = await _sample(send, victim, observer, texts, hit_texts, rng)
     return replace(samples, engine=engine.evidence())
 

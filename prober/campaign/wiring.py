@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from prober.campaign.salts import claimed_salted
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
-from prober.config import ProberConfig
+from prober.config import CounterSettings, ProberConfig
 from prober.ledger.base import Ledger
 from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
+from prober.targets.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,14 @@ class Wiring:
     scrubber: Scrubber = field(default_factory=Scrubber)  # every secret masked in what runs return
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set: finish the exchange, start no other
     cache_salted: frozenset[str] = frozenset()  # tenants whose gateway, the config says, salts their prefix cache
+    counters: CounterSettings = field(default_factory=CounterSettings)  # failure counters against the background
+
+    def stop_reason(self, transport: Transport) -> str | None:
+        """Why no request to the target of `transport` may start now, if one may not."""
+        if self.stopping.is_set():
+            return "shutting down"
+        moved = self.ledger.identity_problem()  # its canaries could not be kept where they belong
+        return moved or ("the audit's deadline for this target passed" if transport.expired() else None)
 
     @classmethod
     def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],
@@ -36,4 +45,4 @@ class Wiring:
         """The wiring a config implies: its tenants and their languages, facts only where an embedder is."""
         return cls(minter.ledger, minter, scanner, secrets, tuple(t.name for t in config.tenants), config.languages,
                    config.detection.fact_share if minter.embedder is not None else 0.0, scrubber,
-                   stopping or asyncio.Event(), claimed_salted(config.tenants))
+                   stopping or asyncio.Event(), claimed_salted(config.tenants), config.counters)

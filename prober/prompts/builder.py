@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prober.canaries.filler import load_filler
 from prober.canaries.tokens import lookalike
@@ -49,10 +49,20 @@ class BuiltPrompt:
     # Tokens at the start that another prompt may share (template, instruction, the first filler); everything
     # after them is new, so no honest prefix cache can hold more of this prompt.  None: not known to be new.
     fresh_from: int | None = None
+    # Characters from the start that hold something no other prompt holds (its nonce, its first canary): a prompt
+    # that shares this much of it shares what only this one was sent with.  None: nothing unique is known.
+    unique_at: int | None = None
 
     @property
     def exact(self) -> bool:
         return self.counted and self.tokens == self.requested
+
+    def through(self, overhead: int) -> BuiltPrompt:
+        """As the engine sees it behind a path that puts `overhead` tokens in front (a gateway's system prompt)."""
+        if not overhead:
+            return self
+        return replace(self, requested=self.requested + overhead, tokens=self.tokens + overhead,
+                       fresh_from=None if self.fresh_from is None else self.fresh_from + overhead)
 
 
 @dataclass(frozen=True)
@@ -178,8 +188,10 @@ class PromptBuilder:
             parts, costs = parts + [block] * blocks, costs + [block_cost] * blocks
         pads = budget - round(sum(costs))
         if not self.counter.free:
-            return BuiltPrompt(header + "".join(parts) + pad * max(0, pads) + ending, tokens, tokens, False,
-                               self.counter.source, _kept(minted, unit_of, len(parts)), period, fresh)
+            text = header + "".join(parts) + pad * max(0, pads) + ending
+            kept = _kept(minted, unit_of, len(parts))
+            return BuiltPrompt(text, tokens, tokens, False, self.counter.source, kept, period, fresh,
+                               _unique_at(text, nonce, kept))
         actual = 0
         for _ in range(VERIFY_ROUNDS):
             while pads < 0 and parts:  # over: drop whole units from the end, never cut into a canary
@@ -190,8 +202,9 @@ class PromptBuilder:
             if actual == tokens:
                 break
             pads += tokens - actual
-        return BuiltPrompt(text, tokens, actual, True, self.counter.source, _kept(minted, unit_of, len(parts)), period,
-                           fresh)
+        kept = _kept(minted, unit_of, len(parts))
+        return BuiltPrompt(text, tokens, actual, True, self.counter.source, kept, period, fresh,
+                           _unique_at(text, nonce, kept))
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
                            seed: int, facts: Facts | None, *, units: int | None = None) -> _Body:
@@ -241,6 +254,14 @@ class PromptBuilder:
             body.parts[index] = sentence + shorter + body.parts[index][len(body.filler):]
             planted.append((index, fact))
         return planted
+
+
+def _unique_at(text: str, nonce: str | None, canaries: tuple[Canary, ...]) -> int | None:
+    """Where the first thing only this prompt holds ends: its leading nonce, else its first canary."""
+    if nonce:
+        return len(nonce)
+    ends = [at + len(c.text) for c in canaries if (at := text.find(c.text)) >= 0]
+    return min(ends, default=None)
 
 
 def _kept(canaries: tuple[Canary, ...], unit_of: list[int], units: int) -> tuple[Canary, ...]:

@@ -36,6 +36,7 @@ class Piece:
     finish_reason: str | None = None
     usage: Usage | None = None
     error: str | None = None
+    other: str = ""  # text beside the content (reasoning, refusal, tool-call arguments)
 
 
 class Target(ABC):
@@ -65,13 +66,15 @@ class HTTPTarget(Target):
     def read_event(self, obj: Any) -> Piece: ...
 
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
-        if not prompt.stream:
-            exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret)
-            return _plausible(self._scrubbed(self._plain(exchange)), prompt)
-        stream = _StreamReader(self, max_tokens=prompt.max_tokens, idle_s=self.transport.policy.timeout_s)
-        exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
-                                                 on_chunk=stream.feed)
-        return _plausible(self._scrubbed(stream.finish(exchange)), prompt)
+        with self.transport.outbox.sending(secret, prompt.text):
+            if not prompt.stream:
+                exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt),
+                                                         secret=secret)
+                return _plausible(self._scrubbed(self._plain(exchange)), prompt)
+            stream = _StreamReader(self, max_tokens=prompt.max_tokens, idle_s=self.transport.policy.timeout_s)
+            exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
+                                                     on_chunk=stream.feed)
+            return _plausible(self._scrubbed(stream.finish(exchange)), prompt)
 
     def _scrubbed(self, answer: Completion) -> Completion:
         """Streamed text arrives in pieces that may split a secret: scrub the assembled answer too."""
@@ -81,7 +84,7 @@ class HTTPTarget(Target):
         error = answer.error
         if error is not None:
             error = replace(error, message=scrub.text(error.message), body=scrub.text(error.body))
-        return replace(answer, text=scrub.text(answer.text), error=error)
+        return replace(answer, text=scrub.text(answer.text), other_text=scrub.text(answer.other_text), error=error)
 
     def _plain(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
@@ -98,7 +101,7 @@ class HTTPTarget(Target):
                 exchange.snippet()))
         error = TargetError(ErrorKind.REFUSED, piece.error, 200, exchange.snippet()) if piece.error else None
         return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
-                          ttft_s=exchange.total_s, error=error)
+                          ttft_s=exchange.total_s, error=error, other_text=piece.other)
 
 
 OVERLONG = 2  # a stream of more text pieces than this many times max_tokens (+16) was not asked for
@@ -118,6 +121,7 @@ class _StreamReader:
         self.last_progress = 0.0  # seconds since the request began, when an event last carried something
         self.decoder = SSEDecoder()
         self.parts: list[str] = []
+        self.others: list[str] = []
         self.ttft: float | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -127,8 +131,9 @@ class _StreamReader:
     def feed(self, chunk: bytes, at: float) -> TargetError | None:
         for event in self.decoder.feed(chunk):
             self._event(event, at)
-        if self.max_pieces is not None and len(self.parts) > self.max_pieces:
-            return TargetError(ErrorKind.MALFORMED, f"stream sent {len(self.parts):,} pieces of text for "
+        pieces = len(self.parts) + len(self.others)
+        if self.max_pieces is not None and pieces > self.max_pieces:
+            return TargetError(ErrorKind.MALFORMED, f"stream sent {pieces:,} pieces of text for "
                                f"max_tokens {(self.max_pieces - 16) // OVERLONG:,}: far more than was asked for", 200)
         if self.idle_s is not None and at - self.last_progress > self.idle_s:
             return TargetError(ErrorKind.TIMEOUT, f"nothing but keep-alives for {self.idle_s:g} s", 200)
@@ -147,12 +152,14 @@ class _StreamReader:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
             return
-        if piece.text or piece.finish_reason or piece.usage or piece.error:
+        if piece.text or piece.other or piece.finish_reason or piece.usage or piece.error:
             self.last_progress = at
+        if (piece.text or piece.other) and self.ttft is None:
+            self.ttft = at
         if piece.text:
-            if self.ttft is None:
-                self.ttft = at
             self.parts.append(piece.text)
+        if piece.other:
+            self.others.append(piece.other)
         self.finish_reason = piece.finish_reason or self.finish_reason
         self.usage = piece.usage or self.usage
         if piece.error and self.error is None:
@@ -173,7 +180,7 @@ class _StreamReader:
             error = TargetError(ErrorKind.TRUNCATED, "stream ended without its [DONE] terminator", 200)
         # Partial text stays: a truncated answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
-                          ttft_s=self.ttft, streamed=True, error=error)
+                          ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others))
 
 
 def _plausible(answer: Completion, prompt: Prompt) -> Completion:

@@ -23,6 +23,7 @@ import httpx
 from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
+from prober.targets.outbox import Outbox
 from prober.targets.result import ErrorKind, TargetError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -110,6 +111,7 @@ class Transport:
         self.scrubber = scrubber or Scrubber()
         # When every exchange must have ended (time.monotonic()): an audit's deadline for its target.
         self.ends_at: float | None = None
+        self.outbox = Outbox()  # what went out through this transport (the adapters record their prompts)
         p = self.policy
         self.client = httpx.AsyncClient(
             transport=http,
