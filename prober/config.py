@@ -272,9 +272,10 @@ class SlotSettings(_Strict):
     """Slots to fill and probe; null: the engine's own count (llama.cpp's `total_slots`, or `capacity.slots`), and
     no check where that is unknown (an engine without slots)."""
     tokens: int = Field(default=128, ge=32, le=8192)
-    """Prompt length of each request."""
-    max_tokens: int = Field(default=48, ge=8, le=1024)
-    """Completion tokens per request (enough to repeat a canary)."""
+    """Prompt length of each request (what leakprobe writes: a gateway's system prompt comes on top)."""
+    max_tokens: int = Field(default=64, ge=8, le=1024)
+    """Completion tokens per request: as many as a probe-shape control gets, enough to repeat a canary behind
+    whatever the model says first (a quote of the instruction line, say)."""
 
 
 class CounterSettings(_Strict):

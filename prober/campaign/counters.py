@@ -21,6 +21,7 @@ may have aborted the first attempt when the connection dropped).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -82,6 +83,12 @@ class CounterEvidence:
         elif window.changed is not None:
             excess = {name: rise - unserved for name, rise in window.failures().items() if rise > unserved}
             self.windows.append(CountedWindow(request, tenant, context, window.seconds, excess))
+
+    def notes(self) -> list[str]:
+        """What the report says of windows that were not evidence, by why."""
+        why = Counter(reason.split(": ", 1)[1] for reason in self.set_aside)
+        return [f"engine counters: {n} window{'s' if n > 1 else ''} set aside: {reason}" for reason, n in
+                why.most_common()]
 
     @property
     def rose(self) -> bool:

@@ -88,8 +88,7 @@ class Isolation:
         """The idle-slot check (prober/campaign/slots.py), where the target has slots: every prompt led by a fresh
         nonce, so that none shares a prefix with anything a slot holds (the victim's take a slot each)."""
         runner = self.runner
-        known = runner.surveyed.capacity.slots if runner.surveyed else None
-        width = width_of(settings, known.value if known else None)
+        width = width_of(settings, runner.surveyed.capacity) if runner.surveyed else None
         if width is None:
             return None
         route, page = await runner.route(), runner.surveyed.page if runner.surveyed else None

@@ -44,7 +44,10 @@ class Planter:
         BuildError where the path alone leaves no room)."""
         wiring = self.wiring
         overhead = route.path.of(step.tenant)
-        length = step.length - overhead if step.aimed else step.length
+        if step.aimed:
+            length = step.length - overhead
+        else:  # an everyday size, but never below what one canary takes (a usage counter counts the path's prefix)
+            length = max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))
         language = wiring.languages.get(step.tenant, "en")
         tokens = self._minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id,
                                        retention_s=plan.retention_s))
@@ -70,8 +73,11 @@ class Planter:
         """A canary-free prompt of fresh words led by `nonce` (the prefix-cache check's prime), unique to this run,
         so nothing the observer sent before (in any run) shares its prefix; sized like `prompt`'s."""
         overhead = route.path.of(step.tenant)
-        built = await route.builder.build(step.length - overhead if step.aimed else step.length,
-                                          instruction=ASKED["quote"], nonce=nonce, seed=int(nonce[:4], 16))
+        if step.aimed:
+            length = step.length - overhead
+        else:
+            length = max(step.length, await route.builder.shortest(ASKED["quote"], nonce=nonce))
+        built = await route.builder.build(length, instruction=ASKED["quote"], nonce=nonce, seed=int(nonce[:4], 16))
         return built.through(overhead)
 
     async def canary(self, tenant: str, request_id: str) -> Canary:

@@ -154,6 +154,7 @@ class TargetReport:
     slots: SlotCheck | None = None  # the idle-slot check, where it ran
     paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used
     skipped: dict[str, str] = field(default_factory=dict)  # exchange id -> why it could not be built (not sent)
+    notes: list[str] = field(default_factory=list)  # what the run set aside and why (no error: it still completed)
 
     @property
     def findings(self) -> list[Finding]:
@@ -166,12 +167,23 @@ class TargetReport:
         return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in checks if c)
 
     @property
-    def sight(self) -> Sight:
-        """Of the answers that came back with text to check, how many carried their own tenant's canary."""
-        answers = [s for s in self.steps + (self.slots.steps if self.slots else []) if s.answer.served]
-        burst = self.crosstalk
-        return Sight(checked=len(answers) + (burst.answered if burst else 0),
-                     echoed=sum(1 for s in answers if s.own_echoes) + (burst.own_echoed if burst else 0))
+    def sights(self) -> dict[str, Sight]:
+        """Per content check that got answers: how many of its probes' answers carried their own tenant's canary.
+        Probes only: a probe-shape control is picked to echo, and the burst's "repeat the code word" echoes where
+        a quote of a long document would not, so neither vouches for the boundaries (the burst vouches for itself)."""
+        probes = {"boundaries": [s for s in self.steps if s.step.role == "probe" and s.answer.served],
+                  "idle slots": [s for s in self.slots.steps if s.step.role == "probe" and s.answer.served]
+                  if self.slots else []}
+        sights = {name: Sight(len(answers), sum(1 for s in answers if s.own_echoes))
+                  for name, answers in probes.items() if answers}
+        if self.crosstalk and self.crosstalk.answered:
+            sights["cross-talk"] = Sight(self.crosstalk.answered, self.crosstalk.own_echoed)
+        return sights
+
+    @property
+    def blind(self) -> list[str]:
+        """The content checks that got answers and could not see: none of them carried its own canary."""
+        return [name for name, sight in self.sights.items() if sight.blind]
 
     def coverage(self) -> Coverage:
         """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does; an
@@ -196,9 +208,9 @@ class Sight:
     def blind(self) -> bool:
         return self.checked > 0 and self.echoed == 0
 
-    def reason(self) -> str:
-        return (f"content checks were blind: none of {self.checked} answers repeated its own tenant's canary, so "
-                "another tenant's would not have shown either")
+    def reason(self, check: str) -> str:
+        return (f"{check} blind: none of {self.checked} probe answers repeated its own tenant's canary, so another "
+                "tenant's would not have shown either")
 
     def to_json(self) -> dict[str, object]:
         return {"checked": self.checked, "echoed": self.echoed, "blind": self.blind}
@@ -254,8 +266,8 @@ class AuditResult:
 
     @property
     def blind(self) -> bool:
-        """Some target's answers never repeated their own canary: its content checks could not see."""
-        return any(t.sight.blind for t in self.targets)
+        """Some content check of some target got answers and none repeated its own canary: it could not see."""
+        return any(t.blind for t in self.targets)
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)

@@ -41,8 +41,8 @@ from prober.campaign.salts import salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
 from prober.campaign.shapes import CONTROL_ANSWER_TOKENS, CONTROL_TOKENS, choose_shape
 from prober.campaign.shapes import planned_tokens as shape_tokens
+from prober.campaign.slots import USUAL_SLOTS
 from prober.campaign.slots import planned_tokens as slot_tokens
-from prober.campaign.slots import width_of
 from prober.campaign.survey import PreflightResult, survey
 from prober.campaign.timing import planned_requests, planned_tokens
 from prober.campaign.wiring import Wiring
@@ -165,6 +165,7 @@ class TargetRunner:
         try:
             return await self._exchanges(plan, report, on_event, counted)
         finally:
+            report.notes += counted.notes()
             for finding in await self.decide_counters(counted, on_event):
                 named = next((s for s in report.steps if s.step.id == finding.record_id), None)
                 if named is not None:
@@ -330,11 +331,10 @@ class Auditor:
             plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
                                    rounds=settings.rounds, max_tokens=settings.max_tokens)
             report.plan = plan
-            slots = runner.surveyed.capacity.slots if runner.surveyed else None
             extra = shape_tokens(cfg.shapes, runner.tenants)
             extra += planned_tokens(self.config.timing, runner.tenants) if self.config.timing.audit else 0
-            extra += (slot_tokens(self.config.slots, runner.tenants, slots.value if slots else None)
-                      if self.config.slots.audit else 0)
+            extra += (slot_tokens(self.config.slots, runner.tenants, runner.surveyed.capacity)
+                      if self.config.slots.audit and runner.surveyed else 0)
             if plan.tokens + extra > self.tokens_left:
                 raise PlanError(f"the plan for {cfg.name} needs {plan.tokens + extra:,} tokens, over the remaining "
                                 f"budget of {self.tokens_left:,}; raise --token-budget or lower `rounds`")
@@ -387,8 +387,8 @@ def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
         seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + planned_requests(timing, tenants) / DECODE_FLOOR
     if config.slots.audit:  # the configured width, or llama.cpp's usual four
         slots = config.slots
-        width = width_of(slots, 4) or 4
-        seconds += (slot_tokens(slots, tenants, width) / PREFILL_FLOOR
+        width = slots.width or USUAL_SLOTS
+        seconds += (len(pairs(tenants)) * 4 * width * slots.tokens / PREFILL_FLOOR
                     + 4 * len(pairs(tenants)) * width * slots.max_tokens / DECODE_FLOOR)
     if config.crosstalk.audit:
         seconds += config.crosstalk.max_tokens / DECODE_FLOOR

@@ -17,20 +17,26 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from prober.campaign.plan import Step, pairs
 from prober.campaign.results import SlotCheck, StepResult
+from prober.capacity import Capacity
 from prober.config import SlotSettings
 
 Run = Callable[[Step], Awaitable[StepResult]]  # plant, send and check one request
 
 
-def width_of(settings: SlotSettings, slots: int | None) -> int | None:
-    """How many slots to fill: the configured number, else the engine's own (llama.cpp reports `total_slots`);
-    None where neither is known (an engine without slots: nothing to check)."""
-    return settings.width or slots
+USUAL_SLOTS = 4  # llama.cpp's slots when `--parallel` is left to choose
 
 
-def planned_tokens(settings: SlotSettings, tenants: Sequence[str], slots: int | None) -> int:
+def width_of(settings: SlotSettings, capacity: Capacity) -> int | None:
+    """How many slots to fill: the configured number, else the engine's own (llama.cpp reports `total_slots`), else,
+    where the engine is not known at all (its introspection hidden behind a gateway), llama.cpp's usual number, as
+    it may be one; None for a known engine without slots (nothing to check)."""
+    known = capacity.slots.value if capacity.slots else None
+    return settings.width or known or (USUAL_SLOTS if capacity.engine is None else None)
+
+
+def planned_tokens(settings: SlotSettings, tenants: Sequence[str], capacity: Capacity) -> int:
     """Per ordered pair: the victim's fill before each of the observer's two rounds."""
-    return len(pairs(list(tenants))) * 4 * (width_of(settings, slots) or 0) * settings.tokens
+    return len(pairs(list(tenants))) * 4 * (width_of(settings, capacity) or 0) * settings.tokens
 
 
 async def check_idle_slots(run: Run, tenants: Sequence[str], settings: SlotSettings, *, width: int,

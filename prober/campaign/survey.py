@@ -5,8 +5,9 @@ audit and the daemon's jobs start from it."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from prober.campaign.path import PathOverhead, measure
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config import TargetConfig
@@ -19,6 +20,9 @@ from prober.targets.factory import make_target
 from prober.targets.transport import Transport
 from prober.types import Severity
 
+UNKNOWN_ENGINE = ("engine unknown (its introspection is hidden or unlike any engine leakprobe knows): the checks of "
+                  "every engine family run, idle slots at llama.cpp's usual width")
+
 
 @dataclass
 class PreflightResult:
@@ -29,6 +33,7 @@ class PreflightResult:
     tokenizer: str | None = None
     error: str | None = None
     at: float = field(default_factory=time.time)  # when it was learned
+    path: PathOverhead | None = None  # what the path adds to a prompt on the configured route, where measured
 
     @property
     def page(self) -> int | None:
@@ -42,11 +47,14 @@ class PreflightResult:
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "url": self.url, "severity": self.severity.label,
                 "capacity": self.capacity.to_json(), "verdicts": [v.to_json() for v in self.verdicts],
-                "tokenizer": self.tokenizer, "error": self.error}
+                "tokenizer": self.tokenizer, "error": self.error,
+                "path": self.path.to_json() if self.path else None}
 
 
-async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *,
-                 bisect_budget: int = 0) -> tuple[PreflightResult, TokenCounter | None]:
+async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
+                 measure_as: str | None = None) -> tuple[PreflightResult, TokenCounter | None]:
+    """`measure_as`: also measure what the path adds on the configured route, as this tenant (with `secret`): two
+    short generation requests of one answer token each (prober/campaign/path.py)."""
     result = PreflightResult(config.name, config.url)
     problem = await reachability(transport, config.url, secret) if config.api.openai_routes else None
     if problem:
@@ -65,15 +73,21 @@ async def survey(transport: Transport, config: TargetConfig, secret: Secret | No
             known = found.known()
             notes = (f"bisection stopped: {found.stopped}",) if found.stopped else ()
             capacity = capacity.merged(Capacity(accept_limit=known, notes=notes))
+        if measure_as is not None:
+            result.path = await measure(config.api, counter, [measure_as],
+                                        lambda _, prompt: target.complete(prompt, secret))
     except CountError as exc:
         result.error = str(exc)
+    if capacity.engine is None:
+        capacity = replace(capacity, notes=(*capacity.notes, UNKNOWN_ENGINE))
     result.capacity = capacity
     result.verdicts = assess(capacity)
     return result, counter
 
 
 async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
-                    scrubber: Scrubber | None = None) -> PreflightResult:
+                    scrubber: Scrubber | None = None, tenant: str | None = None) -> PreflightResult:
+    """`tenant`: whose `secret` it is; given, the path's overhead is measured as that tenant."""
     async with Transport(config.policy(), scrubber) as transport:
-        result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget)
+        result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget, measure_as=tenant)
     return result

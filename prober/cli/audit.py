@@ -27,10 +27,14 @@ def preflight(
     fail_on: FailOn = Severity.WARNING,
     bisect_budget: Annotated[int, typer.Option(
         min=0, help="Tokens that bisection may send when the engine exposes no context length (0 = never).")] = 0,
+    measure_path: Annotated[bool, typer.Option(
+        help="Measure what the path to the engine (a gateway's system prompt) adds to each prompt: two generation "
+             "requests of one answer token each.  --no-measure-path sends no generation request.")] = True,
 ) -> None:
-    """Advertised context vs KV pool per target.  Exit 0 clean, 1 at or above --fail-on, 2 on error.
+    """Advertised context vs KV pool per target, and what the path to the engine adds to a prompt.  Exit 0 clean,
+    1 at or above --fail-on, 2 on error.
 
-    The first tenant's key reads the introspection endpoints."""
+    The first tenant's key reads the introspection endpoints (and measures the path)."""
     from prober.campaign.survey import preflight as run_preflight
     from prober.capacity.limits import FIELDS
     from prober.config import assemble_config
@@ -39,9 +43,11 @@ def preflight(
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
     secret = cfg.tenants[0].credential.load() if cfg.tenants else None
     scrubber = scrubber_for({"first tenant": secret})
+    first = cfg.tenants[0].name if cfg.tenants else None
 
     async def run_all() -> list[Any]:
-        return [await run_preflight(t, secret, bisect_budget=bisect_budget, scrubber=scrubber) for t in cfg.targets]
+        return [await run_preflight(t, secret, bisect_budget=bisect_budget, scrubber=scrubber,
+                                    tenant=first if measure_path else None) for t in cfg.targets]
 
     results = asyncio.run(run_all())
     if output_format is OutputFormat.json:
@@ -56,6 +62,8 @@ def preflight(
                 typer.echo(f"{r.target}: {v.code}: {v.message}")
             sources = [f"{name} from {known.source}" for name in FIELDS if (known := getattr(r.capacity, name))]
             typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
+            if r.path is not None:
+                typer.echo(f"{r.target}: path to the engine: {r.path.describe()}")
             for note in r.capacity.notes:
                 typer.echo(f"{r.target}: note: {note}", err=True)
     errors = [r for r in results if r.error]

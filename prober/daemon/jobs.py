@@ -179,7 +179,7 @@ class TargetSession:
             await self.runner.run(plan, report, on_event, choose=choose)
         finally:
             await self.budget.release(self.name, day, tokens - report.tokens_sent)
-        blind = report.sight.blind
+        blind = bool(report.blind)
         if report.errors:
             more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
             return JobOutcome(Failure.INCOMPLETE, message=report.errors[0] + more, tokens=report.tokens_sent,

@@ -156,11 +156,7 @@ class PromptBuilder:
         finish.  `lead`: canaries in the first unit only, filler after it, so that a model finishing the cue
         finds a code only at the start (where a request's stale first page sits).  `nonce`: lead with it
         (unique to this prompt), so that nothing after the first line can have been sent before."""
-        header = (f"{nonce} " if nonce else "") + instruction.strip() + "\n"
-        pad = await self.pad(header)
-        overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
-        ending = "\n" + CUE if cue else ""
-        tail = await self._cost(header + pad, ending) if ending else 0
+        header, pad, overhead, ending, tail = await self._frame(instruction, cue, nonce)
         if tokens < overhead + tail:
             raise BuildError(f"{tokens} tokens is below the {overhead + tail} that the instruction alone costs")
         budget = tokens - overhead - tail
@@ -205,6 +201,22 @@ class PromptBuilder:
         kept = _kept(minted, unit_of, len(parts))
         return BuiltPrompt(text, tokens, actual, True, self.counter.source, kept, period, fresh,
                            _unique_at(text, nonce, kept))
+
+    async def _frame(self, instruction: str, cue: bool, nonce: str | None) -> tuple[str, str, int, str, int]:
+        """What every prompt of this instruction has: header, pad word, the header's cost, ending and its cost."""
+        header = (f"{nonce} " if nonce else "") + instruction.strip() + "\n"
+        pad = await self.pad(header)
+        overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
+        ending = "\n" + CUE if cue else ""
+        tail = await self._cost(header + pad, ending) if ending else 0
+        return header, pad, overhead, ending, tail
+
+    async def shortest(self, instruction: str, *, cue: bool = False, nonce: str | None = None) -> int:
+        """The fewest tokens a prompt of one token canary can have, as this counter counts (with a usage-calibrated
+        counter that includes what the path to the engine adds in front)."""
+        header, _, overhead, _, tail = await self._frame(instruction, cue, nonce)
+        canary = max([await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes])
+        return overhead + tail + canary + 1
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
                            seed: int, facts: Facts | None, *, units: int | None = None) -> _Body:

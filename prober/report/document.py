@@ -85,7 +85,10 @@ class TargetDoc(TypedDict):
     tokens_sent: int
     matrix: MatrixDoc
     coverage: dict[str, Any]
-    sight: dict[str, Any]
+    sight: dict[str, Any]  # per content check: probe answers checked, how many echoed their own canary, blind
+    paths: list[dict[str, Any]]  # what the path to the engine adds, per route used
+    skipped: dict[str, str]  # exchanges that could not be built behind the path, and why
+    notes: list[str]  # what the run set aside, and why
     shape: dict[str, Any] | None
     plan: dict[str, Any] | None
     steps: list[StepDoc]
@@ -131,8 +134,8 @@ def verdict(result: AuditResult) -> VerdictDoc:
     worst = result.worst()
     # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
     reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]
-    reasons += [f"{t.name}: {t.sight.reason()}; still checked: {', '.join(still_checked(t))}"
-                for t in result.targets if t.sight.blind and not result.dry_run]
+    reasons += [f"{t.name}: {'; '.join(t.sights[check].reason(check) for check in t.blind)}; still checked: "
+                f"{', '.join(still_checked(t))}" for t in result.targets if t.blind and not result.dry_run]
     return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
             "complete": result.complete, "reasons": reasons, "tokens_sent": sum(t.tokens_sent for t in result.targets),
             "duration_s": round(max(0.0, result.finished - result.started), 1)}
@@ -185,7 +188,9 @@ def target_json(report: TargetReport) -> TargetDoc:
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
             "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
-            "coverage": report.coverage().to_json(), "sight": report.sight.to_json(),
+            "coverage": report.coverage().to_json(),
+            "sight": {check: sight.to_json() for check, sight in report.sights.items()},
+            "paths": [p.to_json() for p in report.paths], "skipped": report.skipped, "notes": report.notes,
             "shape": report.shape.to_json() if report.shape else None,
             "plan": report.plan.to_json() if report.plan else None,
             "steps": [step_json(s) for s in report.steps], "errors": report.errors}

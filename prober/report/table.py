@@ -35,6 +35,9 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
     if t["shape"]:
         parts.append(f"  probe shape {t['shape']['summary']}\n")
+    parts += [f"  path to the engine: {path['summary']}\n" for path in t["paths"]]
+    parts += [f"  skipped {exchange}: {why}\n" for exchange, why in t["skipped"].items()]
+    parts += [f"  note: {note}\n" for note in t["notes"]]
     parts += [f"  capacity note: {note}\n" for note in cap["notes"]]
     m = t["matrix"]
     if len(m["tenants"]) > 1:

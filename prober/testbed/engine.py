@@ -163,6 +163,7 @@ class Engine:
                              if config.faults.storage_tier_ignores_salt else None)
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
+        self.started_at = time.time()
 
     def disconnected(self) -> None:
         """A client hung up before its answer was complete: counted as an abort, as vLLM and SGLang count one, so

@@ -83,6 +83,11 @@ class _PoolCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._counted()
         yield from self._pools()
+        # As client_python's process collector exports it: two engines behind one balanced /metrics differ here.
+        started = GaugeMetricFamily("process_start_time_seconds", "Start time of the process since unix epoch in "
+                                    "seconds (the engine's: several may share one test process).")
+        started.add_metric([], self.engine.started_at)
+        yield started
 
     def _counted(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats, usage = self.engine.stats, self.engine.prefill_pool.usage()

@@ -18,8 +18,7 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from itertools import cycle
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -41,7 +40,9 @@ OPERATOR_PROMPT = (
     "something else. Keep answers under one hundred words unless the customer asks for more detail.")
 GENERATION = ("/v1/chat/completions", "/v1/completions")
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "content-encoding"}
-Introspection = Literal["hidden", "passthrough"]
+# The engine's own routes that a gateway may keep to itself: SGLang's, vLLM's and llama.cpp's.
+INTROSPECTION = ("/server_info", "/get_server_info", "/metrics", "/props", "/slots", "/v1/tokenize", "/tokenize",
+                 "/apply-template", "/model_info")
 
 
 @dataclass
@@ -52,20 +53,22 @@ class GatewayStats:
 
 
 class Gateway:
-    """`engine`: the engine's origin (generation goes there); `replicas`: origins whose `/metrics` a read of the
-    gateway's `/metrics` takes in turn (default: the engine's alone); `upstream_key`: the one key the gateway
-    itself sends upstream in place of each client's (every client then looks like one tenant to the engine)."""
+    """`engine`: the engine's origin (generation goes there); `hide`: the engine's own routes the gateway answers
+    404 (`INTROSPECTION` for all of them); `replicas`: origins one of which, at
+    random, answers each read of the gateway's `/metrics` (default: the engine alone); `upstream_key`: the one key the
+    gateway itself sends upstream in place of each client's (every client then looks like one tenant to the
+    engine)."""
 
     def __init__(self, engine: str, *, system_prompt: str = OPERATOR_PROMPT, fail_after_served: float = 0.0,
-                 introspection: Introspection = "passthrough", replicas: Sequence[str] = (),
+                 hide: Sequence[str] = (), replicas: Sequence[str] = (),
                  upstream_key: str | None = None, seed: int = 0) -> None:
-        self.engine = engine.rstrip("/")
+        self.engine = engine.rstrip("/")  # settable: a deploy swaps the engine behind the gateway
         self.system_prompt = system_prompt
         self.fail_after_served = fail_after_served
-        self.introspection = introspection
+        self.hide = frozenset(hide)
         self.upstream_key = upstream_key
         self.stats = GatewayStats()
-        self._metrics = cycle([r.rstrip("/") for r in replicas] or [self.engine])
+        self._replicas = [r.rstrip("/") for r in replicas]
         self._rng = random.Random(seed)
         self._client = httpx.AsyncClient()  # replaced in the server's own event loop
 
@@ -101,13 +104,13 @@ class Gateway:
         path = request.url.path
         if request.method == "POST" and path in GENERATION:
             return await self._generate(request)
+        if path in self.hide:
+            return JSONResponse({"error": {"message": "Not Found", "type": "not_found"}}, status_code=404)
         if path == "/metrics":
-            replica = next(self._metrics)
+            replica = self._rng.choice(self._replicas) if self._replicas else self.engine
             self.stats.metrics_scrapes[replica] += 1
             return await self._relay(request, replica)
-        if path == "/v1/models" or self.introspection == "passthrough":
-            return await self._relay(request, self.engine)
-        return JSONResponse({"error": {"message": "Not Found", "type": "not_found"}}, status_code=404)
+        return await self._relay(request, self.engine)
 
     async def _relay(self, request: Request, origin: str, body: bytes | None = None) -> Response:
         upstream = await self._client.send(
