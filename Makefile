@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test check lint typecheck builds unit llama vllm image bench fuzz docs clean
+.PHONY: setup tools demo test check lint typecheck builds unit llama vllm litellm image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ llama: setup
 vllm: setup
 	nice -n 10 $(PY) -m tests.support.vllm
 
+# A real gateway in front of the engines, the LiteLLM proxy (PyPI `litellm[proxy]`): its own virtual environment, built
+# once per machine (~5 min), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
+litellm: setup
+	nice -n 10 $(PY) -m tests.support.litellm_proxy
+
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
 # 4 min cold with the base (up to 15 on two busy cores), seconds when nothing that goes into it changed
 # (tests/support/containers.py).
@@ -65,7 +70,7 @@ image: setup $(IMAGE_NEEDS)
 # one checks its cache in seconds.  `tools` runs first, here: as the image's prerequisite inside the -j3
 # make, the image would start only once another build had finished (make looks again only after a wait).
 builds: setup tools
-	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm
+	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm
 
 # One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'
 # unit, the longest, then shares its cores three ways).  Each test file is one unit of work; the files of the

@@ -14,6 +14,10 @@ from prober.ledger import Ledger, open_ledger
 from prober.testbed import TestbedServer, build_config
 from tests.support.keys import KEYS
 from tests.support.ledgers import OpenLedger
+from tests.support.litellm_proxy import OPT_OUT as LITELLM_OPT_OUT
+from tests.support.litellm_proxy import Installation as LiteLLMInstallation
+from tests.support.litellm_proxy import LiteLLMUnavailable
+from tests.support.litellm_proxy import ensure_installed as ensure_litellm
 from tests.support.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
 from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.testbed import StartTestbed
@@ -45,7 +49,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 # What a test needs beyond the checkout and `.venv`, told by the fixtures it uses (`make check` leaves these out).
-NEEDS = {"llama_install": "engine", "postgres": "postgres"}
+NEEDS = {"llama_install": "engine", "litellm_install": "engine", "postgres": "postgres"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -94,6 +98,18 @@ def llama_install() -> Installation:
         return ensure_installed()
     except LlamaCppUnavailable as exc:
         pytest.fail(f"llama.cpp + Gemma could not be provided: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def litellm_install() -> LiteLLMInstallation:
+    """The LiteLLM proxy, installed once per machine (tests/support/litellm_proxy.py); LEAKPROBE_SKIP_LITELLM=1
+    skips."""
+    if os.environ.get(LITELLM_OPT_OUT) == "1":
+        pytest.skip(f"{LITELLM_OPT_OUT}=1: LiteLLM tests opted out")
+    try:
+        return ensure_litellm()
+    except LiteLLMUnavailable as exc:
+        pytest.fail(f"the LiteLLM proxy could not be provided: {exc}", pytrace=False)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -225,3 +225,18 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
     assert late.exit_code == 1 and json.loads(late.stdout)["findings"][0]["victim_tenant"] == "tenant-a"
     rerun = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert rerun.returncode == 1, rerun.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("preset", "code"), [("fixed", 0), ("incident", 1)])
+def test_a_reasoning_models_quote_is_read_like_its_answer(testbed: StartTestbed, tmp_path: Path, preset: str,
+                                                          code: int) -> None:
+    """The engine answers as a reasoning model does, its quote in `reasoning_content` and one short line of content:
+    the audit sees its own canaries there (not blind), and another tenant's there is a leak."""
+    server = testbed(preset, **SMALL, reasoning=True)
+    result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "-f", "json",
+                 "--no-semantic", "--no-timing")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == code, doc["verdict"]
+    assert doc["verdict"]["status"] == ("no_leak" if code == 0 else "leak")
+    assert doc["targets"][0]["sight"]["boundaries"]["echoed"] > 0
+    assert bool([f for f in doc["findings"] if f["kind"] == "cross_tenant_echo"]) is (code == 1)

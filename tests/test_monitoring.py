@@ -12,7 +12,6 @@ import calendar
 import json
 import re
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from prometheus_client import CollectorRegistry
 from prober.daemon.metrics import Metrics
 from prober.testbed import TestbedServer, build_config
 from tests.support.daemonproc import DaemonProcess, daemon_config
-from tests.support.monitoring import RULES, Prometheus, alertmanager, fast_rules, prometheus
-from tests.support.shaped import Reply, Seen, ShapedServer
+from tests.support.monitoring import RULES, Prometheus, Webhook, alertmanager, fast_rules, prometheus
+from tests.support.shaped import ShapedServer
 from tests.support.testbed import SMALL
 from tests.support.tools import need
 from tests.support.waiting import wait_for
@@ -130,24 +129,6 @@ def test_dashboards_are_provisionable_as_they_are(path: Path) -> None:
 def test_rules_name_only_exported_metrics() -> None:
     unknown = set(METRIC.findall(RULES.read_text())) - exported_names()
     assert not unknown, unknown
-
-
-class Webhook:
-    """What Alertmanager delivered, each alert with when it arrived."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[float, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, reply: Reply, seen: Seen) -> None:
-        with self._lock:
-            self.received += [(time.time(), alert) for alert in seen.json()["alerts"]]
-        reply.send(200, {})
-
-    def of(self, alertname: str, status: str) -> list[tuple[float, dict[str, Any]]]:
-        with self._lock:
-            return [(at, a) for at, a in self.received
-                    if a["labels"]["alertname"] == alertname and a["status"] == status]
 
 
 def pairs_firing(prom: Prometheus, alertname: str) -> set[tuple[str, str]]:

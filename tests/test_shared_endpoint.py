@@ -5,22 +5,34 @@ so that the engine's abort counter moves several times a minute under every wind
 
 The healthy engine's audit is clean (no finding of warning or worse, complete, seeing); the incident's is a
 cross-tenant echo between the two tenants.  The same through a gateway that hides the engine's introspection, and one
-whose `/metrics` answers from one of two replicas at random.  (The daemon behind the same gateway, through a real
-Prometheus and Alertmanager: test_shared_daemon in this file; the project's vLLM: tests/test_vllm_shared.py.)"""
+whose `/metrics` answers from one of two replicas at random.  Then the daemon behind the same gateway, through a real
+Prometheus and Alertmanager, over compressed hours.  (The project's vLLM behind the gateway: tests/test_vllm.py.)"""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from prober.testbed import TestbedServer
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from prober.testbed import TestbedServer, build_config
 from prober.types import Severity
 from tests.support.cli import invoke
-from tests.support.shared import BackgroundTenant, Gateway, Traffic
+from tests.support.daemonproc import DaemonProcess, daemon_config
+from tests.support.litellm_proxy import Installation as LiteLLMInstallation
+from tests.support.litellm_proxy import LiteLLMProxy
+from tests.support.monitoring import Prometheus, Webhook, alertmanager, fast_rules, prometheus
+from tests.support.shaped import ShapedServer
+from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic
 from tests.support.testbed import SMALL, StartTestbed
+from tests.support.tools import need
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b", "tenant-c": "testbed-key-c"}
 TRAFFIC = Traffic(rate=2.0)  # ~0.6 aborts a second: over-limit prompts, abandoned streams, hang-ups
@@ -98,3 +110,129 @@ def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTe
         code, doc = audit(front.url, tmp_path)
     assert code == 0 and serious(doc) == [], (code, serious(doc))
     assert any("different engine processes" in note for note in doc["targets"][0]["notes"]), doc["targets"][0]["notes"]
+
+
+# A compressed hour: every job at a sixtieth of its shipped interval or shorter — sixty sentinels, a dozen bursts and
+# preflights, four campaigns (a real hour holds at most one) — in sixty seconds.
+HOUR_S = 60.0
+SCHEDULE = {"schedule": {"preflight": "5s", "sentinel": "1s", "crosstalk": "5s", "campaign": "15s", "timing": "1h"},
+            "jitter": {"preflight": "200ms", "sentinel": "200ms", "crosstalk": "500ms", "campaign": "1s"}}
+# Not what other users' traffic can set off: the fixed engine keeps the incident's sizes, a KV pool below the
+# advertised context (the abort is honoured now), so its capacity verdicts are true; and a job is "stale" after three
+# of its intervals, three seconds here, which a busy test machine's scheduling alone can pass.
+NOT_NOISE = {"LeakprobeCapacityInversion", "LeakprobeThinMargin", "LeakprobeJobStale", "LeakprobeDaemonAbsent"}
+
+
+def running(daemon: DaemonProcess, job: str) -> bool:
+    return bool(daemon.get("/status").json()["targets"][0]["jobs"][job]["running"])
+
+
+def samples(daemon: DaemonProcess, name: str) -> list[Sample]:
+    return [s for f in text_string_to_metric_families(daemon.scrape()) for s in f.samples if s.name == name]
+
+
+def pairs_firing(prom: Prometheus, alertname: str) -> set[tuple[str, str]]:
+    return {(a["labels"]["victim"], a["labels"]["observer"]) for a in prom.firing(alertname)}
+
+
+def pages(hook: Webhook, since: float = 0.0) -> list[str]:
+    return sorted({a["labels"]["alertname"] for at, a in hook.received
+                   if at >= since and a["status"] == "firing" and a["labels"]["alertname"] not in NOT_NOISE})
+
+
+@pytest.mark.slow
+def test_the_daemon_behind_the_gateway_pages_for_the_leak_alone(tmp_path: Path) -> None:
+    """Behind the gateway, among the third tenant's traffic: a compressed hour of the fixed engine pages nothing;
+    the incident engine, swapped in behind the gateway, pages within one campaign; swapped back, the incident closes
+    at the first clean re-check and the page resolves within the resolved notice and two scrapes; the next
+    compressed hour pages nothing again."""
+    need("prometheus")
+    need("prometheus-alertmanager")
+    hook = Webhook()
+    fixed = TestbedServer(build_config("fixed", {**SMALL, "tenants": TENANTS})).start()
+    leaky = TestbedServer(build_config("incident", {**SMALL, "tenants": TENANTS})).start()
+    notice = 4.0
+    config = daemon_config("http://gateway", tmp_path / "l.sqlite", incident_hold="2s", resolved_notice=f"{notice:g}s",
+                           **SCHEDULE)
+    config["audit"] = {"streaming": "plain", "concurrent": False}  # one request of each kind at each boundary
+    config["detection"] = {"semantic": False}
+    try:
+        with Gateway(fixed.url, fail_after_served=0.05) as front, \
+                BackgroundTenant(front.url + "/v1", TENANTS["tenant-c"], TRAFFIC), \
+                ShapedServer({"POST /alert": hook}) as receiver:
+            config["targets"][0].update(url=front.url + "/v1", retries=3)
+            with DaemonProcess(config, tmp_path) as daemon, \
+                    alertmanager(tmp_path / "am", receiver.url + "/alert") as manager, \
+                    prometheus(tmp_path / "prom", daemon.url.split("//")[1], manager.url, fast_rules(tmp_path)) as prom:
+                campaigns = lambda: daemon.sample("leakprobe_job_runs_total", job="campaign")  # noqa: E731
+                daemon.wait_for(lambda: campaigns() >= 1 and not running(daemon, "campaign"), 90, "a first campaign")
+                started = time.time()
+                daemon.wait_for(lambda: time.time() - started >= HOUR_S, 90, "a compressed hour")
+                assert pages(hook) == [], (pages(hook), [line for line in daemon.log().splitlines()
+                                                         if "failed" in line or "skipped" in line][-12:])
+                assert campaigns() >= 4 and daemon.sample("leakprobe_job_runs_total", job="sentinel") >= 30
+                # The incident, deployed behind the gateway: a page within one campaign.
+                before, swapped = campaigns(), time.time()
+                front.engine = leaky.url
+                daemon.wait_for(lambda: pairs_firing(prom, "LeakprobeCrossTenantLeak") == PAIRS, 90,
+                                "a page for each direction of the leak")
+                assert campaigns() <= before + 2, (before, campaigns())  # the one under way, and the next
+                leaked = time.time() - swapped
+                # Fixed again: closed at the first clean re-check, resolved once the notice has run.
+                front.engine, fixed_at = fixed.url, time.time()
+                daemon.wait_for(lambda: len(hook.of("LeakprobeCrossTenantLeak", "resolved")) >= 2, 120,
+                                "the resolved notifications")
+                closed = max(s.value for s in samples(daemon, "leakprobe_incident_closed_timestamp_seconds")
+                             if s.labels["kind"] == "cross_tenant_echo")
+                resolved = max(at for at, _ in hook.of("LeakprobeCrossTenantLeak", "resolved"))
+                assert resolved - closed <= notice + 2 * 1.0 + 3.0, (resolved - closed)  # + Alertmanager's group wait
+                quiet = time.time()
+                daemon.wait_for(lambda: time.time() - quiet >= HOUR_S, 90, "the next compressed hour")
+                assert pages(hook, since=quiet) == [], pages(hook, since=quiet)
+                assert daemon.stop() == 0
+        print(f"\nswap to page {leaked:.1f} s; closed to resolved {resolved - closed:.1f} s; fixed to resolved "
+              f"{resolved - fixed_at:.1f} s")
+    finally:
+        fixed.stop()
+        leaky.stop()
+
+
+def test_behind_litellm_a_gateway_users_run(testbed: StartTestbed, tmp_path: Path,
+                                            litellm_install: LiteLLMInstallation) -> None:
+    """The LiteLLM proxy in front of the reference engine: each tenant's own key in, one key of the proxy's upstream
+    (to the engine every client is one tenant), the operator's system prompt added by a pre-call hook, the third
+    tenant's traffic through it; leakprobe reads the engine's own routes at `introspection_url`, as an operator on
+    the inside points it.  With a cache salt per tenant (the proxy passes `cache_salt` on) the healthy engine is
+    clean; without one, one upstream key means one prefix cache for every tenant: `cross_tenant_cache_hit` naming
+    both tenants, never a phantom hit; the incident behind it is an echo between the two tenants."""
+    fixed = testbed("fixed", **SMALL, tenants=TENANTS, mode="monolithic")
+    leaky = testbed("incident", **SMALL, tenants=TENANTS)
+    models = {"fixed": fixed.url + "/v1", "leaky": leaky.url + "/v1"}
+    with LiteLLMProxy(litellm_install, tmp_path / "litellm", models=models, upstream_model="testbed-quoter",
+                      keys=TENANTS, upstream_key=TENANTS["tenant-a"], system_prompt=OPERATOR_PROMPT) as proxy, \
+            BackgroundTenant(proxy.url + "/v1", TENANTS["tenant-c"], Traffic(rate=1.0, model="fixed")):
+        salted = litellm_audit(proxy.url, fixed.url, "fixed", tmp_path / "salted", cache_salt="per-tenant")
+        shared = litellm_audit(proxy.url, fixed.url, "fixed", tmp_path / "shared")
+        leaked = litellm_audit(proxy.url, leaky.url, "leaky", tmp_path / "leaky")
+    code, doc = salted
+    assert code == 0 and serious(doc) == [], (code, doc["verdict"], serious(doc))
+    assert min(doc["targets"][0]["paths"][0]["by_tenant"]["tenant-a"]) > 100  # the hook's system prompt, measured
+    code, doc = shared
+    hits = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"]
+            if f["kind"] == "cross_tenant_cache_hit"}
+    assert hits == PAIRS and not [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"], serious(doc)
+    assert {kind for kind, _, _ in serious(doc)} == {"cross_tenant_cache_hit"}, serious(doc)
+    code, doc = leaked
+    echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
+    assert code == 1 and echoes == PAIRS, (code, echoes)
+
+
+def litellm_audit(proxy: str, engine: str, model: str, folder: Path, **target: str) -> tuple[int, dict[str, Any]]:
+    folder.mkdir()
+    (folder / "c.yaml").write_text(yaml.safe_dump({
+        "targets": [{"name": "behind-litellm", "url": proxy + "/v1", "model": model, "introspection_url": engine,
+                     **target}],
+        "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
+        "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False}, "timing": {"audit": False}}))
+    result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json")
+    return result.exit_code, json.loads(result.stdout)

@@ -29,6 +29,7 @@ from prober.targets.credentials import Secret
 from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
+from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
 
@@ -38,6 +39,9 @@ CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix
 # One API key per tenant (vLLM takes several and has no tenants of its own: to it they are two clients).
 KEYS = {"tenant-a": "vllm-test-key-a", "tenant-b": "vllm-test-key-b"}
 KEY = KEYS["tenant-a"]  # for requests that are no tenant's in particular
+OTHER_USERS = "vllm-test-key-c"  # the background tenant's, behind the gateway
+# vLLM on two shared cores: a request every two seconds, short, or over the context (refused at once).
+BACKGROUND = Traffic(rate=0.5, over_limit_words=500, long_words=150, model="gemma")
 TENANTS = {"tenant-a": "LP_VLLM_A", "tenant-b": "LP_VLLM_B"}
 ENV = {TENANTS[name]: key for name, key in KEYS.items()}
 # A fresh 150-token prompt is one 128-block plus a tail: a hit leaves the tail to compute, a miss all of it
@@ -53,7 +57,7 @@ SLOW = TransportPolicy(timeout_s=300.0, retries=0)  # one prompt of CONTEXT toke
 
 @pytest.fixture(scope="module")
 def vllm() -> Iterator[VllmServer]:
-    server = VllmServer(require_installed(), api_keys=tuple(KEYS.values()), max_model_len=CONTEXT)
+    server = VllmServer(require_installed(), api_keys=(*KEYS.values(), OTHER_USERS), max_model_len=CONTEXT)
     try:
         server.start()
     except VllmUnavailable as exc:
@@ -120,7 +124,8 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
                      "timeout_s": SLOW.timeout_s, "retries": 0, **({"cache_salt": "per-tenant"} if salting else {})}],
         "tenants": [{"name": name, "api_key_env": env, "cache_salted": claimed_salted and name == "tenant-a"}
                     for name, env in TENANTS.items()],
-        "audit": {"max_tokens": 32, "target_deadline": TARGET_DEADLINE},
+        # Room for a probe to repeat its own code (about 35 of Gemma's tokens), so that the campaign can see.
+        "audit": {"max_tokens": 64, "target_deadline": TARGET_DEADLINE},
         "detection": {"semantic": False},
         "timing": TIMING,
     })
@@ -217,3 +222,26 @@ def test_the_serving_dtype_follows_the_cpus_bf16_instructions(tmp_path: Path) ->
     cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
     assert serving_dtype(cpuinfo) == "bfloat16"
     assert serving_dtype(tmp_path / "missing") == "float32"
+
+
+def test_behind_a_gateway_among_other_users_a_salted_vllm_is_clean(vllm: VllmServer, tmp_path: Path) -> None:
+    """vLLM as shipped (prefix caching on) behind the gateway: the operator's system prompt before every chat, 502s
+    after the engine served, a third user's requests and abandoned streams (aborts in vLLM's counters), and a
+    cache salt per tenant as a multi-tenant deployment sets.  No finding of warning or worse, and the path's
+    prefix measured (Gemma's template puts the system prompt into the first user turn)."""
+    with Gateway(vllm.url, fail_after_served=0.05) as front, BackgroundTenant(front.url + "/v1", OTHER_USERS,
+                                                                              BACKGROUND) as others:
+        config = parse_config({
+            "ledger": str(tmp_path / "l.sqlite"),
+            "targets": [{"name": "vllm", "url": front.url + "/v1", "model": "gemma", "timeout_s": SLOW.timeout_s,
+                         "cache_salt": "per-tenant"}],
+            "tenants": [{"name": name, "api_key_env": env} for name, env in TENANTS.items()],
+            "audit": {"max_tokens": 64, "target_deadline": TARGET_DEADLINE, "streaming": "stream"},
+            "detection": {"semantic": False}, "timing": {"audit": False}})
+        result = run(run_audit(config, {name: Secret(key) for name, key in KEYS.items()}))
+    report = result.targets[0]
+    serious = [(f.kind, f.record_id, f.excerpt) for f in result.findings if f.severity >= Severity.WARNING]
+    assert result.complete and not serious and not result.blind, (report.errors, serious, report.sights)
+    (chat,) = report.paths
+    assert chat.of("tenant-a") > 100 and not chat.varying, chat.describe()
+    assert others.sent and any(kind.startswith("abandoned") for kind in others.sent), others.sent

@@ -13,6 +13,9 @@ engine is tests/test_vllm.py's (the same vLLM and model without the connector: n
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -28,6 +32,7 @@ from prober.ledger import open_ledger
 from tests.support.cli import invoke
 from tests.support.daemonproc import FAST, DaemonProcess
 from tests.support.pdproxy import MissedAbortRouter
+from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed
 
@@ -36,6 +41,7 @@ pytestmark = pytest.mark.engine
 THRESHOLD = 256  # the prefill's "pool": it serves up to this many prompt tokens, the connector claims above it
 CONTEXT = 1_024  # what decode (and the router) advertise: the incident's capacity inversion, in small
 KEYS = {"tenant-a": "vllm-fault-key-a", "tenant-b": "vllm-fault-key-b"}
+OTHER_USERS = "vllm-fault-key-c"
 ENV = {"LP_FAULT_A": KEYS["tenant-a"], "LP_FAULT_B": KEYS["tenant-b"]}
 TENANTS = [{"name": "tenant-a", "api_key_env": "LP_FAULT_A"}, {"name": "tenant-b", "api_key_env": "LP_FAULT_B"}]
 BOTH_WAYS = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
@@ -56,7 +62,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     producer = {"kv_connector": "ExampleConnector", "kv_role": "kv_producer",
                 "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
     consumer = ConnectorSettings(THRESHOLD, shared_storage_path=str(storage)).kv_transfer_config()
-    keys = tuple(KEYS.values())
+    keys = (*KEYS.values(), OTHER_USERS)
     # vLLM refuses a prompt as long as --max-model-len: prefill serves up to THRESHOLD tokens.
     prefill = VllmServer(installation, api_keys=keys, max_model_len=THRESHOLD + 1,
                          extra=("--kv-transfer-config", json.dumps(producer)))
@@ -143,6 +149,38 @@ def test_an_audit_through_the_prefill_decode_pair_reports_the_leak(pair: Pair, t
     assert echoes(doc) and echoes(doc) <= BOTH_WAYS, doc["findings"]
     assert not [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"]
     assert pair.router.refused_by_prefill > refused_before  # the missed aborts the leak came through
+
+
+def test_the_drill_announces_itself_and_fails_closed(pair: Pair, tmp_path: Path) -> None:
+    """On vLLM's /metrics while loaded; and inside vLLM's own Python, no start without the opt-in and a positive
+    threshold (a threshold of 0 would corrupt every prompt over a block)."""
+    exposition = httpx.get(pair.decode.url + "/metrics", timeout=30).text
+    gauge = re.search(r'^vllm:leakprobe_drill_claim_over_tokens\{.*\} 256\.0$', exposition, re.MULTILINE)
+    assert gauge, exposition[-2000:]
+    module = write_connector(tmp_path).parent
+    probe = ("import leakprobe_drill as d\nfor v in (256, 0, None, '12x'):\n    try:\n"
+             "        print(v, d._threshold(v))\n    except RuntimeError as e:\n        print(v, 'refused:', e)\n")
+    python = str(require_installed().python)
+    for opted, expected in (("", ["refused"] * 4), ("1", ["256", "refused", "refused", "refused"])):
+        run = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(module), "LEAKPROBE_DRILL": opted})
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert [line.split(" ", 1)[1].split(":")[0] for line in run.stdout.splitlines()] == expected, run.stdout
+
+
+def test_behind_a_gateway_among_other_users_the_leak_is_caught(pair: Pair, tmp_path: Path) -> None:
+    """The decode instance behind the gateway (its system prompt before every chat, 502s after the engine served) with a
+    third user's requests and abandoned streams: the one-page prime is sized to end in the KV block where the
+    gateway's prefix ends, where the engine hands the observer's first claimed block, so the victim's canary still
+    reaches the observer's answer."""
+    traffic = Traffic(rate=0.5, over_limit_words=1_500, long_words=150, model="gemma")
+    with Gateway(pair.decode.url, fail_after_served=0.05) as front, \
+            BackgroundTenant(front.url + "/v1", OTHER_USERS, traffic):
+        code, doc = audit(front.url, tmp_path)
+    target = doc["targets"][0]
+    assert code == 1 and echoes(doc) and echoes(doc) <= BOTH_WAYS, (doc["verdict"], target["skipped"], target["paths"])
+    (chat,) = target["paths"]
+    assert min(chat["by_tenant"]["tenant-a"]) > 100, chat
 
 
 def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: Path) -> None:

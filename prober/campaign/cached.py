@@ -78,7 +78,7 @@ class CacheExplainer:
         phantom (off where decode counts what a prefill instance sent it as cached)."""
         cached = answer.usage.cached_tokens if answer.served and answer.usage else None
         floor = built.fresh_from if fresh else None
-        if not cached or (floor is not None and cached <= floor + SLACK_TOKENS) or answer.attempts > 1:
+        if not cached or (floor is not None and cached <= floor + SLACK_TOKENS) or answer.retried:
             return []  # the template, the path's prefix and the instruction; or its own first attempt, retried
         if cached <= overhead + await counter.count(built.text[:1]) + SLACK_TOKENS:
             return []  # what every prompt on this path starts with: the path's prefix and the template's start

@@ -89,7 +89,7 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
         tokens = answer.usage.prompt_tokens if answer.usage else None
         counted.add(engine, request=first.id, tenant=first.tenant,
                     context=ProbeContext(tokens, BOUNDARY, answer.status), unserved=len(requests) - len(served),
-                    retried=any(a.attempts > 1 for a in answers))
+                    retried=any(a.retried for a in answers))
     for request, answer in zip(requests, answers, strict=True):
         result.findings += await _judge(request, answer, scan, result)
     evidence = engine.evidence()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from prober.capacity.limits import Capacity
@@ -31,12 +32,20 @@ SENTINEL = "sentinel"
 SENTINEL_CACHE = "sentinel-cache"
 
 
+class Aim(StrEnum):
+    """What a step's length means when the path to the engine puts tokens in front (a gateway's system prompt)."""
+
+    LENGTH = "length"  # what the engine must see (a boundary): the prompt is that much shorter
+    PAGE = "page"  # where the request must end in the KV page in which the path's prefix ends (a one-page prime)
+    NONE = "none"  # an everyday size of the prompt's own: what the engine sees is that much longer
+
+
 @dataclass(frozen=True)
 class Boundary:
     label: str  # "pool+1", "advertised-1", ...
     length: int
     expect_served: bool
-    aimed: bool = True  # the length is what the engine must see (else an everyday size of the prompt's own)
+    aim: Aim = Aim.LENGTH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,10 +63,7 @@ class Step:
     boundary: str = ""
     max_tokens: int = 160  # clamped so prompt + completion fit the advertised context
     ask: Ask = "quote"
-    # `length` is what the engine must see (a boundary, a page): a path that adds tokens in front (a gateway's
-    # system prompt) makes the prompt that much shorter.  Otherwise it is the prompt's own size, and the path
-    # makes what the engine sees longer.
-    aimed: bool = True
+    aim: Aim = Aim.LENGTH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,24 +105,24 @@ class Plan:
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
             same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
-            prime_label: str = "prime", repeat: bool = False, prime_aimed: bool = True) -> None:
+            prime_label: str = "prime", repeat: bool = False, prime_aim: Aim | None = None) -> None:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
         observer sends the probe's prompt before the prime too)."""
         eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
-        aimed = boundary.aimed
+        aim = boundary.aim
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
                     expect_served=boundary.expect_served, boundary=boundary.label,
                     max_tokens=min(room(boundary.length), PRIME_ANSWER_TOKENS), ask=ask,
-                    aimed=aimed) if repeat else None
+                    aim=aim) if repeat else None
         self.exchanges.append(Exchange(
             id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text, lead=lead,
             prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
                        expect_served=True, boundary=prime_label,
                        max_tokens=room(prime_length) if concurrent else min(room(prime_length), PRIME_ANSWER_TOKENS),
-                       aimed=aimed and prime_aimed),
+                       aim=prime_aim or aim),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
-                       max_tokens=room(boundary.length), ask=ask, aimed=aimed)))
+                       max_tokens=room(boundary.length), ask=ask, aim=aim)))
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "tokens": self.tokens,
@@ -208,13 +214,14 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
-            prime_aimed: bool = True) -> None:
+            prime_aim: Aim | None = None) -> None:
         ask = "quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)]
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
                  prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
-                 repeat=repeat, prime_aimed=prime_aimed)
+                 repeat=repeat, prime_aim=prime_aim)
 
-    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime)), True)
+    # Short of the limit by an answer's room: a probe that cannot answer cannot show its own canary (sight).
+    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime - (max_tokens if ctx else 0))), True)
     for victim, observer in directions:
         add(victim, observer, cache, False, False, same_text=True)
     # A, X, A: the observer's prompt, another tenant's of the same length, the observer's again (vLLM #50630,
@@ -236,7 +243,7 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
             for stream in ((False, True) if streaming == "both" else (streaming == "stream",)):
                 for victim, observer in directions:
                     add(victim, observer, stale, stream, False, first=min(one_page(capacity), prime),
-                        prime_label=ONE_PAGE, prime_aimed=page_sized)
+                        prime_label=ONE_PAGE, prime_aim=Aim.PAGE if page_sized else Aim.NONE)
         if concurrent:
             if above:
                 for d, (victim, observer) in enumerate(directions):
@@ -280,11 +287,11 @@ def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: i
     observer first resends a canary-free prompt the victim has just sent (is the prefix cache shared?), then
     the victim sends a short canary-bearing prompt and the observer a probe of its own that asks to quote
     (does anything of the victim's reach the observer's answer: a session mix-up, a shared cache)."""
-    everyday = Boundary(SENTINEL, tokens, True, aimed=False)
+    everyday = Boundary(SENTINEL, tokens, True, aim=Aim.NONE)
     plan = Plan(target, [everyday], run_id=run_id, retention_s=retention_s, fact_share=fact_share)
     for d, (victim, observer) in enumerate(pairs(tenants)):
         for label, same_text in ((SENTINEL_CACHE, True), (SENTINEL, False)):
-            plan.add(victim, observer, Boundary(label, tokens, True, aimed=False), stream=False, concurrent=False,
+            plan.add(victim, observer, Boundary(label, tokens, True, aim=Aim.NONE), stream=False, concurrent=False,
                      same_text=same_text, prime_length=tokens, room=lambda _: max_tokens,
                      ask="quote" if same_text or d % 2 == 0 else "summarize")
     return plan

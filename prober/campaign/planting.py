@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import cache, partial
 from itertools import cycle, islice
 
-from prober.campaign.plan import Plan, Step
+from prober.campaign.plan import Aim, Plan, Step
 from prober.campaign.routes import Route
 from prober.campaign.wiring import Wiring
 from prober.canaries.packs import load_pack
@@ -39,15 +39,11 @@ class Planter:
         """Filler seeded by the step's place in the plan, not by its run: a repeated plan (the daemon's
         sentinels) reuses the segment costs the builder has already measured; only the canaries are new.  A cue
         layout's probe carries its tenant's canary in its first unit only (`PromptBuilder.build`'s `lead`): on a
-        sound engine the model finishes the cue with it, over a stale first page with the victim's.  An aimed
-        step is built shorter by what the route's path adds, so that the engine sees `step.length` tokens (raises
-        BuildError where the path alone leaves no room)."""
+        sound engine the model finishes the cue with it, over a stale first page with the victim's.  Sized for
+        what the route's path puts in front (`content_length`; raises BuildError where it leaves no room)."""
         wiring = self.wiring
         overhead = route.path.of(step.tenant)
-        if step.aimed:
-            length = step.length - overhead
-        else:  # an everyday size, but never below what one canary takes (a usage counter counts the path's prefix)
-            length = max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))
+        length = await content_length(step, route, page, instruction, cue=cue, nonce=nonce)
         language = wiring.languages.get(step.tenant, "en")
         tokens = self._minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id,
                                        retention_s=plan.retention_s))
@@ -72,13 +68,9 @@ class Planter:
     async def plain(step: Step, route: Route, nonce: str) -> BuiltPrompt:
         """A canary-free prompt of fresh words led by `nonce` (the prefix-cache check's prime), unique to this run,
         so nothing the observer sent before (in any run) shares its prefix; sized like `prompt`'s."""
-        overhead = route.path.of(step.tenant)
-        if step.aimed:
-            length = step.length - overhead
-        else:
-            length = max(step.length, await route.builder.shortest(ASKED["quote"], nonce=nonce))
+        length = await content_length(step, route, None, ASKED["quote"], nonce=nonce)
         built = await route.builder.build(length, instruction=ASKED["quote"], nonce=nonce, seed=int(nonce[:4], 16))
-        return built.through(overhead)
+        return built.through(route.path.of(step.tenant))
 
     async def canary(self, tenant: str, request_id: str) -> Canary:
         """One token canary for one request (the cross-talk burst's)."""
@@ -107,3 +99,17 @@ def instruction(step: Step, languages: Mapping[str, str]) -> str:
     (and any other tenant's that leak) come out in the other language."""
     other = "ko" if languages.get(step.tenant, "en") == "en" else "en"
     return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
+
+
+async def content_length(step: Step, route: Route, page: int | None, instruction: str, *, cue: bool = False,
+                         nonce: str | None = None) -> int:
+    """How many tokens to write, as the route counts, for `step` behind its path: a length the engine must see less
+    the path's prefix; a one-page prime less the part of its page the prefix fills (so that the request ends in
+    the page where the prefix ends, where the engine puts it); an everyday size as it is, but never below what one
+    canary takes (a usage-calibrated counter counts the path's prefix)."""
+    overhead = route.path.of(step.tenant)
+    if step.aim is Aim.LENGTH:
+        return step.length - overhead
+    if step.aim is Aim.PAGE:
+        return step.length - (overhead % page if page else overhead)
+    return max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))

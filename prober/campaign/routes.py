@@ -5,6 +5,7 @@ from the survey, any other (completions beside chat) set up the first time a pro
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,7 @@ class Routes:
         self.measure = measure
         self._routes: dict[Api, Route] = {}
         self._measured: set[Api] = set()
+        self._setting_up = asyncio.Lock()  # jobs that share the target wait for a route being set up and measured
         self._engine: Engine | None = None
         self._secret: Secret | None = None
 
@@ -63,6 +65,12 @@ class Routes:
         """Raises PlanError before a survey, CountError where the route has no way to count tokens."""
         if not self._routes:
             raise PlanError("survey the target before sending it anything")
+        if api in self._measured or (api in self._routes and self.measure is None):
+            return self._routes[api]
+        async with self._setting_up:
+            return await self._set_up(api)
+
+    async def _set_up(self, api: Api) -> Route:
         if api not in self._routes:
             cfg = self.config
             target = self._target(api)
@@ -70,8 +78,12 @@ class Routes:
                                            api=api, mode=cfg.tokenizer, secret=self._secret, engine=self._engine)
             self._routes[api] = Route(api, target, PromptBuilder(counter), PathOverhead(api))
         if self.measure is not None and api not in self._measured:
-            self._measured.add(api)  # first, so that the measurement's own requests take the route as it is
-            self._routes[api] = replace(self._routes[api], path=await self.measure(self._routes[api]))
+            route = self._routes[api]
+            measured = replace(route, path=await self.measure(route))
+            if self._routes.get(api) is route:  # not replaced by a survey meanwhile
+                self._routes[api] = measured
+                self._measured.add(api)
+            return measured
         return self._routes[api]
 
     @property

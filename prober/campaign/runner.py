@@ -33,7 +33,7 @@ from prober.campaign.isolation import Isolation
 from prober.campaign.judging import Judge
 from prober.campaign.path import behind_path
 from prober.campaign.path import measure as measure_path
-from prober.campaign.plan import Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
+from prober.campaign.plan import Aim, Exchange, Plan, Step, Streaming, acceptance_limit, make_plan, pairs
 from prober.campaign.planting import ASKED, PRIME_INSTRUCTION, Planter, instruction
 from prober.campaign.results import AuditResult, ShapeChoice, StepResult, TargetReport
 from prober.campaign.routes import Route, Routes
@@ -138,7 +138,7 @@ class TargetRunner:
             length = min(CONTROL_TOKENS, limit - 1 - route.path.of(tenant)) if limit else CONTROL_TOKENS
             step = Step(id=f"{plan.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
                         stream=False, expect_served=True, boundary=f"shape:{shape.name}", max_tokens=answer_tokens,
-                        aimed=False)
+                        aim=Aim.NONE)
             cue = shape.layout is Layout.CUE
             built = await self.planter.prompt(step, ASKED["quote"], route, controls, page=page, cue=cue,
                                               lead=cue)
@@ -226,7 +226,7 @@ class TargetRunner:
         counted.add(engine, request=step.id, tenant=step.tenant,
                     context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
                     unserved=sum(not answer.served for answer, _ in sent),
-                    retried=any(answer.attempts > 1 for answer, _ in sent))
+                    retried=any(answer.retried for answer, _ in sent))
         for (step, built), (answer, before) in zip(sends, sent, strict=True):
             result = await self.check(step, exchange.id, built, answer, route, before=before,
                                       engine=engine.evidence())

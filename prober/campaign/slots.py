@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from prober.campaign.plan import Step, pairs
+from prober.campaign.plan import Aim, Step, pairs
 from prober.campaign.results import SlotCheck, StepResult
 from prober.capacity import Capacity
 from prober.config import SlotSettings
@@ -46,7 +46,7 @@ async def check_idle_slots(run: Run, tenants: Sequence[str], settings: SlotSetti
     def step(kind: str, tenant: str, i: int) -> Step:
         return Step(id=f"{run_id}sl{len(result.steps) + i + 1:03d}-{kind}", role="prime" if kind == "fill" else "probe",
                     tenant=tenant, length=settings.tokens, stream=False, expect_served=True, boundary="idle-slot",
-                    max_tokens=settings.max_tokens, aimed=False)
+                    max_tokens=settings.max_tokens, aim=Aim.NONE)
 
     async def fill(victim: str) -> None:
         for _ in range(result.width):  # one at a time: each request takes the slot idle longest

@@ -244,7 +244,7 @@ def _prompt(text: str) -> Prompt:
 
 def _ttft(answer: Completion) -> float | None:
     """A retried request's clock includes the failed attempt: not a sample."""
-    return answer.ttft_s if answer.served and answer.attempts == 1 else None
+    return answer.ttft_s if answer.served and not answer.retried else None
 
 
 def _tokens(answer: Completion) -> int:

@@ -8,6 +8,10 @@ KV transfer, and writes none of it (or, with `write_first_block`, only zeros int
 1 page of 8").  The scheduler then skips computing that prefix, and decode reads whatever the blocks held:
 vLLM does not clear freed blocks, so that is usually the last request's KV.
 
+It fails closed: it refuses to start without `LEAKPROBE_DRILL=1` in vLLM's environment and an explicit positive
+`claim_over_tokens`, and it says it is loaded at WARNING in vLLM's log and as `vllm:leakprobe_drill_claim_over_tokens`
+on vLLM's /metrics.
+
 With `shared_storage_path` it is a decode-side consumer of vLLM's `ExampleConnector` hand-off: KV a prefill
 instance stored for the prompt is loaded as usual, and only a prompt the prefill never stored (it refused
 it: the missed abort) is claimed.  It stores nothing itself.
@@ -15,7 +19,7 @@ it: the missed abort) is claimed.  It stores nothing itself.
 Loaded by vLLM, not by leakprobe (`leakprobe drill vllm-connector --out DIR` writes it out and prints the
 flags):
 
-    PYTHONPATH=DIR python -m vllm.entrypoints.openai.api_server ... --kv-transfer-config \\
+    LEAKPROBE_DRILL=1 PYTHONPATH=DIR python -m vllm.entrypoints.openai.api_server ... --kv-transfer-config \\
       '{"kv_connector": "HandoffFaultConnector", "kv_connector_module_path": "leakprobe_drill",
         "kv_role": "kv_both", "kv_connector_extra_config": {"claim_over_tokens": 256}}'
 
@@ -33,6 +37,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     ExampleConnectorMetadata,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
 
 log = logging.getLogger("vllm.leakprobe_drill")
 OPT_IN = "LEAKPROBE_DRILL"  # must be "1" in vLLM's environment, or the connector refuses to start
@@ -49,6 +54,28 @@ def _threshold(value: Any) -> int:
         raise RuntimeError("leakprobe drill connector refused to start: kv_connector_extra_config.claim_over_tokens "
                            f"must be a positive number of tokens (got {value!r})")
     return int(value)
+
+
+GAUGE = "vllm:leakprobe_drill_claim_over_tokens"
+
+
+class DrillMetrics(KVConnectorPromMetrics):
+    """The drill on vLLM's own /metrics, for as long as the connector is loaded: its threshold, per engine, so that
+    a dashboard, an alert or a prober's evidence shows an engine that leaks on purpose."""
+
+    def __init__(self, vllm_config: Any, metric_types: Any, labelnames: list[str],
+                 per_engine_labelvalues: dict[int, list[object]]) -> None:
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        gauge = self._gauge_cls(name=GAUGE, labelnames=labelnames,
+                                documentation="leakprobe's fire-drill KV connector is loaded: prompts over this many "
+                                              "tokens are answered over KV that was never written (never in "
+                                              "production).")
+        threshold = float(self._kv_transfer_config.get_from_extra_config("claim_over_tokens", 0))
+        for values in per_engine_labelvalues.values():
+            gauge.labels(*values).set(threshold)
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        """Nothing to record per transfer: the gauge says all there is."""
 
 
 class HandoffFaultMetadata(ExampleConnectorMetadata):
@@ -71,6 +98,12 @@ class HandoffFaultConnector(ExampleConnector):
         self._zero: list[int] = []
         log.warning("leakprobe drill connector loaded: prompts over %d tokens are answered over KV that was never "
                     "written (a fire drill: never in production)", self._claim_over)
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: Any, labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]) -> DrillMetrics:
+        """Called in vLLM's API server, where /metrics is served (the connector itself runs in the engine core)."""
+        return DrillMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # -- scheduler side -------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:

@@ -26,6 +26,8 @@ class ErrorKind(StrEnum):
 
 
 TEMPLATE_TOKENS = 4_096  # what an engine may add to a prompt: chat template, system prompt, special tokens
+GATEWAY_RETRIES = "x-litellm-attempted-retries"  # response headers in which gateways say they retried
+GATEWAY_ATTEMPTS = "x-envoy-attempt-count"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class Usage:
         return cls(_int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens")), _int(cached))
 
 
+def _number(value: str | None) -> int:
+    return int(value) if value is not None and value.strip().isdigit() else 0
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -104,6 +110,14 @@ class Completion:
     # What the API returned as text beside the content: a reasoning model's reasoning, a refusal, tool-call
     # arguments.  A canary there has left the engine as surely as one in the content.
     other_text: str = field(default="", repr=False)
+
+    @property
+    def retried(self) -> bool:
+        """More than one attempt reached the engine: ours, or a gateway's that says so (LiteLLM's
+        `x-litellm-attempted-retries`, Envoy's `x-envoy-attempt-count`).  The first may have been served, so the
+        engine may hold this prompt in its cache, and may have counted the dropped attempt as an abort."""
+        return self.attempts > 1 or _number(self.headers.get(GATEWAY_RETRIES)) > 0 or _number(
+            self.headers.get(GATEWAY_ATTEMPTS)) > 1
 
     @property
     def full_text(self) -> str:

@@ -40,6 +40,8 @@ EXPLAINING = frozenset({
     # vLLM's KV connectors: blocks a connector says it received rather than computed
     "vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
     "vllm:prompt_tokens_by_source_total", "vllm:nixl_num_failed_transfers_total",
+    # leakprobe's own fire drill, loaded into vLLM (prober/drill): an engine that leaks on purpose says so
+    "vllm:leakprobe_drill_claim_over_tokens",
     # llama.cpp (--metrics)
     "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens", "llamacpp:requests_processing",
     "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",

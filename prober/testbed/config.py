@@ -135,6 +135,9 @@ class EngineConfig(BaseModel):
     """Real model: sampling temperature when a request names none (0: greedy)."""
     threads: int = Field(1, ge=1, le=256)
     """Real model: CPU threads for its forward passes."""
+    reasoning: bool = False
+    """Answer chat as a reasoning model does (vLLM's and SGLang's reasoning parsers): what the model says goes into
+    the message's `reasoning_content`, and the `content` is one short line."""
 
     @model_validator(mode="before")
     @classmethod

@@ -115,6 +115,9 @@ class _PoolCollector(Collector):
         yield used
 
 
+REASONED = "Done."  # a reasoning model's content, its quote in reasoning_content
+
+
 class GenerationRoute(StrEnum):
     """The two generation routes, and how each names its answers."""
 
@@ -310,8 +313,9 @@ class TestbedApp:
         if await request.is_disconnected():
             self.engine.disconnected()
         if route is GenerationRoute.CHAT:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
-                                      "finish_reason": result.finish_reason}
+            message = ({"role": "assistant", "reasoning_content": result.text, "content": REASONED}
+                       if cfg.reasoning else {"role": "assistant", "content": result.text})
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": result.finish_reason}
         else:
             choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
         return JSONResponse({**meta, "object": route.object, "choices": [choice], "usage": _usage(result)})
@@ -320,10 +324,12 @@ class TestbedApp:
                       include_usage: bool) -> AsyncIterator[str]:
         obj = route.chunk_object
 
-        def chunk(piece: str | None, finish: str | None, first: bool = False) -> str:
+        field = "reasoning_content" if self.config.reasoning else "content"
+
+        def chunk(piece: str | None, finish: str | None, first: bool = False, said: str = field) -> str:
             if route is GenerationRoute.CHAT:
                 delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
-                    {"content": piece} if piece is not None else {})
+                    {said: piece} if piece is not None else {})
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": piece or "", "finish_reason": finish}
@@ -343,6 +349,8 @@ class TestbedApp:
             pieces = self.engine.vocab.pieces(result.text)
             for start in range(0, len(pieces), 4):
                 yield chunk("".join(pieces[start : start + 4]), None)
+            if route is GenerationRoute.CHAT and self.config.reasoning:
+                yield chunk(REASONED, None, said="content")
             yield chunk(None, result.finish_reason)
             if include_usage:
                 yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})

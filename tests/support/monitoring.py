@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ import httpx
 import yaml
 
 from tests.support.ports import free_port
+from tests.support.shaped import Reply, Seen
 from tests.support.tools import need, terminate
 from tests.support.waiting import wait_for
 
@@ -82,6 +85,24 @@ def fast_rules(folder: Path) -> Path:
     path = folder / RULES.name
     path.write_text(text)
     return path
+
+
+class Webhook:
+    """What Alertmanager delivered, each alert with when it arrived."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, reply: Reply, seen: Seen) -> None:
+        with self._lock:
+            self.received += [(time.time(), alert) for alert in seen.json()["alerts"]]
+        reply.send(200, {})
+
+    def of(self, alertname: str, status: str) -> list[tuple[float, dict[str, Any]]]:
+        with self._lock:
+            return [(at, a) for at, a in self.received
+                    if a["labels"]["alertname"] == alertname and a["status"] == status]
 
 
 class Prometheus(_Server):
