@@ -67,7 +67,7 @@ def test_a_healthy_engine_behind_a_gateway_among_other_users_is_clean(testbed: S
     assert code == 0 and serious(doc) == [], (code, doc["verdict"], serious(doc))
     target = doc["targets"][0]
     assert doc["verdict"]["status"] == "no_leak" and target["coverage"]["observed"] == target["coverage"]["planned"]
-    (chat,) = target["paths"]
+    (chat,) = [path for path in target["paths"] if path["api"] == "chat"]
     assert chat["api"] == "chat" and not chat["varying"] and min(chat["by_tenant"]["tenant-a"]) > 100, chat
     assert target["sight"]["boundaries"]["echoed"] > 0 and not target["sight"]["boundaries"]["blind"]
 
@@ -205,7 +205,9 @@ def test_behind_litellm_a_gateway_users_run(testbed: StartTestbed, tmp_path: Pat
     the inside points it.  With a cache salt per tenant (the proxy passes `cache_salt` on) the healthy engine is
     clean; without one, one upstream key means one prefix cache for every tenant: `cross_tenant_cache_hit` naming
     both tenants, never a phantom hit; the incident behind it is an echo between the two tenants."""
-    fixed = testbed("fixed", **SMALL, tenants=TENANTS, mode="monolithic")
+    # One pool for prefill and decode (so the phantom check is on) that holds the longest prompt and its answer.
+    fixed = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                    tenants=TENANTS, mode="monolithic")
     leaky = testbed("incident", **SMALL, tenants=TENANTS)
     models = {"fixed": fixed.url + "/v1", "leaky": leaky.url + "/v1"}
     with LiteLLMProxy(litellm_install, tmp_path / "litellm", models=models, upstream_model="testbed-quoter",

@@ -40,6 +40,10 @@ CONTEXT = 384  # --max-model-len: three 128-token KV blocks, enough for a prefix
 KEYS = {"tenant-a": "vllm-test-key-a", "tenant-b": "vllm-test-key-b"}
 KEY = KEYS["tenant-a"]  # for requests that are no tenant's in particular
 OTHER_USERS = "vllm-test-key-c"  # the background tenant's, behind the gateway
+# A 270M model writing sentences its prompt does not hold, now and then (a 12-year-old horse): `foreign_content` at
+# warning, measured at a few percent of Gemma's answers (docs/benchmarks.md, llama.cpp and Gemma); not what these
+# tests are about.
+DRIFT = {FindingKind.FOREIGN_CONTENT}
 # vLLM on two shared cores: a request every two seconds, short, or over the context (refused at once).
 BACKGROUND = Traffic(rate=0.5, over_limit_words=500, long_words=150, model="gemma")
 TENANTS = {"tenant-a": "LP_VLLM_A", "tenant-b": "LP_VLLM_B"}
@@ -173,9 +177,10 @@ def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmS
     both_ways = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
     crossings = {kind: {(f.victim_tenant, f.observer_tenant) for f in result.findings if f.kind is kind}
                  for kind in (FindingKind.CROSS_TENANT_CACHE_HIT, FindingKind.CROSS_TENANT_CACHE_TIMING)}
-    assert {f.kind for f in result.findings} == set(crossings), seen
+    assert {f.kind for f in result.findings} - DRIFT == set(crossings), seen
     assert all(found == both_ways for found in crossings.values()), seen
-    assert all(f.severity is Severity.HIGH and f.details["salt_asserted"] == ["tenant-a"] for f in result.findings)
+    assert all(f.severity is Severity.HIGH and f.details["salt_asserted"] == ["tenant-a"] for f in result.findings
+               if f.kind not in DRIFT)
     hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
     engine = hits[0].details["engine_telemetry"]
     assert isinstance(engine, dict) and engine["vllm:prefix_cache_hits_total"]["delta"] > 0
@@ -192,7 +197,7 @@ def test_per_tenant_cache_salts_isolate(vllm: VllmServer, tmp_path: Path) -> Non
     """The same audit where each tenant's requests carry its own `cache_salt` (as a salting gateway adds):
     no cache hit across tenants, and the timing check finds no pair at its false-alarm rate."""
     result = _audit(vllm, tmp_path / "salted.sqlite", salting=True)
-    assert not result.findings, [(f.kind, f.excerpt) for f in result.findings]
+    assert not [f for f in result.findings if f.kind not in DRIFT], [(f.kind, f.excerpt) for f in result.findings]
     timing = result.targets[0].timing
     assert timing is not None and len(timing.decisions) == 2 and not any(d.found for d in timing.decisions)
 
@@ -240,8 +245,9 @@ def test_behind_a_gateway_among_other_users_a_salted_vllm_is_clean(vllm: VllmSer
             "detection": {"semantic": False}, "timing": {"audit": False}})
         result = run(run_audit(config, {name: Secret(key) for name, key in KEYS.items()}))
     report = result.targets[0]
-    serious = [(f.kind, f.record_id, f.excerpt) for f in result.findings if f.severity >= Severity.WARNING]
+    serious = [(f.kind, f.record_id, f.excerpt) for f in result.findings
+               if f.severity >= Severity.WARNING and f.kind not in DRIFT]
     assert result.complete and not serious and not result.blind, (report.errors, serious, report.sights)
-    (chat,) = report.paths
+    (chat,) = [path for path in report.paths if path.api is Api.CHAT]
     assert chat.of("tenant-a") > 100 and not chat.varying, chat.describe()
     assert others.sent and any(kind.startswith("abandoned") for kind in others.sent), others.sent

@@ -8,6 +8,7 @@ is a few small methods.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
@@ -217,6 +218,13 @@ def error_message(obj: Any) -> str | None:
     return None
 
 
+# Every engine's words for a prompt over its length (SGLang, vLLM, llama.cpp, TGI): a gateway that wraps one in a
+# 5xx (LiteLLM answers a refusal inside a 200 stream with a 500) still passes on the engine's refusal.
+OVER_LENGTH = re.compile(r"context length|context size|maximum (?:allowed|input) length|reduce the length|"
+                         r"exceed_context_size|must have less than \d+ tokens|tokens \+ `max_new_tokens` must be",
+                         re.IGNORECASE)
+
+
 def _http_error(exchange: HTTPExchange) -> TargetError:
     status = exchange.status or 0
     obj, _ = exchange.json()
@@ -225,6 +233,8 @@ def _http_error(exchange: HTTPExchange) -> TargetError:
         kind = ErrorKind.UNAUTHORIZED
     elif status == 429:
         kind = ErrorKind.RATE_LIMITED
+    elif status >= 500 and OVER_LENGTH.search(message):
+        kind = ErrorKind.REFUSED
     elif status >= 500:
         kind = ErrorKind.SERVER_ERROR
     elif 300 <= status < 400:
