@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from prober.config import TargetConfig
 from prober.scrub import Scrubber
+from prober.targets.bounds import NO_GENERATION, Size
 from prober.targets.credentials import Secret
 from prober.targets.transport import HTTPExchange, OnChunk, Transport
 
@@ -21,8 +22,10 @@ class ObservedTransport(Transport):
         self._on_exchange = on_exchange
 
     async def exchange(self, method: str, url: str, *, json: object = None, secret: Secret | None = None,
-                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
-        result = await super().exchange(method, url, json=json, secret=secret, headers=headers, on_chunk=on_chunk)
+                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None,
+                       size: Size = NO_GENERATION) -> HTTPExchange:
+        result = await super().exchange(method, url, json=json, secret=secret, headers=headers, on_chunk=on_chunk,
+                                        size=size)
         if url.startswith(self._api):  # the API itself: introspection elsewhere (a gateway's engine) may be closed
             self._on_exchange(result)
         return result
