@@ -170,7 +170,7 @@ def test_a_request_that_never_ends_stops_at_the_deadline(tmp_path: Path, route: 
     steps = doc["targets"][0]["steps"]
     assert steps and all(s["outcome"] == "timeout" and "deadline" in s["error"] for s in steps)
     assert max(s["total_s"] for s in steps) < 1 + 1.5
-    assert elapsed < 1.5 * len(steps) + 30
+    assert elapsed < 1.5 * len(steps) + 45  # and the time to start the process and report (a busy machine's)
 
 
 def test_a_huge_answer_is_cut_as_soon_as_it_is_over_and_reported_in_seconds(tmp_path: Path) -> None:
