@@ -152,9 +152,12 @@ class TargetConfig(_Strict):
     """How prompt tokens are counted: the engine's tokenize endpoint, calibration from `usage.prompt_tokens`, or
     whichever works (`auto`)."""
     timeout_s: float = Field(default=DEFAULT_POLICY.timeout_s, gt=0)
-    """Idle timeout in seconds: no byte for this long ends the request."""
+    """Idle timeout in seconds: no byte for this long ends the request (the first byte may take this long).  Once
+    an answer has begun, the rest must arrive within the smaller of this and 30 s, plus `max_tokens` at 10 a
+    second; a request in all, retries included, within this plus its prompt at 1,000 tokens a second plus that."""
     deadline_s: float = Field(default=DEFAULT_POLICY.deadline_s, gt=0)
-    """Total seconds per request, connect to last byte, retries included."""
+    """The most seconds any request may take, connect to last byte, retries included (its own deadline, derived
+    from its size and `timeout_s`, is usually shorter)."""
     retries: int = Field(default=DEFAULT_POLICY.retries, ge=0, le=10)
     """Retries of 429/502/503/504 answers and refused connections (exponential backoff, `Retry-After` honoured)."""
     max_body_bytes: int = Field(default=DEFAULT_POLICY.max_body_bytes, ge=1024)
@@ -230,8 +233,9 @@ class AuditSettings(_Strict):
     """Total time for the whole audit (e.g. `30m`); what is still running then ends, and the audit is incomplete.
     Unset: only each target's deadline bounds it."""
     target_deadline: Duration | None = None
-    """Total time per target, survey included.  Unset: derived from its plan — 2 minutes, plus its prompt tokens
-    at 1,000 a second, plus each request's `max_tokens` at 10 a second — with 5 minutes for the survey."""
+    """Total time per target: survey, probe-shape choice, campaign and isolation checks.  Unset: 5 minutes for the
+    survey, then 2 minutes plus what follows derives — its prompt tokens at 1,000 a second and each request's
+    `max_tokens` at 10 a second."""
 
 
 class TimingSettings(_Strict):

@@ -37,10 +37,10 @@ class FindingKind(StrEnum):
     FOREIGN_CONTENT = "foreign_content"  # answer material that the prompt cannot explain
     BOUNDARY_ACCEPTED = "boundary_accepted"  # served a prompt a correct engine must refuse
     PLACEHOLDER_SUBSTITUTION = "placeholder_substitution"  # usage says far fewer tokens than were sent
-    STREAM_ERROR = "stream_error"  # an error object inside an HTTP-200 stream
+    STREAM_ERROR = "stream_error"  # an error object inside an HTTP-200 stream, or a stream cut for not ending
     ODD_FINISH_REASON = "odd_finish_reason"  # served, but finished for a reason no client expects
     UNEXPECTED_REFUSAL = "unexpected_refusal"  # refused a prompt the capacity says fits
-    ENGINE_ERROR = "engine_error"  # HTTP 5xx: the engine failed instead of answering or refusing
+    ENGINE_ERROR = "engine_error"  # HTTP 5xx, or an answer cut for not ending: the engine failed to answer or refuse
     IMPLAUSIBLE_USAGE = "implausible_usage"  # usage figures no engine could report for this prompt
     CROSS_TENANT_CACHE_HIT = "cross_tenant_cache_hit"  # another tenant's prompt prefix was served from cache
     CROSS_TENANT_CACHE_TIMING = "cross_tenant_cache_timing"  # another tenant's prompts came back sooner (TTFT)

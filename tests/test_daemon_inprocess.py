@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from prober.daemon import Daemon, housekeeping
+from prober.daemon import Daemon, housekeeping, jobs
 from prober.ledger import open_ledger
 from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.hostile import endless_stream, hostile_engine
 from tests.support.testbed import SMALL, StartTestbed
 
 pytestmark = pytest.mark.usefixtures("keys_in_env")
@@ -61,6 +63,44 @@ def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_pa
         assert (await client.get("/status")).json()["last_reload_error"]
 
     scenario(daemon, body)
+
+
+def test_a_target_that_never_finishes_holds_no_job_and_delays_no_other(testbed: StartTestbed, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside the reference engine, a target that answers every generation request with a chunk a second for ever:
+    its requests are cut at their own bounds and exported, the job whose deadline passes first (derived from its
+    plan, with a base of 1 s here instead of 2 minutes) fails for that reason and is not held, its sentinel runs
+    again, and the reference engine's sentinels keep their one-second schedule meanwhile."""
+    monkeypatch.setattr(jobs, "DEADLINE_BASE_S", 1.0)
+    server = testbed("healthy", **SMALL)
+    with hostile_engine(chat=endless_stream) as hostile:
+        daemon = make_daemon(server.url, tmp_path, sentinel={"max_tokens": 8}, audit={"max_tokens": 8}, targets=[
+            {"name": "hostile", "url": hostile.url + "/v1", "timeout_s": 2, "retries": 0, "breaker": 3}])
+        healthy_runs: list[float] = []
+
+        def cut_and_run_again() -> bool:
+            healthy_runs.append(sample(daemon, "leakprobe_last_success_timestamp_seconds", target="testbed",
+                                       job="sentinel"))
+            return (sample(daemon, "leakprobe_requests_cut_total", target="hostile", reason="deadline") > 0
+                    and sample(daemon, "leakprobe_job_failures_total", target="hostile", reason="deadline") > 0
+                    and sample(daemon, "leakprobe_job_failures_total", target="hostile", job="sentinel") >= 2)
+
+        async def body(client: httpx.AsyncClient) -> None:
+            started = time.time()
+            await until(daemon, cut_and_run_again, "the hostile target's requests cut and its sentinel run twice")
+            took = time.time() - started
+            scrape = (await client.get("/metrics")).text
+            assert 'leakprobe_requests_cut_total{reason="deadline",target="hostile"}' in scrape
+            status = (await client.get("/status")).json()
+            hostile_jobs = next(t for t in status["targets"] if t["name"] == "hostile")["jobs"]
+            assert any((j["last_error"] or "").startswith("deadline: ") for j in hostile_jobs.values()), hostile_jobs
+            # The reference engine's sentinel went on succeeding all along, a second apart plus its own run time.
+            successes = sorted(set(healthy_runs) - {healthy_runs[0]})
+            assert len(successes) >= took / 4, (len(successes), took)
+            assert time.time() - successes[-1] < 10
+
+        scenario(daemon, body)
+    assert hostile.seen
 
 
 @pytest.fixture

@@ -38,6 +38,13 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Findi
     if answer.error is not None and answer.error.kind is ErrorKind.SERVER_ERROR and answer.status:
         add(FindingKind.ENGINE_ERROR, Severity.WARNING,
             f"HTTP {answer.status} on a {sent_tokens:,}-token prompt ({step.boundary}): {answer.error.message}")
+    cut = answer.error.cut if answer.error is not None else None
+    if answer.error is not None and cut is not None and cut.targets_fault:
+        # An answer that would not end: cut, and what had arrived scanned like any answer.
+        add(FindingKind.STREAM_ERROR if answer.streamed else FindingKind.ENGINE_ERROR, Severity.WARNING,
+            f"{'stream' if answer.streamed else 'answer'} cut on a {sent_tokens:,}-token prompt ({step.boundary}) "
+            f"after {answer.total_s:.1f} s, {len(answer.text):,} characters in: {answer.error.message}",
+            cut=cut.value, arrived_chars=len(answer.text))
     implausible = answer.implausible_usage or (answer.usage.implausible(sent_tokens=sent_tokens)
                                                if answer.usage else None)
     if implausible:

@@ -19,6 +19,13 @@ from secrets import token_hex
 
 from prober.campaign.cached import CacheExplainer
 from prober.campaign.counters import CounterEvidence
+from prober.campaign.deadlines import (
+    DEADLINE_BASE_S,
+    SURVEY_ALLOWANCE_S,
+    isolation_seconds,
+    plan_seconds,
+    shape_seconds,
+)
 from prober.campaign.events import (
     FindingRecorded,
     Listener,
@@ -41,10 +48,9 @@ from prober.campaign.salts import salted_tenants, tenant_salts
 from prober.campaign.scanning import RunScanner
 from prober.campaign.shapes import CONTROL_ANSWER_TOKENS, CONTROL_TOKENS, choose_shape
 from prober.campaign.shapes import planned_tokens as shape_tokens
-from prober.campaign.slots import USUAL_SLOTS
 from prober.campaign.slots import planned_tokens as slot_tokens
 from prober.campaign.survey import PreflightResult, survey
-from prober.campaign.timing import planned_requests, planned_tokens
+from prober.campaign.timing import planned_tokens
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.capacity import origin_of, reachability
@@ -54,17 +60,14 @@ from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout, Shape
 from prober.scrub import Scrubber
 from prober.targets.base import Prompt
+from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 from prober.targets.transport import Transport
 from prober.types import Finding, ProbeContext
 
-# A target's deadline when none is given: the survey's allowance, then one derived from the plan.
-SURVEY_ALLOWANCE_S = 300.0
-DEADLINE_BASE_S = 120.0
-PREFILL_FLOOR = 1_000.0  # prompt tokens a second
-DECODE_FLOOR = 10.0  # completion tokens a second
+TARGET_DEADLINE = "the audit's deadline for this target"
 
 
 class TargetRunner:
@@ -147,7 +150,7 @@ class TargetRunner:
             return result
 
         choice = await choose_shape(self.config.shapes, self.tenants, trial, CountError,
-                                    stopped=lambda: self.wiring.stop_reason(self.transport) is not None)
+                                    stopped=lambda: self.wiring.stop_reason() is not None)
         self.shape = choice
         on_event(ShapeChosen(self.config.name, choice))
         return choice
@@ -155,9 +158,9 @@ class TargetRunner:
     async def run(self, plan: Plan, report: TargetReport, on_event: Listener = ignore, *,
                   choose: bool = False) -> str | None:
         """Every exchange of the plan in order, after choosing a probe shape if asked to or none was chosen yet.
-        Stops between exchanges, and returns why (also in `errors`), once `stopping` is set, the transport's
-        deadline has passed, or the circuit breaker opens: `breaker` answers in a row that could not be
-        observed."""
+        Stops between exchanges, and returns why (also in `errors`), once `stopping` is set, the run's deadline
+        (prober/targets/bounds.py) has passed, or the circuit breaker opens: `breaker` answers in a row that could
+        not be observed."""
         if choose or self.shape is None:
             report.shape = await self.choose_shape(plan, report, on_event)
         report.paths = self.routes.paths
@@ -175,7 +178,7 @@ class TargetRunner:
                          counted: CounterEvidence) -> str | None:
         unobserved = 0  # in a row
         for exchange in plan.exchanges:
-            stop = self.wiring.stop_reason(self.transport) or (
+            stop = self.wiring.stop_reason() or (
                 f"circuit breaker: {unobserved} answers in a row could not be observed"
                 if unobserved >= self.config.breaker else None)
             if stop:
@@ -291,7 +294,6 @@ class Auditor:
         self.on_event = on_event
         self.dry_run = dry_run
         self.tokens_left = config.audit.token_budget
-        self.ends_at: float | None = None  # the audit's deadline (time.monotonic()), when it has one
 
     async def run(self) -> AuditResult:
         result = AuditResult(dry_run=self.dry_run)
@@ -303,29 +305,32 @@ class Auditor:
                                           embedder=self.minter.embedder, prompts=prompts)
         wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
         deadline = self.config.audit.deadline
-        self.ends_at = None if deadline is None else time.monotonic() + deadline
-        for target_config in self.config.targets:
-            report = TargetReport(target_config.name, target_config.url)
-            result.targets.append(report)
-            if self.ends_at is not None and time.monotonic() >= self.ends_at:
-                report.errors.append(f"not probed: the audit's deadline of {deadline:g} s passed")
-                continue
-            try:
-                await self._run_target(target_config, report, wiring)
-            except (TargetUnusable, PlanError, CountError, BuildError) as exc:
-                report.errors.append(str(exc))
-                self.on_event(TargetFailed(target_config.name, str(exc)))
+        with run_deadline(deadline, "the audit's deadline"):
+            for target_config in self.config.targets:
+                report = TargetReport(target_config.name, target_config.url)
+                result.targets.append(report)
+                if deadline_passed():
+                    report.errors.append(f"not probed: the audit's deadline of {deadline:g} s passed")
+                    continue
+                try:
+                    with run_deadline(self.config.audit.target_deadline, TARGET_DEADLINE):
+                        await self._run_target(target_config, report, wiring)
+                except (TargetUnusable, PlanError, CountError, BuildError) as exc:
+                    report.errors.append(str(exc))
+                    self.on_event(TargetFailed(target_config.name, str(exc)))
         result.finished = time.time()
         return result
 
     async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring) -> None:
+        """Under the target's deadline when one is given, else the survey's allowance and then one derived from
+        the plan, the probe-shape choice and the isolation checks (prober/campaign/deadlines.py)."""
         settings = self.config.audit
+        derived = settings.target_deadline is None
         async with Transport(cfg.policy(), self.scrubber) as transport:
             runner = TargetRunner(cfg, transport, wiring, telemetry=not self.dry_run)
-            given = settings.target_deadline
-            transport.ends_at = self._ends_at(given if given is not None else SURVEY_ALLOWANCE_S)
             try:
-                await runner.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
+                with run_deadline(SURVEY_ALLOWANCE_S if derived else None, TARGET_DEADLINE):
+                    await runner.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
             finally:
                 report.survey = runner.surveyed
             plan = runner.campaign(self.on_event, streaming=settings.streaming, concurrent=settings.concurrent,
@@ -342,10 +347,11 @@ class Auditor:
                 report.complete = True
                 return
             self.tokens_left -= plan.tokens + extra
-            if given is None:
-                transport.ends_at = self._ends_at(plan_deadline(plan) + isolation_deadline(self.config, runner.tenants))
-            if await runner.run(plan, report, self.on_event) is None:
-                await self._isolation(runner, report)
+            rest = (DEADLINE_BASE_S + plan_seconds(plan) + shape_seconds(cfg.shapes, runner.tenants)
+                    + isolation_seconds(self.config, runner.tenants))
+            with run_deadline(rest if derived else None, TARGET_DEADLINE):
+                if await runner.run(plan, report, self.on_event) is None:
+                    await self._isolation(runner, report)
             reason = report.coverage().reason()
             if reason:
                 report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
@@ -363,33 +369,3 @@ class Auditor:
             report.crosstalk = await runner.isolation.crosstalk(self.config.crosstalk, self.on_event,
                                                       streaming=self.config.audit.streaming)
             report.errors += report.crosstalk.errors
-
-    def _ends_at(self, allowance: float) -> float:
-        ends = time.monotonic() + allowance
-        return ends if self.ends_at is None else min(ends, self.ends_at)
-
-
-def plan_deadline(plan: Plan) -> float:
-    """How long a target's plan may take when no deadline is given: generous for a slow engine (prompt
-    tokens at PREFILL_FLOOR a second, each request's completion at DECODE_FLOOR a second), finite for a
-    stalling one."""
-    steps = [step for exchange in plan.exchanges for step in exchange.steps]
-    return (DEADLINE_BASE_S + plan.tokens / PREFILL_FLOOR
-            + sum(step.max_tokens for step in steps) / DECODE_FLOOR)
-
-
-def isolation_deadline(config: ProberConfig, tenants: list[str]) -> float:
-    """What the timing check, the idle-slot check and the cross-talk burst add to a target's deadline, at the same
-    floors: one request at a time for the timing and idle-slot checks, one concurrent burst for cross-talk."""
-    timing = config.timing
-    seconds = 0.0
-    if timing.audit:
-        seconds += planned_tokens(timing, tenants) / PREFILL_FLOOR + planned_requests(timing, tenants) / DECODE_FLOOR
-    if config.slots.audit:  # the configured width, or llama.cpp's usual four
-        slots = config.slots
-        width = slots.width or USUAL_SLOTS
-        seconds += (len(pairs(tenants)) * 4 * width * slots.tokens / PREFILL_FLOOR
-                    + 4 * len(pairs(tenants)) * width * slots.max_tokens / DECODE_FLOOR)
-    if config.crosstalk.audit:
-        seconds += config.crosstalk.max_tokens / DECODE_FLOOR
-    return seconds

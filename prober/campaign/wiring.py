@@ -14,8 +14,8 @@ from prober.canaries.mint import Minter
 from prober.config import CounterSettings, ProberConfig
 from prober.ledger.base import Ledger
 from prober.scrub import Scrubber
+from prober.targets.bounds import deadline_passed
 from prober.targets.credentials import Secret
-from prober.targets.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,12 @@ class Wiring:
     cache_salted: frozenset[str] = frozenset()  # tenants whose gateway, the config says, salts their prefix cache
     counters: CounterSettings = field(default_factory=CounterSettings)  # failure counters against the background
 
-    def stop_reason(self, transport: Transport) -> str | None:
-        """Why no request to the target of `transport` may start now, if one may not."""
+    def stop_reason(self) -> str | None:
+        """Why no request may start now, if one may not: shutting down, the ledger moved, the run's deadline."""
         if self.stopping.is_set():
             return "shutting down"
         moved = self.ledger.identity_problem()  # its canaries could not be kept where they belong
-        return moved or ("the audit's deadline for this target passed" if transport.expired() else None)
+        return moved or deadline_passed()
 
     @classmethod
     def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],

@@ -22,7 +22,7 @@ from prober.config import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.jobs import Failure, Skip
 from prober.incidents import Incident
-from prober.targets.result import ErrorKind
+from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 
 # Wide enough for a 1M-token prefill on real hardware (minutes) and a cached 100-token answer (ms).
@@ -70,6 +70,11 @@ class Metrics:
         self.request_errors = Counter("leakprobe_target_request_errors", "Requests to the target's API (every "
                                       "job's, surveys too) that failed, by error kind: connect, dns, tls, timeout, "
                                       "server_error, ...", ["target", "kind"], registry=registry)
+        self.requests_cut = Counter("leakprobe_requests_cut", "Requests to the target (every job's, to any of its "
+                                    "endpoints) ended while it was still on them, by reason: deadline (past the "
+                                    "request's own, derived from its size), overlong (more than max_tokens allows, or "
+                                    "max_body_bytes), keepalive (nothing but keep-alives), run_deadline (the job's).",
+                                    ["target", "reason"], registry=registry)
         self.tokens_sent = Counter("leakprobe_tokens_sent", "Prompt tokens sent, by tenant.", ["target", "tenant"],
                                    registry=registry)
         self.budget = Gauge("leakprobe_token_budget_tokens", "Prompt tokens a target may be sent per UTC day.",
@@ -153,14 +158,19 @@ class Metrics:
         registry.register(self.incidents)
         self._per_target: list[Counter | Gauge | Histogram] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
-            self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool, self.input_limit, self.verdict,
-            self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run, self.last_success,
-            self.interval, self.timing_p, self.timing_rounds, self.timing_undecided, self.timing_ttft,
-            self.burst_answers, self.blind, self.shape, self.shape_chosen]
+            self.requests_cut, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
+            self.input_limit, self.verdict, self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run,
+            self.last_success, self.interval, self.timing_p, self.timing_rounds, self.timing_undecided,
+            self.timing_ttft, self.burst_answers, self.blind, self.shape, self.shape_chosen]
 
-    def exchanged(self, target: str, exchange: HTTPExchange) -> None:
-        """Every request to the target's API, whichever job sent it: its health."""
+    def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:
+        """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health
+        (but for one its job's deadline cut: that says nothing of the target)."""
         error = exchange.error
+        if error is not None and error.cut is not None:
+            self.requests_cut.labels(target, error.cut).inc()
+        if not api or (error is not None and error.cut is Cut.RUN_DEADLINE):
+            return
         if error is not None and error.kind is not ErrorKind.REFUSED:
             self.request_errors.labels(target, error.kind).inc()
         elif exchange.status in (401, 403):
@@ -183,6 +193,8 @@ class Metrics:
             self.skips.labels(target, job, skip)
         for kind in REQUEST_ERRORS:
             self.request_errors.labels(target, kind)
+        for cut in Cut:
+            self.requests_cut.labels(target, cut)
         for tenant in tenants:
             self.tokens_sent.labels(target, tenant)
         for victim in tenants:

@@ -1,6 +1,7 @@
-"""A target session's transport that reports every request to the target's API, whichever job sent it (a
-survey's `/models`, a sentinel's prompt, a campaign's): the daemon's view of the target's health comes from
-all of them, so a target that stops answering is seen at its next request of any kind."""
+"""A target session's transport that reports every request, whichever job sent it (a survey's `/models`, a
+sentinel's prompt, a campaign's), and whether it went to the target's API: the daemon's view of the target's
+health comes from all of those, so a target that stops answering is seen at its next request of any kind;
+a request cut short is counted wherever it went (a tokenizer or `/metrics` that never finishes too)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from collections.abc import Callable
 
 from prober.config import TargetConfig
 from prober.scrub import Scrubber
+from prober.targets.bounds import NO_GENERATION, Size
 from prober.targets.credentials import Secret
 from prober.targets.transport import HTTPExchange, OnChunk, Transport
 
-OnExchange = Callable[[HTTPExchange], None]
+OnExchange = Callable[[HTTPExchange, bool], None]  # the exchange, and whether it went to the target's API
 
 
 class ObservedTransport(Transport):
@@ -21,8 +23,12 @@ class ObservedTransport(Transport):
         self._on_exchange = on_exchange
 
     async def exchange(self, method: str, url: str, *, json: object = None, secret: Secret | None = None,
-                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
-        result = await super().exchange(method, url, json=json, secret=secret, headers=headers, on_chunk=on_chunk)
-        if url.startswith(self._api):  # the API itself: introspection elsewhere (a gateway's engine) may be closed
-            self._on_exchange(result)
+                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None,
+                       size: Size = NO_GENERATION) -> HTTPExchange:
+        result = await super().exchange(method, url, json=json, secret=secret, headers=headers, on_chunk=on_chunk,
+                                        size=size)
+        # Only what was sent (the run's deadline may have passed first); the API itself tells the target's health
+        # (introspection elsewhere, a gateway's engine, may be closed).
+        if result.attempts:
+            self._on_exchange(result, url.startswith(self._api))
         return result

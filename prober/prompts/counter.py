@@ -16,6 +16,7 @@ from typing import Any
 from prober.errors import CountError
 from prober.targets.api import Api, Engine
 from prober.targets.base import Prompt, Target
+from prober.targets.bounds import Size
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 
@@ -87,17 +88,19 @@ class EndpointCounter(TokenCounter):
         self.requests += 1
         if self.dialect.engine is Engine.LLAMACPP and self.dialect.chat:
             text = await self._apply_template(text)
-        obj = await self._post(self.dialect.path, self.dialect.body(text))
+        obj = await self._post(self.dialect.path, self.dialect.body(text), text)
         return self.dialect.read(obj)
 
     async def _apply_template(self, text: str) -> str:
-        obj = await self._post("/apply-template", {"messages": [{"role": "user", "content": text}]})
+        obj = await self._post("/apply-template", {"messages": [{"role": "user", "content": text}]}, text)
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise CountError("llama.cpp /apply-template gave no prompt")
         return str(obj["prompt"])
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        exchange = await self.transport.exchange("POST", self.origin + path, json=body, secret=self.secret)
+    async def _post(self, path: str, body: dict[str, Any], text: str) -> Any:
+        """`text`: what the engine tokenizes, which its time is bounded by."""
+        exchange = await self.transport.exchange("POST", self.origin + path, json=body, secret=self.secret,
+                                                 size=Size(len(text.encode("utf-8", "surrogatepass"))))
         if exchange.error is not None or exchange.status != 200:
             raise CountError(f"{self.origin}{path}: {exchange.error or f'HTTP {exchange.status}'}")
         obj, problem = exchange.json()

@@ -29,10 +29,11 @@ WHAT_TO_DO: dict[FindingKind, str] = {
                                     "the gateway's response routing before another tenant's answer is mixed in.",
     FindingKind.FOREIGN_CONTENT: "Read the masked excerpt: data that is not a canary (another tenant's real text), or "
                                  "a model wandering; a leak at the same boundary makes the first likely.",
-    FindingKind.ENGINE_ERROR: "The engine fails at this length or concurrency instead of answering or refusing: read "
-                              "its logs at that time.",
-    FindingKind.STREAM_ERROR: "An error inside an HTTP-200 stream: clients that check only the status code take it "
-                              "for an answer; have the engine (or gateway) fail with a status.",
+    FindingKind.ENGINE_ERROR: "The engine fails at this length or concurrency instead of answering or refusing (a "
+                              "5xx, or an answer that would not end): read its logs, and the gateway's, at that time.",
+    FindingKind.STREAM_ERROR: "An error inside an HTTP-200 stream, or a stream that would not end: clients that check "
+                              "only the status code take it for an answer; have the engine (or gateway) fail with a "
+                              "status, and end what it cannot finish.",
     FindingKind.ODD_FINISH_REASON: "Check what ended the request (an abort the client was not told about).",
     FindingKind.UNEXPECTED_REFUSAL: "The capacity numbers are off, or a gateway refuses: set capacity: in the config, "
                                     "check the model name and the credentials. That boundary went untested.",

@@ -14,10 +14,11 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
     FindingKind.FOREIGN_CONTENT: ("LEAK002", "Answer content that its own prompt cannot explain", "5.0"),
     FindingKind.BOUNDARY_ACCEPTED: ("CAP001", "Prompt above the KV capacity served instead of refused", "8.0"),
     FindingKind.PLACEHOLDER_SUBSTITUTION: ("CAP002", "Prompt replaced by a placeholder before processing", "8.0"),
-    FindingKind.STREAM_ERROR: ("API001", "Error inside an HTTP-200 stream", "3.0"),
+    FindingKind.STREAM_ERROR: ("API001", "Error inside an HTTP-200 stream, or a stream that would not end", "3.0"),
     FindingKind.ODD_FINISH_REASON: ("API002", "Unusual finish_reason on an HTTP-200 answer", "3.0"),
     FindingKind.UNEXPECTED_REFUSAL: ("CAP003", "Refused a prompt the capacity says fits", "1.0"),
-    FindingKind.ENGINE_ERROR: ("API003", "HTTP 5xx instead of an answer or a refusal", "4.0"),
+    FindingKind.ENGINE_ERROR: ("API003", "HTTP 5xx, or an answer that would not end, instead of an answer or a "
+                                          "refusal", "4.0"),
     FindingKind.IMPLAUSIBLE_USAGE: ("API004", "Usage figures no engine could report for the prompt", "3.0"),
     FindingKind.CROSS_TENANT_CACHE_HIT: ("LEAK003", "Prefix cache shared across tenants (timing channel)", "6.0"),
     FindingKind.CROSS_TENANT_CACHE_TIMING: ("LEAK004", "Another tenant's prompts answered sooner: prefix cache "

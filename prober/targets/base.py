@@ -13,8 +13,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prober.targets.bounds import ANSWER_BASE_S, OVERLONG, Size
 from prober.targets.credentials import Secret
-from prober.targets.result import Completion, ErrorKind, TargetError, Usage
+from prober.targets.result import Completion, Cut, ErrorKind, TargetError, Usage
 from prober.targets.sse import SSEDecoder
 from prober.targets.transport import ERROR_BODY_CAP, HTTPExchange, Transport
 
@@ -67,15 +68,20 @@ class HTTPTarget(Target):
     def read_event(self, obj: Any) -> Piece: ...
 
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
+        """The answer read as what arrived: a stream as a stream, JSON as JSON, whichever was asked for (a
+        mismatch is named in the error of an answer that failed)."""
         with self.transport.outbox.sending(secret, prompt.text):
-            if not prompt.stream:
-                exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt),
-                                                         secret=secret)
-                return _plausible(self._scrubbed(self._plain(exchange)), prompt)
-            stream = _StreamReader(self, max_tokens=prompt.max_tokens, idle_s=self.transport.policy.timeout_s)
+            stream = _StreamReader(self, max_tokens=prompt.max_tokens,
+                                   idle_s=min(self.transport.policy.timeout_s, ANSWER_BASE_S))
+            size = Size(len(prompt.text.encode("utf-8", "surrogatepass")), prompt.max_tokens, prompt.stream)
             exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
-                                                     on_chunk=stream.feed)
-            return _plausible(self._scrubbed(stream.finish(exchange)), prompt)
+                                                     on_chunk=stream.feed, size=size)
+            answer = stream.finish(exchange) if exchange.streamed else self._plain(exchange)
+            if answer.error is not None and exchange.status == 200 and exchange.streamed != prompt.stream:
+                sent = "server-sent events to a plain" if exchange.streamed else "a JSON body to a stream"
+                answer = replace(answer, error=replace(answer.error, message=f"answered {sent} request: "
+                                                                             f"{answer.error.message}"))
+            return _plausible(self._scrubbed(answer), prompt)
 
     def _scrubbed(self, answer: Completion) -> Completion:
         """Streamed text arrives in pieces that may split a secret: scrub the assembled answer too."""
@@ -89,6 +95,9 @@ class HTTPTarget(Target):
 
     def _plain(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
+        if exchange.error is not None and exchange.error.cut is not None:
+            # What arrived before the cut, as it came (JSON and all): a body that stalls after a leak carries it.
+            return Completion(**common, text=exchange.body.decode("utf-8", "replace"), error=exchange.error)
         if exchange.error is not None or exchange.status != 200:
             return Completion(**common, error=exchange.error or _http_error(exchange))
         obj, problem = exchange.json()
@@ -105,21 +114,20 @@ class HTTPTarget(Target):
                           ttft_s=exchange.total_s, error=error, other_text=piece.other)
 
 
-OVERLONG = 2  # a stream of more text pieces than this many times max_tokens (+16) was not asked for
-
-
 class _StreamReader:
     """Decode SSE as bytes arrive, so TTFT is the moment the first text arrived, not the first byte.
 
     It also ends a stream that cannot be observed, early: one that says nothing but keep-alive comments (or
     empty events) for `idle_s` — those bytes reset the transport's idle timeout, they are not an answer — and
-    one that sends far more pieces of text than `max_tokens` allows."""
+    one that sends far more pieces of text than `max_tokens` allows (the transport cuts one that never ends)."""
 
     def __init__(self, target: HTTPTarget, *, max_tokens: int | None = None, idle_s: float | None = None) -> None:
         self.target = target
         self.max_pieces = None if max_tokens is None else OVERLONG * max_tokens + 16
         self.idle_s = idle_s
-        self.last_progress = 0.0  # seconds since the request began, when an event last carried something
+        # Seconds since the request began when an event last carried something, or the stream's first byte came
+        # (before it, silence is the idle timeout's: a long prefill sends nothing).
+        self.last_progress: float | None = None
         self.decoder = SSEDecoder()
         self.parts: list[str] = []
         self.others: list[str] = []
@@ -130,14 +138,18 @@ class _StreamReader:
         self.done = False
 
     def feed(self, chunk: bytes, at: float) -> TargetError | None:
+        if self.last_progress is None:
+            self.last_progress = at
         for event in self.decoder.feed(chunk):
             self._event(event, at)
         pieces = len(self.parts) + len(self.others)
         if self.max_pieces is not None and pieces > self.max_pieces:
             return TargetError(ErrorKind.MALFORMED, f"stream sent {pieces:,} pieces of text for "
-                               f"max_tokens {(self.max_pieces - 16) // OVERLONG:,}: far more than was asked for", 200)
+                               f"max_tokens {(self.max_pieces - 16) // OVERLONG:,}: far more than was asked for", 200,
+                               cut=Cut.OVERLONG)
         if self.idle_s is not None and at - self.last_progress > self.idle_s:
-            return TargetError(ErrorKind.TIMEOUT, f"nothing but keep-alives for {self.idle_s:g} s", 200)
+            return TargetError(ErrorKind.TIMEOUT, f"nothing but keep-alives for {self.idle_s:g} s", 200,
+                               cut=Cut.KEEPALIVE)
         return None
 
     def _event(self, data: str, at: float) -> None:

@@ -25,6 +25,20 @@ class ErrorKind(StrEnum):
     REDIRECT = "redirect"  # redirect to another origin (credentials withheld)
 
 
+class Cut(StrEnum):
+    """Why a request was ended while the target was still on it (`leakprobe_requests_cut_total{reason}`).  All
+    but `run_deadline` are the target's doing: an answer that never ends, or is far longer than was asked for."""
+
+    DEADLINE = "deadline"  # past the request's own deadline, derived from its size (prober/targets/bounds.py)
+    OVERLONG = "overlong"  # more text pieces or bytes than max_tokens allows, or over max_body_bytes
+    KEEPALIVE = "keepalive"  # a stream of nothing but keep-alives
+    RUN_DEADLINE = "run_deadline"  # the audit's or the daemon job's deadline for this target
+
+    @property
+    def targets_fault(self) -> bool:
+        return self is not Cut.RUN_DEADLINE
+
+
 TEMPLATE_TOKENS = 4_096  # what an engine may add to a prompt: chat template, system prompt, special tokens
 GATEWAY_RETRIES = "x-litellm-attempted-retries"  # response headers in which gateways say they retried
 GATEWAY_ATTEMPTS = "x-envoy-attempt-count"
@@ -84,6 +98,7 @@ class TargetError:
     message: str
     status: int | None = None
     body: str = ""  # the raw error body (capped), for the report
+    cut: Cut | None = None  # the request was ended while the target was still on it
 
     def __str__(self) -> str:
         where = f"HTTP {self.status}: " if self.status else ""

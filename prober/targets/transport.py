@@ -1,6 +1,7 @@
-"""HTTP policy shared by every adapter: an idle timeout and a total deadline, bounded retries that honour
-Retry-After, a cap on body size, TLS verification, redirects that never carry a credential to another
-origin, and every secret the config knows scrubbed from what comes back before anyone reads it.
+"""HTTP policy shared by every adapter: an idle timeout, deadlines (each request's own, derived from its size, and
+the run's: prober/targets/bounds.py), bounded retries that honour Retry-After, caps on body size, TLS
+verification, redirects that never carry a credential to another origin, and every secret the config knows
+scrubbed from what comes back before anyone reads it.
 
 Adapters get bytes and timings back, or a `TargetError`; nothing here raises on a bad response.
 """
@@ -21,10 +22,11 @@ from typing import Any
 import httpx
 
 from prober.scrub import Scrubber
+from prober.targets.bounds import NO_GENERATION, Size, current_deadline
 from prober.targets.credentials import Secret
 from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
 from prober.targets.outbox import Outbox
-from prober.targets.result import ErrorKind, TargetError
+from prober.targets.result import Cut, ErrorKind, TargetError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -37,7 +39,7 @@ KEEPALIVE_EXPIRY_S = 2.0
 @dataclass(frozen=True)
 class TransportPolicy:
     timeout_s: float = 600.0  # idle: a 1M-token prefill takes minutes on real hardware
-    deadline_s: float = 1_200.0  # total, connect to last byte, retries included: a stream that trickles ends
+    deadline_s: float = 1_200.0  # the most any request takes, connect to last byte, retries included
     connect_timeout_s: float = 10.0
     retries: int = 3
     backoff_s: float = 0.5
@@ -57,8 +59,9 @@ class HTTPExchange:
     body: bytes | bytearray = b""
     first_byte_s: float | None = None
     total_s: float = 0.0
-    attempts: int = 1
+    attempts: int = 1  # 0: not sent, the run's deadline had passed
     error: TargetError | None = None
+    streamed: bool = False  # a 200 body of server-sent events, given to the caller's reader as it came
 
     def json(self) -> tuple[Any, str | None]:
         """The body as JSON, or None and why not (not UTF-8, not JSON).  Once decoded, a body longer than an
@@ -97,6 +100,7 @@ class _Call:
     secret: Secret | None
     headers: dict[str, str]
     on_chunk: OnChunk | None
+    size: Size
     started: float  # time.monotonic() when the exchange began: every timing is from here
     latest: HTTPExchange = field(default_factory=lambda: HTTPExchange(None))
 
@@ -109,8 +113,6 @@ class Transport:
         """`http` replaces the network: an in-process ASGI app (`httpx.ASGITransport`) in tests, a proxy."""
         self.policy = policy or TransportPolicy()
         self.scrubber = scrubber or Scrubber()
-        # When every exchange must have ended (time.monotonic()): an audit's deadline for its target.
-        self.ends_at: float | None = None
         self.outbox = Outbox()  # what went out through this transport (the adapters record their prompts)
         p = self.policy
         self.client = httpx.AsyncClient(
@@ -132,23 +134,28 @@ class Transport:
         await self.client.aclose()
 
     async def exchange(self, method: str, url: str, *, json: Any = None, secret: Secret | None = None,
-                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None) -> HTTPExchange:
-        """Send with retries and same-origin redirects; read the whole body under the size cap; give up at the
-        deadline (what a stream delivered until then has reached `on_chunk`)."""
-        call = _Call(method, url, json, secret, headers or {}, on_chunk, time.monotonic())
-        limit, why = self.policy.deadline_s, f"deadline of {self.policy.deadline_s:g} s passed (connect to last byte)"
-        if self.ends_at is not None and self.ends_at - call.started < limit:
-            limit, why = max(0.0, self.ends_at - call.started), "the audit's deadline for this target passed"
+                       headers: dict[str, str] | None = None, on_chunk: OnChunk | None = None,
+                       size: Size = NO_GENERATION) -> HTTPExchange:
+        """Send with retries and same-origin redirects; read the body under its bounds; give up at the request's
+        deadline or the run's, whichever comes first.  A 200 body of server-sent events goes to `on_chunk` as it
+        comes; any other body is kept (also what arrived of one cut short: it may carry a leak)."""
+        call = _Call(method, url, json, secret, headers or {}, on_chunk, size, time.monotonic())
+        p = self.policy
+        limit = min(p.deadline_s, size.total_s(p.timeout_s, p.connect_timeout_s))
+        why, cut = (f"deadline of {limit:.1f} s passed (connect to last byte, retries included, for "
+                    f"{size.describe()})"), Cut.DEADLINE
+        run = current_deadline()
+        if run is not None and run.ends_at - call.started < limit:
+            if run.ends_at <= call.started:
+                return HTTPExchange(None, attempts=0, error=TargetError(ErrorKind.TIMEOUT,
+                                                                        f"{run.name} passed before it was sent"))
+            limit, why, cut = run.ends_at - call.started, f"{run.name} passed", Cut.RUN_DEADLINE
         try:
             async with asyncio.timeout(limit):
                 return await self._with_retries(call)
         except TimeoutError:
             call.latest.attempts = max(1, call.latest.attempts)
-            return _failed(call.latest, ErrorKind.TIMEOUT, why, call.started)
-
-    def expired(self) -> bool:
-        """Whether the deadline for every exchange (`ends_at`) has passed."""
-        return self.ends_at is not None and time.monotonic() >= self.ends_at
+            return self._cut(call.latest, TargetError(ErrorKind.TIMEOUT, why, cut=cut), call.started)
 
     async def _with_retries(self, call: _Call) -> HTTPExchange:
         """Attempts until one is final: answered, refused for good, or out of retries."""
@@ -206,35 +213,20 @@ class Transport:
         send_headers = dict(call.headers)
         if call.secret is not None:
             send_headers["Authorization"] = f"Bearer {call.secret.reveal()}"
-        cap = self.policy.max_body_bytes
-        scrub = self.scrubber
+        answer_s = call.size.answer_s(self.policy.timeout_s)
+        clock = asyncio.timeout(None)  # the answer's own: from its first byte, however the bytes trickle
         try:
-            async with self.client.stream(call.method, call.url, json=call.json, headers=send_headers) as response:
-                result.status = response.status_code
-                result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
-                declared = response.headers.get("content-length")
-                if declared and declared.isdigit() and int(declared) > cap:
-                    return _failed(result, ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes "
-                                   f"is over the {cap:,}-byte cap", started)
-                try:
-                    decoder = BoundedDecoder(response.headers.get("content-encoding"))
-                except DecodingError as exc:
-                    return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
-                body = _Body(result, cap, started, call.on_chunk if response.status_code == 200 else None)
-                received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
-                async for raw in response.aiter_raw():
-                    received += len(raw)
-                    if received > cap:
-                        return _failed(result, ErrorKind.TOO_LARGE, f"body over the {cap:,}-byte cap", started)
-                    for chunk in decoder.feed(raw):
-                        if stop := body.take(chunk):
-                            return _failed(result, stop.kind, stop.message, started)
-                for chunk in decoder.flush():
-                    if stop := body.take(chunk):
-                        return _failed(result, stop.kind, stop.message, started)
-                result.body = scrub.bytes(body.data)
-                result.total_s = time.monotonic() - started
-                return result
+            async with clock, self.client.stream(call.method, call.url, json=call.json,
+                                                 headers=send_headers) as response:
+                return await self._read(call, response, lambda: clock.reschedule(
+                    asyncio.get_running_loop().time() + answer_s))
+        except TimeoutError:
+            if not clock.expired():
+                raise
+            return self._cut(result, TargetError(
+                ErrorKind.TIMEOUT, f"answer still arriving {answer_s:.1f} s after its first byte: once it answers, "
+                f"{call.size.describe()} may take {call.size.answer_rule(self.policy.timeout_s)}", cut=Cut.DEADLINE),
+                started)
         except DecodingError as exc:
             kind, message = ErrorKind.MALFORMED, f"undecodable content encoding: {exc}"
         except httpx.TimeoutException as exc:
@@ -246,27 +238,73 @@ class Transport:
         except httpx.HTTPError as exc:
             kind, message = ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"
         # Keep the status and what arrived: a stream that stalls after a leak still carries the leak.
+        result.body = self.scrubber.bytes(result.body)
         result.total_s = time.monotonic() - started
-        result.error = TargetError(kind, scrub.text(message), result.status)
+        result.error = TargetError(kind, self.scrubber.text(message), result.status)
+        return result
+
+    async def _read(self, call: _Call, response: httpx.Response, begun: Callable[[], None]) -> HTTPExchange:
+        """The response's body under the caps (`begun` starts the answer's clock at its first byte)."""
+        result, started, scrub = call.latest, call.started, self.scrubber
+        result.status = response.status_code
+        result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
+        cap, over = self.policy.max_body_bytes, f"over the {self.policy.max_body_bytes:,}-byte cap"
+        needed = call.size.answer_bytes() if response.status_code == 200 else None  # an error may echo anything
+        if needed is not None and needed < cap:
+            cap, over = needed, f"over the {needed:,} bytes {call.size.describe()} needs"
+        declared = response.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > cap:
+            return self._cut(result, TargetError(ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes is "
+                                                 f"{over}", cut=Cut.OVERLONG), started)
+        try:
+            decoder = BoundedDecoder(response.headers.get("content-encoding"))
+        except DecodingError as exc:
+            return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
+        feed = call.on_chunk if response.status_code == 200 and _sse(response.headers.get("content-type"),
+                                                                     call.size.stream) else None
+        result.streamed = feed is not None
+        body = _Body(result, cap, over, started, feed)
+        received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
+        async for raw in response.aiter_raw():
+            if not received and raw:
+                begun()
+            received += len(raw)
+            if received > cap:
+                return self._cut(result, TargetError(ErrorKind.TOO_LARGE, f"body {over}", cut=Cut.OVERLONG), started)
+            for chunk in decoder.feed(raw):
+                if stop := body.take(chunk):
+                    return self._cut(result, stop, started)
+        for chunk in decoder.flush():
+            if stop := body.take(chunk):
+                return self._cut(result, stop, started)
+        result.body = scrub.bytes(result.body)
+        result.total_s = time.monotonic() - started
+        return result
+
+    def _cut(self, result: HTTPExchange, error: TargetError, started: float) -> HTTPExchange:
+        """Ended before its body did: what arrived is kept, scrubbed, and the error says why."""
+        scrub = self.scrubber
+        result.body = scrub.bytes(result.body)
+        result.total_s = time.monotonic() - started
+        result.error = TargetError(error.kind, scrub.text(error.message), result.status, result.snippet(), error.cut)
         return result
 
 
 class _Body:
     """A body as its decoded pieces arrive: grown as bytes come, never sized from a declared length (a length is
     a claim, not a body), counted decoded against the cap.  A 200 stream goes to its reader as it comes, and
-    only its start is kept here, for an error report: a huge stream is never held twice."""
+    only its start is kept, for an error report: a huge stream is never held twice."""
 
-    def __init__(self, result: HTTPExchange, cap: int, started: float, on_chunk: OnChunk | None) -> None:
-        self.result, self.cap, self.started, self.on_chunk = result, cap, started, on_chunk
-        self.data = bytearray()
+    def __init__(self, result: HTTPExchange, cap: int, over: str, started: float, on_chunk: OnChunk | None) -> None:
+        self.result, self.cap, self.over, self.started, self.on_chunk = result, cap, over, started, on_chunk
+        self.data = result.body = bytearray()
         self.decoded = 0
 
     def take(self, chunk: bytes) -> TargetError | None:
         """An error when this piece takes the body over the cap, or when the stream's reader ends it."""
         self.decoded += len(chunk)
         if self.decoded > self.cap:
-            return TargetError(ErrorKind.TOO_LARGE, f"body over the {self.cap:,}-byte cap (counted decoded)",
-                               self.result.status)
+            return TargetError(ErrorKind.TOO_LARGE, f"body {self.over} (counted decoded)", cut=Cut.OVERLONG)
         now = time.monotonic() - self.started
         if self.result.first_byte_s is None and chunk:
             self.result.first_byte_s = now
@@ -276,6 +314,17 @@ class _Body:
         if len(self.data) < ERROR_BODY_CAP:
             self.data += chunk[: ERROR_BODY_CAP - len(self.data)]
         return self.on_chunk(chunk, now)
+
+
+def _sse(content_type: str | None, asked: bool) -> bool:
+    """Whether a 200 body is server-sent events: as its Content-Type says (JSON answering a stream request is read
+    as JSON, a stream answering a plain request as a stream), else as the request asked."""
+    kind = (content_type or "").partition(";")[0].strip().lower()
+    if kind == "text/event-stream":
+        return True
+    if kind == "application/json" or kind.endswith("+json"):
+        return False
+    return asked
 
 
 def _connect_kind(exc: BaseException) -> ErrorKind:

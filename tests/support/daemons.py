@@ -20,10 +20,14 @@ from prober.ledger import open_ledger
 from tests.support.daemonproc import daemon_config
 
 
-def make_daemon(url: str, folder: Path, **daemon: Any) -> Daemon:
+def make_daemon(url: str, folder: Path, *, targets: list[dict[str, Any]] | None = None,
+                audit: dict[str, Any] | None = None, **daemon: Any) -> Daemon:
+    """`targets`: more targets beside the reference engine's; `audit`: the audit settings campaigns take."""
+    settings = daemon_config(url, folder / "l.sqlite", **daemon)
+    settings["targets"] += targets or []
     config = folder / "daemon.yaml"
-    config.write_text(yaml.safe_dump({**daemon_config(url, folder / "l.sqlite", **daemon),
-                                      "detection": {"semantic": False}}))
+    config.write_text(yaml.safe_dump({**settings, "detection": {"semantic": False},
+                                      **({"audit": audit} if audit else {})}))
     settings = load_settings(config, {})
     ledger = open_ledger(settings.config.ledger)
     return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())

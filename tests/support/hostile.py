@@ -1,7 +1,7 @@
 """A hostile OpenAI-compatible engine on loopback: it answers like SGLang (server_info, tokenize, chat) but
 echoes the request's credentials everywhere it can — answers, error bodies, headers, model ids, in every
 encoding a gateway or a log formatter might apply — and can stream forever, trickle its body, or send a
-huge answer.
+huge answer, on any of its routes (the routes here answer whatever they are asked, so one serves any path).
 
 The encoders here are written independently of `prober.scrub` (plain stdlib calls), so a test that checks
 the scrubber against them checks it against what servers do, not against itself."""
@@ -185,11 +185,24 @@ def echoing_every_status() -> ChatRoute:
 
 
 def endless_stream(reply: Reply, seen: Seen) -> None:
-    """One SSE chunk a second, forever (until the client hangs up)."""
+    """One SSE chunk a second, forever (until the client hangs up), whether a stream was asked for or not."""
     reply.start_stream()
     try:
         while True:
             reply.write(sse({"choices": [{"index": 0, "delta": {"content": "still going "}, "finish_reason": None}]}))
+            time.sleep(1)
+    except OSError:
+        return
+
+
+def endless_json(reply: Reply, seen: Seen) -> None:
+    """A JSON answer (`application/json`, no declared length) that never closes: a piece a second, no newline ever,
+    whether a stream was asked for or not."""
+    reply.start_stream(content_type="application/json")
+    try:
+        reply.write('{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "')
+        while True:
+            reply.write("still going ")
             time.sleep(1)
     except OSError:
         return
@@ -246,7 +259,8 @@ def trickling_body(reply: Reply, seen: Seen) -> None:
 
 
 def huge_first_answer(size: int) -> ChatRoute:
-    """The first answer is `size` bytes of text (with another tenant's... nothing: just bulk); the rest echo."""
+    """The first answer is `size` bytes of text (with another tenant's... nothing: just bulk), its length not
+    declared, written a megabyte at a time; the rest echo."""
     served = threading.Event()
 
     def route(reply: Reply, seen: Seen) -> None:
@@ -255,7 +269,13 @@ def huge_first_answer(size: int) -> ChatRoute:
             return
         served.set()
         filler = ("The quarterly ledger lists lumber, twine and lamp oil for the valley depot. " * (size // 78 + 1))
-        reply.send(200, answer(filler[:size], count(_prompt(seen.json()))))
+        data = json.dumps(answer(filler[:size], count(_prompt(seen.json())))).encode()
+        reply.start_stream(content_type="application/json")
+        try:
+            for at in range(0, len(data), 1 << 20):
+                reply.write(data[at : at + (1 << 20)])
+        except OSError:
+            return
     return route
 
 
@@ -297,7 +317,9 @@ def declared_but_stalled(length: int) -> ChatRoute:
     return route
 
 
-def hostile_engine(chat: ChatRoute = echoing_chat) -> ShapedServer:
+def hostile_engine(chat: ChatRoute = echoing_chat, **hostile: ChatRoute) -> ShapedServer:
+    """`hostile`: routes to replace by name (`completions`, `tokenize`, `metrics`, `server_info`, `models`); the
+    completions route is absent unless given."""
     def models(reply: Reply, seen: Seen) -> None:
         reply.send(200, {"object": "list", "data": [{"id": f"echo {_auth(seen)}", "max_model_len": CONTEXT,
                                                      "owned_by": every_echo(seen)}]},
@@ -316,5 +338,7 @@ def hostile_engine(chat: ChatRoute = echoing_chat) -> ShapedServer:
         lines = "".join(f"# {line}\n" for line in every_echo(seen).splitlines())
         reply.send(200, f"# {_auth(seen)}\n{lines}sglang:num_aborted_requests_total 0\n", content_type="text/plain")
 
-    return ShapedServer({"GET /v1/models": models, "GET /server_info": server_info, "POST /v1/tokenize": tokenize,
-                         "GET /metrics": metrics, "POST /v1/chat/completions": chat})
+    routes = {"models": models, "server_info": server_info, "tokenize": tokenize, "metrics": metrics, **hostile}
+    paths = {"models": "GET /v1/models", "server_info": "GET /server_info", "tokenize": "POST /v1/tokenize",
+             "metrics": "GET /metrics", "completions": "POST /v1/completions"}
+    return ShapedServer({paths[name]: route for name, route in routes.items()} | {"POST /v1/chat/completions": chat})

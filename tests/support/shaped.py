@@ -53,9 +53,10 @@ class Reply:
         self.handler.end_headers()
         self.handler.wfile.write(data)
 
-    def start_stream(self, status: int = 200) -> None:
+    def start_stream(self, status: int = 200, content_type: str = "text/event-stream") -> None:
+        """A body of no declared length, written as it comes and ended by closing the connection."""
         self.handler.send_response(status)
-        self.handler.send_header("Content-Type", "text/event-stream")
+        self.handler.send_header("Content-Type", content_type)
         self.handler.send_header("Connection", "close")
         self.handler.end_headers()
         self.handler.close_connection = True
