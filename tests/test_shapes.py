@@ -134,10 +134,12 @@ def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -
     blind = audit_of(result(False), result(False, tenant="b"), probe)
     doc = document(blind)
     assert doc["verdict"]["status"] == "blind" and exit_code(blind, Severity.WARNING) == EXIT_ERROR
-    assert doc["verdict"]["reasons"] == ["t: content checks were blind: none of 3 answers repeated its own tenant's "
+    assert doc["verdict"]["reasons"] == ["t: boundaries blind: none of 1 probe answers repeated its own tenant's "
                                          "canary, so another tenant's would not have shown either; still checked: "
                                          "boundaries (1 probes: refusals, usage, finish reasons)"]
-    seeing = audit_of(result(True), probe)
+    vouched = audit_of(result(True), probe)  # a control picked for echoing does not vouch for the probes
+    assert document(vouched)["verdict"]["status"] == "blind" and exit_code(vouched, Severity.WARNING) == EXIT_ERROR
+    seeing = audit_of(result(False), result(True, role="probe", tenant="b"))
     assert document(seeing)["verdict"]["status"] == "no_leak" and exit_code(seeing, Severity.WARNING) == 0
     echo = Finding(record_id="probe-b", kind=FindingKind.CROSS_TENANT_ECHO, detector="exact",
                    severity=Severity.CRITICAL, score=1.0, observer_tenant="b", victim_tenant="a")
