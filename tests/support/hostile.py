@@ -259,12 +259,13 @@ def trickling_body(reply: Reply, seen: Seen) -> None:
 
 
 def huge_first_answer(size: int) -> ChatRoute:
-    """The first answer is `size` bytes of text (with another tenant's... nothing: just bulk), its length not
-    declared, written a megabyte at a time; the rest echo."""
+    """The first answer to a prompt that carries a canary (the probe shape's first control; the path's measurements
+    before it carry none) is `size` bytes of bulk text, its length not declared, written a megabyte at a time;
+    the rest echo."""
     served = threading.Event()
 
     def route(reply: Reply, seen: Seen) -> None:
-        if served.is_set():
+        if served.is_set() or "LPK-" not in _prompt(seen.json()):
             echoing_chat(reply, seen)
             return
         served.set()
