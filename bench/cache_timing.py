@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from prober.campaign.timing import TimingResult, check_timing
+from prober.checks.timing import TimingResult, check_timing
 from prober.config import TimingSettings
 from prober.prompts import detect_counter
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy

@@ -29,12 +29,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prober.campaign import TargetReport, TargetRunner, make_plan
+from prober.campaign import CheckResult, TargetContext, make_plan
+from prober.campaign.exchanges import run_plan
 from prober.campaign.plan import ONE_PAGE, STALE_PAGE
 from prober.campaign.scanning import RunScanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
+from prober.checks import Run
+from prober.checks.shapes import shaped
 from prober.config import parse_config
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
@@ -81,18 +84,19 @@ async def one_round(url: str, shape: str, ledger_path: Path, tally: Tally) -> No
         wiring = Wiring.of(config, Minter(ledger, key, None), scanner, {t: Secret(k) for t, k in KEYS.items()},
                            Scrubber())
         async with Transport(config.targets[0].policy()) as transport:
-            runner = TargetRunner(config.targets[0], transport, wiring)
-            surveyed = await runner.survey()
+            context = TargetContext(config.targets[0], transport, wiring)
+            surveyed = await context.survey()
             plan = make_plan("vllm", surveyed.capacity, list(KEYS), streaming="plain", concurrent=False,
                              max_tokens=32)
             over = [e for e in plan.exchanges if e.probe.boundary in ("pool+1", STALE_PAGE) and not e.same_text]
             plan.exchanges = over
-            report = TargetReport("vllm", url, plan=plan)
-            await runner.run(plan, report)
+            result = CheckResult(check="campaign")
+            await shaped(Run(context, config), result)  # the one shape configured: its controls
+            await run_plan(context, plan, result, lambda _: None)
     finally:
         ledger.close()
-    steps = {s.step.id: s for s in report.steps}
-    for s in report.steps:
+    steps = {s.step.id: s for s in result.steps}
+    for s in result.steps:
         if s.step.role == "control":
             tally.controls += 1
             tally.controls_echoed += bool(s.own_echoes)

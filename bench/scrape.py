@@ -31,7 +31,6 @@ from starlette.routing import Route
 from prober.canaries.keys import resolve_key
 from prober.daemon import Daemon, load_settings
 from prober.daemon.http import make_app
-from prober.daemon.jobs import Job
 from prober.ledger import open_ledger
 
 CLIENT = """
@@ -92,7 +91,7 @@ async def main(concurrent: int, rounds: int) -> None:
     await daemon.start()
     server, task, url = await serve(daemon, registry)
     try:
-        campaign = daemon.records.by_target["testbed"][Job.CAMPAIGN]
+        campaign = daemon.records.by_target["testbed"]["campaign"]
         while not campaign.running:
             await asyncio.sleep(0.1)
         size = len(generate_latest(registry))

@@ -22,15 +22,19 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from prober.campaign import crosstalk, sentinel_plan, shapes, timing
-from prober.campaign.path import MEASUREMENTS
-from prober.campaign.plan import make_plan
+from prober.campaign import PreflightResult, TargetContext
+from prober.campaign.scanning import RunScanner
+from prober.campaign.wiring import Wiring
+from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
 from prober.capacity.limits import Capacity, Known
-from prober.config import CrosstalkSettings, DaemonSettings, ProberConfig, TimingSettings
-from prober.prompts.shape import candidates
-from prober.targets.api import Api
+from prober.checks import PREFLIGHT, REGISTRY, Run
+from prober.config import ProberConfig
+from prober.daemon.schedule import Timetable
+from prober.ledger import open_ledger
+from prober.scrub import Scrubber
+from prober.targets.transport import Transport
 from prober.testbed import TestbedServer, build_config
 from prober.types import Severity
 from tests.support.cli import invoke
@@ -39,24 +43,8 @@ from tests.support.testbed import SMALL
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b", "tenant-c": "testbed-key-c"}
 DAY = 86_400.0
-
-
-def check_of(step: dict[str, Any] | None, finding: dict[str, Any]) -> str:
-    """The check a finding (or a request) belongs to."""
-    if finding["kind"] == "cross_tenant_cache_timing":
-        return "timing"
-    if finding["kind"] == "counted_failure":
-        return "counters"
-    boundary = (step or {}).get("boundary") or finding.get("boundary") or ""
-    if boundary == "crosstalk":
-        return "cross-talk"
-    if boundary == "idle-slot":
-        return "idle slots"
-    if boundary.startswith("shape:"):
-        return "probe shapes"
-    if boundary in ("prefix-cache", "repeat"):
-        return "prefix cache"
-    return "boundaries"
+# The checks whose findings are decisions over many requests (no step of the report to name their check).
+BESIDE_STEPS = {"cross_tenant_cache_timing": "timing", "counted_failure": "campaign"}
 
 
 def false_findings(audits: int, rate: float) -> None:
@@ -76,16 +64,12 @@ def false_findings(audits: int, rate: float) -> None:
             seconds += time.monotonic() - began
             doc = json.loads(result.stdout)
             target = doc["targets"][0]
-            steps = {s["id"]: s for s in target["steps"]}
-            for step in target["steps"]:
-                requests[check_of(step, {"kind": ""})] += 1
-            requests["cross-talk"] += 2 * 4  # the burst's requests (not steps of the report)
-            requests["timing"] += timing.planned_requests(TimingSettings(), ["tenant-a", "tenant-b"])  # at most
-            requests["idle slots"] += sum(s["checked"] for name, s in target["sight"].items() if name == "idle slots")
+            for check in target["checks"]:
+                requests[check["check"]] += check["requests"]
+            steps = {s["id"]: s["check"] for s in target["steps"]}
             for finding in doc["findings"]:
                 if Severity.parse(finding["severity"]) >= Severity.WARNING:
-                    check = check_of(steps.get(finding["record_id"]), finding)
-                    false[check] += 1
+                    false[steps.get(finding["record_id"]) or BESIDE_STEPS.get(finding["kind"], "crosstalk")] += 1
                     kinds[finding["kind"]] += 1
             print(f"audit {n + 1}: exit {result.exit_code}, {len(doc['findings'])} findings "
                   f"({sum(false.values())} false so far), {time.monotonic() - began:.1f} s", flush=True)
@@ -102,10 +86,12 @@ def false_findings(audits: int, rate: float) -> None:
 
 
 def daily_tokens() -> None:
-    config = ProberConfig.model_validate({"targets": [{"name": "t", "url": "http://t/v1"}]})
-    daemon: DaemonSettings = config.daemon
+    """Every job the daemon runs by default, planned by its own check (the registry's), at its default interval."""
     tenants = ["tenant-a", "tenant-b"]
-    shapes_tokens = shapes.planned_tokens(candidates(Api.CHAT), tenants)
+    config = ProberConfig.model_validate({"targets": [{"name": "t", "url": "http://t/v1"}],
+                                          "tenants": [{"name": t} for t in tenants]})
+    timetable = Timetable(config.daemon, REGISTRY)
+    jobs = [job for job in timetable.jobs if job != PREFLIGHT]
     capacities = {
         "tests' small engine (16k context, 4k pool)": Capacity(context_length=Known(16_384, "x"),
                                                               pool_tokens=Known(4_096, "x"),
@@ -118,33 +104,28 @@ def daily_tokens() -> None:
                                                          max_req_input_len=Known(681_274, "x"),
                                                          page_size=Known(64, "x")),
     }
-    per_day = {job: DAY / daemon.interval(job) for job in ("sentinel", "campaign", "timing", "crosstalk")}
-    print(f"\nruns a day at the default schedules: {', '.join(f'{j} {n:g}' for j, n in per_day.items())}")
-    print(f"{'capacity':<42} {'path':>5} {'sentinel':>12} {'campaign':>14} {'timing':>12} {'cross-talk':>11} "
-          f"{'a day':>15}")
-    for label, capacity in capacities.items():
-        for overhead in (0, 300):
-            requests = {}
-            sentinel = sentinel_plan("t", tenants, tokens=daemon.sentinel.tokens, max_tokens=64)
-            campaign = make_plan("t", capacity, tenants, max_tokens=config.audit.max_tokens)
-            requests["sentinel"] = (sentinel.tokens + overhead * _steps(sentinel)) * per_day["sentinel"]
-            requests["campaign"] = (campaign.tokens + shapes_tokens + overhead * len(tenants)
-                                    * len(candidates(Api.CHAT)) + 2 * MEASUREMENTS * len(tenants) * 16
-                                    ) * per_day["campaign"]
-            t: TimingSettings = config.timing
-            requests["timing"] = (timing.planned_tokens(t, tenants) + overhead * timing.planned_requests(t, tenants)
-                                  ) * per_day["timing"]
-            c: CrosstalkSettings = config.crosstalk
-            requests["crosstalk"] = (crosstalk.planned_tokens(c, tenants) + overhead * len(tenants) * c.per_tenant
-                                     ) * per_day["crosstalk"]
-            total = sum(requests.values())
-            print(f"{label:<42} {overhead:>5} {requests['sentinel']:>12,.0f} {requests['campaign']:>14,.0f} "
-                  f"{requests['timing']:>12,.0f} {requests['crosstalk']:>11,.0f} {total:>15,.0f}")
-    print(f"(the daemon's default budget: {daemon.tokens_per_day:,} a day per target; a job over it is skipped)")
-
-
-def _steps(plan: Any) -> int:
-    return sum(len(e.steps) for e in plan.exchanges)
+    print(f"\nruns a day at the default schedules: "
+          f"{', '.join(f'{j} {DAY / timetable.interval(j):g}' for j in jobs)}")
+    print(f"{'capacity':<42} {'path':>5} " + " ".join(f"{j:>12}" for j in jobs) + f" {'a day':>14}")
+    with tempfile.TemporaryDirectory(prefix="bench-shared-") as scratch:
+        ledger = open_ledger(str(Path(scratch) / "l.sqlite"))
+        key = resolve_key(ledger)
+        wiring = Wiring.of(config, Minter(ledger, key), RunScanner([], key=key, tenants=tenants),
+                           dict.fromkeys(tenants), Scrubber())
+        context = TargetContext(config.targets[0], Transport(config.targets[0].policy()), wiring)  # sends nothing
+        for label, capacity in capacities.items():
+            context.surveyed = PreflightResult("t", "http://t/v1", capacity)
+            run = Run(context, config)
+            for overhead in (0, 300):
+                day = {}
+                for job in jobs:
+                    planned = REGISTRY.get(job).planned(run)
+                    day[job] = (planned.tokens + overhead * planned.requests) * DAY / timetable.interval(job)
+                print(f"{label:<42} {overhead:>5} " + " ".join(f"{day[j]:>12,.0f}" for j in jobs)
+                      + f" {sum(day.values()):>14,.0f}")
+        ledger.close()
+    print(f"(the daemon's default budget: {config.daemon.tokens_per_day:,} a day per target; a job over it is "
+          "skipped; a path is measured once per route a daemon uses, not per run)")
 
 
 def main() -> None:

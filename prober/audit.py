@@ -1,19 +1,127 @@
-"""`leakprobe audit` as a library call: credentials, ledger and key in; result and exit code out."""
+"""`leakprobe audit`: every target of the config surveyed, every registered check that runs in audits planned,
+budgeted and run against it in turn (prober/checks); as a library call, credentials, ledger and key in, result and
+exit code out."""
 
 from __future__ import annotations
 
-from prober.campaign import Auditor, AuditResult
-from prober.campaign.events import Listener, ignore
+import asyncio
+import time
+from collections.abc import Mapping
+
+from prober.campaign import AuditResult, TargetReport
+from prober.campaign.context import TargetContext
+from prober.campaign.events import Listener, PlanReady, TargetFailed, ignore
+from prober.campaign.scanning import RunScanner
+from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.config import ProberConfig
+from prober.checks import DEADLINE_BASE_S, REGISTRY, SURVEY_ALLOWANCE_S, Check, Planned, Registry, Run, perform
+from prober.config import ProberConfig, TargetConfig
 from prober.embeddings import Embedder
+from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger import open_ledger
 from prober.run_secrets import scrubber_for
+from prober.scrub import Scrubber
+from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
+from prober.targets.transport import Transport
 from prober.types import FindingKind, Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+TARGET_DEADLINE = "the audit's deadline for this target"
+
+
+class Auditor:
+    def __init__(self, config: ProberConfig, minter: Minter, secrets: Mapping[str, Secret | None], *,
+                 on_event: Listener = ignore, dry_run: bool = False, scrubber: Scrubber | None = None,
+                 checks: Registry = REGISTRY) -> None:
+        """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with."""
+        self.config = config
+        self.scrubber = scrubber or Scrubber()
+        self.ledger = minter.ledger
+        self.secrets = secrets
+        self.minter = minter
+        self.on_event = on_event
+        self.dry_run = dry_run
+        self.checks = [check for check in checks if check.in_audit(config)]
+        self.tokens_left = config.audit.token_budget
+
+    async def run(self) -> AuditResult:
+        result = AuditResult(dry_run=self.dry_run)
+        # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
+        known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
+        prompts = [] if self.dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
+        tenants = [t.name for t in self.config.tenants]
+        scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
+                                          embedder=self.minter.embedder, prompts=prompts)
+        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
+        deadline = self.config.audit.deadline
+        with run_deadline(deadline, "the audit's deadline"):
+            for target_config in self.config.targets:
+                report = TargetReport(target_config.name, target_config.url)
+                result.targets.append(report)
+                if deadline_passed():
+                    report.errors.append(f"not probed: the audit's deadline of {deadline:g} s passed")
+                    continue
+                try:
+                    with run_deadline(self.config.audit.target_deadline, TARGET_DEADLINE):
+                        await self._run_target(target_config, report, wiring)
+                except (TargetUnusable, PlanError, CountError, BuildError) as exc:
+                    report.errors.append(str(exc))
+                    self.on_event(TargetFailed(target_config.name, str(exc)))
+        result.finished = time.time()
+        return result
+
+    async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring) -> None:
+        """Under the target's deadline when one is given, else the survey's allowance and then one derived from
+        what the checks plan."""
+        settings = self.config.audit
+        derived = settings.target_deadline is None
+        async with Transport(cfg.policy(), self.scrubber) as transport:
+            ctx = TargetContext(cfg, transport, wiring, telemetry=not self.dry_run)
+            try:
+                with run_deadline(SURVEY_ALLOWANCE_S if derived else None, TARGET_DEADLINE):
+                    await ctx.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
+            finally:
+                report.survey = ctx.surveyed
+            run = Run(ctx, self.config, on_event=self.on_event)
+            planned = [(check, check.planned(run)) for check in self.checks]
+            report.planned = {check.name: p for check, p in planned}
+            self._spend(cfg, planned)
+            if self.dry_run:
+                for plan in report.plans:
+                    self.on_event(PlanReady(plan))
+                report.complete = True
+                return
+            rest = DEADLINE_BASE_S + sum(p.seconds for _, p in planned)
+            with run_deadline(rest if derived else None, TARGET_DEADLINE):
+                await self._checks(run, planned, report)
+            report.paths = ctx.routes.paths
+            reason = report.coverage().reason()
+            if reason:
+                report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
+            report.complete = not report.errors
+
+    def _spend(self, cfg: TargetConfig, planned: list[tuple[Check, Planned]]) -> None:
+        """The audit's token budget, for everything the target's checks plan (raises PlanError, nothing sent)."""
+        tokens = sum(p.tokens for _, p in planned)
+        if tokens > self.tokens_left:
+            raise PlanError(f"the plan for {cfg.name} needs {tokens:,} tokens, over the remaining budget of "
+                            f"{self.tokens_left:,}; raise --token-budget or lower `rounds`")
+        if not self.dry_run:
+            self.tokens_left -= tokens
+
+    async def _checks(self, run: Run, planned: list[tuple[Check, Planned]], report: TargetReport) -> None:
+        """In the registry's order; none after one that stopped (the deadline, the circuit breaker)."""
+        for check, p in planned:
+            if (stop := run.target.wiring.stop_reason()) is not None:
+                report.errors.append(f"not run: {check.name}: {stop}")
+                continue
+            result = await perform(check, run, p)
+            report.results.append(result)
+            report.errors += result.errors
+            if result.stopped:
+                break
 
 
 async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,

@@ -19,17 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from prober.campaign.events import (
-    BurstDone,
-    Event,
-    FindingRecorded,
-    PlanReady,
-    ShapeChosen,
-    StepDone,
-    SurveyDone,
-    TargetFailed,
-    TimingDone,
-)
+from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
 
 
 class AuditProgress:
@@ -75,14 +65,14 @@ class AuditProgress:
                                f"boundary={s.boundary} expect={'served' if s.expect_served else 'refused'} "
                                f"outcome={result.outcome} status={result.answer.status} "
                                f"findings={len(result.findings)}")
-            case ShapeChosen(target=target, choice=choice):
-                self._line(f"probe shape {target}: {choice.summary()}")
+            case CheckDone(target=target, result=result):
+                self._line(f"{result.check} {target}: {result.summary()}")
             case FindingRecorded(finding=finding):
                 self._line(finding.describe())
             case TargetFailed(target=target, message=message):
                 self._line(f"error: {target}: {message}")
-            case SurveyDone() | TimingDone() | BurstDone():
-                pass  # their findings are announced one by one; their results are in the report
+            case SurveyDone():
+                pass  # the report shows what it learned
             case _:
                 assert_never(event)
 

@@ -238,5 +238,5 @@ def test_a_reasoning_models_quote_is_read_like_its_answer(testbed: StartTestbed,
     doc = json.loads(result.stdout)
     assert result.exit_code == code, doc["verdict"]
     assert doc["verdict"]["status"] == ("no_leak" if code == 0 else "leak")
-    assert doc["targets"][0]["sight"]["boundaries"]["echoed"] > 0
+    assert doc["targets"][0]["sight"]["prefix-cache and campaign"]["echoed"] > 0
     assert bool([f for f in doc["findings"] if f["kind"] == "cross_tenant_echo"]) is (code == 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from prober.daemon.jobs import Job
+from prober.checks import REGISTRY
 from prober.daemon.metrics import Metrics
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
@@ -23,7 +23,7 @@ def exposition() -> str:
     """A fresh daemon's scrape once one target's jobs are scheduled (the series it exports before any run)."""
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    for job in Job:
+    for job in REGISTRY.jobs:
         metrics.schedule("target-1", job, 60.0, 1_000_000, ["tenant-a", "tenant-b"])
     text = CREATED.sub("", generate_latest(registry).decode())
     return VERSIONS.sub(r'\1="…"', text)

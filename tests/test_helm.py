@@ -252,6 +252,7 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
     sets itself), recursively: a key added to the daemon is a key the chart accepts, an unknown one is refused."""
     from pydantic import BaseModel
 
+    from prober.checks import REGISTRY
     from prober.config import ProberConfig, TargetConfig, TenantConfig
 
     def keys(schema: dict[str, Any], model: type[BaseModel], skip: tuple[str, ...] = ()) -> None:
@@ -268,6 +269,8 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
         keys(config["properties"][section], ProberConfig.model_fields[section].annotation)  # type: ignore[arg-type]
     keys(config["properties"]["daemon"], ProberConfig.model_fields["daemon"].annotation,  # type: ignore[arg-type]
          skip=("listen",))
+    for by_job in ("schedule", "jitter"):  # every job of the registry, no other
+        assert set(config["properties"]["daemon"]["properties"][by_job]["properties"]) == set(REGISTRY.jobs)
     keys(config["properties"]["targets"]["additionalProperties"], TargetConfig, skip=("name",))
     tenant = config["properties"]["tenants"]["additionalProperties"]
     assert set(tenant["properties"]) == set(TenantConfig.model_fields) - {"name", "api_key_env", "api_key_file"} | {

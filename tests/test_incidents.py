@@ -179,3 +179,27 @@ def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) ->
         assert ledger.acknowledge(old.key, Acknowledgement("ana", 3.0))
     finally:
         ledger.close()
+
+
+def test_checks_the_campaign_used_to_run_wait_for_the_jobs_that_run_them_now(tmp_path: Path) -> None:
+    """Schema 8: an open incident found at the prefix cache or a repeat under the campaign job waits for the
+    `prefix-cache` job's clean re-check (the campaign no longer sends those); the campaign's own boundaries stay."""
+    path = tmp_path / "v7.sqlite"
+    db = sqlite3.connect(path)
+    for migration in MIGRATIONS[:7]:
+        db.executescript(";".join(migration))
+    db.execute("INSERT INTO incidents VALUES ('vllm', 'cross_tenant_echo', 'alice', 'bob', 40, 1.0, 2.0, 3)")
+    for boundary in ("prefix-cache", "repeat", "pool+1"):
+        db.execute("INSERT INTO incident_checks VALUES ('vllm', 'cross_tenant_echo', 'alice', 'bob', 'campaign', ?, "
+                   "40, 2.0, NULL)", (boundary,))
+    db.execute("PRAGMA application_id=0x4C50524B")
+    db.execute("PRAGMA user_version=7")
+    db.commit()
+    db.close()
+    ledger = open_ledger(path)
+    try:
+        (incident,) = ledger.incidents()
+        assert sorted((c.job, c.boundary) for c in incident.checks) == [
+            ("campaign", "pool+1"), ("prefix-cache", "prefix-cache"), ("prefix-cache", "repeat")]
+    finally:
+        ledger.close()

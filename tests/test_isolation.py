@@ -1,6 +1,6 @@
-"""The timing check and the cross-talk burst through the runner, as `leakprobe audit` runs them: against the
-reference engine (its prefix cache shared or per tenant, prefill time simulated) and against a real
-llama.cpp (tests/support/llamacpp.py).
+"""The timing check, the cross-talk burst and the idle-slot check from the registry, as `leakprobe audit` runs
+them: against the reference engine (its prefix cache shared or per tenant, prefill time simulated) and against a
+real llama.cpp (tests/support/llamacpp.py).
 
 llama.cpp reuses a slot's cached prompt prefix for whoever sends it next (`cache_prompt`, on by default):
 behind one gateway every tenant shares it, and the timing check sees that without `cached_tokens`; with
@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.results import SlotCheck
+from prober.campaign.results import CheckResult
+from prober.checks import REGISTRY
+from prober.checks.slots import BOUNDARY
 from prober.config import SlotSettings, TimingSettings
 from prober.types import FindingKind
 from tests.support.daemonproc import DaemonProcess, daemon_config
-from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, surveyed, timing
+from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, run_check, surveyed, timing
 from tests.support.llamacpp import Installation, LlamaServer
 from tests.support.testbed import SMALL, StartTestbed
 
@@ -106,12 +108,14 @@ def test_llamacpp_slots_keep_nobody_elses_conversation(llama_install: Installati
     """The idle-slot check on a real llama.cpp with two slots (their number read off /props): each tenant's
     conversations in both slots, the other's cold prompts one at a time and then at once; nothing crosses
     (llama.cpp #27148 did not reproduce with this model: its sliding-window guard re-processes the prompt)."""
-    async def go() -> SlotCheck | None:
-        async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite") as runner:
-            return await runner.isolation.idle_slots(SlotSettings(tokens=96, max_tokens=24))
+    async def go() -> CheckResult:
+        async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite",
+                            slots=SlotSettings(tokens=96, max_tokens=24)) as run:
+            return await run_check("idle-slots", run)
     with LlamaServer(llama_install, ctx_size=2048, parallel=2) as server:
         result = asyncio.run(go())
-    assert result is not None and result.width == 2 and len(result.steps) == 16 and not result.errors
+    slots = [s for s in result.steps if s.step.boundary == BOUNDARY]  # after the probe shape's controls
+    assert len(slots) == 2 * 4 * 2 and not result.errors  # two slots: each pair fills, probes cold, refills, bursts
     assert not [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO], result.findings
 
 
@@ -120,7 +124,7 @@ def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed
     finds both pairs and exports its p-values and medians, the burst's answers are each their own."""
     server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
     config = daemon_config(server.url, tmp_path / "l.sqlite",
-                           schedule=dict.fromkeys(("preflight", "sentinel", "campaign", "timing", "crosstalk"), "24h"))
+                           schedule=dict.fromkeys(REGISTRY.jobs, "24h"))
     config.update(detection={"semantic": False}, audit={"concurrent": False, "max_tokens": 8},
                   timing={"samples": TIMING.samples, "prompt_tokens": TIMING.prompt_tokens},
                   crosstalk={"per_tenant": 4})

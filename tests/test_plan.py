@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, make_plan, pairs
+from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, cache_plan, make_plan, pairs
 from prober.capacity import Capacity, Known
 from prober.errors import PlanError
 
@@ -29,11 +29,7 @@ def test_incident_boundaries_and_expectations() -> None:
     assert {e.probe.stream for e in probes} == {True, False}
     assert all(e.prime.length == 681_273 and e.prime.expect_served for e in probes)
     assert all(e.probe.length + e.probe.max_tokens <= 1_048_576 or e.probe.max_tokens == 1 for e in plan.exchanges)
-    cache = [e for e in plan.exchanges if e.same_text]
-    assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
-    repeats = [e for e in plan.exchanges if e.lead is not None]  # A, X, A at the cache check's length
-    assert [(e.observer, [s.tenant for s in e.steps], [s.length for s in e.steps]) for e in repeats] == [
-        ("b", ["b", "a", "b"], [1_024] * 3), ("a", ["a", "b", "a"], [1_024] * 3)]
+    assert not [e for e in plan.exchanges if e.same_text or e.lead is not None]  # the prefix-cache check's
     one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]  # pages of 64: an everyday short prime
     assert [(e.prime.length, e.probe.boundary, e.probe.length, e.probe.stream) for e in one_page] == [
         (SHORT_PRIME, "stale-page", 681_280 + 16, stream) for stream in (False, False, True, True)]
@@ -42,6 +38,16 @@ def test_incident_boundaries_and_expectations() -> None:
     assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
     assert {(e.prime.max_tokens, e.probe.max_tokens) for e in plan.exchanges if e.concurrent} == {(160, 160)}
     assert plan.tokens == sum(s.length for e in plan.exchanges for s in e.steps)
+
+
+def test_the_prefix_cache_plan_resends_and_repeats_at_one_length() -> None:
+    plan = cache_plan("t", INCIDENT, ["a", "b"])
+    cache = [e for e in plan.exchanges if e.same_text]
+    assert len(cache) == 2 and all(e.prime.length == e.probe.length == 1_024 for e in cache)
+    repeats = [e for e in plan.exchanges if e.lead is not None]  # A, X, A
+    assert [(e.observer, [s.tenant for s in e.steps], [s.length for s in e.steps]) for e in repeats] == [
+        ("b", ["b", "a", "b"], [1_024] * 3), ("a", ["a", "b", "a"], [1_024] * 3)]
+    assert len(plan.exchanges) == len(cache) + len(repeats)
 
 
 def test_a_one_page_prime_fits_a_vllm_block_with_its_answer() -> None:

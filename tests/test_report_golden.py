@@ -3,8 +3,14 @@ HTML page, SARIF for code scanning and JUnit for CI are what users parse and dif
 made on purpose and reviewed: `LEAKPROBE_UPDATE_GOLDEN=1 pytest tests/test_report_golden.py`.
 
 The document (`tests/golden/report/document.json`) is the JSON report of a real audit of the reference engine's
-`incident` preset; a test checks that it still has every field today's `Document` declares, so the goldens are
-rendered from what the code produces, not from a shape it left behind."""
+`incident` preset at the tests' sizes; a test checks that it still has every field today's `Document` declares, so
+the goldens are rendered from what the code produces, not from a shape it left behind.  Made again with
+
+    leakprobe testbed serve --config tests/golden/report/engine.yaml --port 18777 &
+    LP_A=testbed-key-a LP_B=testbed-key-b leakprobe audit --target http://127.0.0.1:18777/v1 \
+        --tenant tenant-a=LP_A --tenant tenant-b=LP_B --no-semantic --no-timing --no-crosstalk \
+        --ledger /tmp/golden.sqlite -f json -o tests/golden/report/document.json
+"""
 
 from __future__ import annotations
 

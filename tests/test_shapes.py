@@ -10,9 +10,10 @@ from typing import Any, Literal, TypeVar
 import pytest
 
 from prober.audit import EXIT_ERROR, EXIT_FINDINGS, exit_code
-from prober.campaign import AuditResult, StepResult, TargetReport
+from prober.campaign import AuditResult, CheckResult, StepResult, TargetReport
 from prober.campaign.plan import Step
-from prober.campaign.shapes import choose_shape
+from prober.campaign.results import ShapeResult
+from prober.checks.shapes import choose_shape
 from prober.errors import CountError
 from prober.prompts import LocalCounter, PromptBuilder
 from prober.prompts.builder import CUE
@@ -123,10 +124,13 @@ def test_a_cue_ends_the_prompt_and_a_lead_keeps_canaries_to_its_first_unit() -> 
 
 
 def audit_of(*steps: StepResult, findings: list[Finding] | None = None) -> AuditResult:
-    report = TargetReport("t", "http://t/v1", steps=list(steps), complete=True)
+    """Controls as the probe-shape check's, the rest as the campaign's."""
+    controls = ShapeResult(check="shapes", steps=[s for s in steps if s.step.role == "control"])
+    campaign = CheckResult(check="campaign", steps=[s for s in steps if s.step.role != "control"])
     if findings:
-        report.steps[0].findings = findings
-    return AuditResult(targets=[report], finished=1.0)
+        campaign.steps[0].findings = findings
+    return AuditResult(targets=[TargetReport("t", "http://t/v1", results=[controls, campaign], complete=True)],
+                       finished=1.0)
 
 
 def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -> None:
@@ -134,9 +138,9 @@ def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -
     blind = audit_of(result(False), result(False, tenant="b"), probe)
     doc = document(blind)
     assert doc["verdict"]["status"] == "blind" and exit_code(blind, Severity.WARNING) == EXIT_ERROR
-    assert doc["verdict"]["reasons"] == ["t: boundaries blind: none of 1 probe answers repeated its own tenant's "
+    assert doc["verdict"]["reasons"] == ["t: campaign blind: none of 1 probe answers repeated its own tenant's "
                                          "canary, so another tenant's would not have shown either; still checked: "
-                                         "boundaries (1 probes: refusals, usage, finish reasons)"]
+                                         "campaign (1 probes: refusals, usage, finish reasons)"]
     vouched = audit_of(result(True), probe)  # a control picked for echoing does not vouch for the probes
     assert document(vouched)["verdict"]["status"] == "blind" and exit_code(vouched, Severity.WARNING) == EXIT_ERROR
     seeing = audit_of(result(False), result(True, role="probe", tenant="b"))

@@ -69,7 +69,8 @@ def test_a_healthy_engine_behind_a_gateway_among_other_users_is_clean(testbed: S
     assert doc["verdict"]["status"] == "no_leak" and target["coverage"]["observed"] == target["coverage"]["planned"]
     (chat,) = [path for path in target["paths"] if path["api"] == "chat"]
     assert chat["api"] == "chat" and not chat["varying"] and min(chat["by_tenant"]["tenant-a"]) > 100, chat
-    assert target["sight"]["boundaries"]["echoed"] > 0 and not target["sight"]["boundaries"]["blind"]
+    plans = target["sight"]["prefix-cache and campaign"]
+    assert plans["echoed"] > 0 and not plans["blind"]
 
 
 def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(testbed: StartTestbed,
@@ -98,7 +99,7 @@ def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTes
     target = doc["targets"][0]
     assert result.exit_code == 0 and serious(doc) == [], (result.exit_code, doc["verdict"], serious(doc))
     assert any(note.startswith("engine unknown") for note in target["capacity"]["notes"])
-    assert target["sight"]["idle slots"] == {"checked": 2 * 2 * 4, "echoed": 2 * 2 * 4, "blind": False}
+    assert target["sight"]["idle-slots"] == {"checked": 2 * 2 * 4, "echoed": 2 * 2 * 4, "blind": False}
 
 
 def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTestbed, tmp_path: Path) -> None:

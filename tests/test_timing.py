@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
-from prober.campaign.timing import (
+from prober.checks.timing import (
     PairDecision,
     PairSamples,
     check_decidable,

@@ -21,6 +21,8 @@ import pytest
 
 from prober.audit import run_audit
 from prober.campaign import AuditResult
+from prober.checks.crosstalk import CrosstalkResult
+from prober.checks.timing import TimingResult
 from prober.config import parse_config
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
@@ -138,7 +140,7 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
     report = result.targets[0]
     print(f"audit ({'salted' if salting else 'plain'}): {time.monotonic() - began:.0f} s, "
           f"{report.tokens_sent:,} prompt tokens, {len(report.steps)} campaign requests, "
-          f"{report.timing.requests if report.timing else 0} timing requests")
+          f"{timing.requests if isinstance(timing := report.result('timing'), TimingResult) else 0} timing requests")
     assert result.complete, report.errors
     steps = {s.step.boundary: s for s in report.steps if s.step.role == "probe"}
     assert steps["advertised"].outcome == "refused" and steps["advertised-1"].outcome == "served"
@@ -146,8 +148,8 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
     # The fault-free engine of tests/test_vllm_fault.py (the same vLLM and model, without the drill connector).
     assert not [f for f in result.findings if f.kind in (FindingKind.CROSS_TENANT_ECHO, FindingKind.PHANTOM_CACHE_HIT)]
     assert not result.blind
-    crosstalk = report.crosstalk
-    assert crosstalk is not None and crosstalk.answered == crosstalk.requests == 8
+    crosstalk = report.result("crosstalk")
+    assert isinstance(crosstalk, CrosstalkResult) and crosstalk.answered == crosstalk.requests == 8
     assert crosstalk.own_echoed >= 4 and crosstalk.foreign == 0  # it could see, and nothing strayed
     return result
 
@@ -160,7 +162,8 @@ def _cache_evidence(result: AuditResult) -> list[str]:
     lines = [f"{s.exchange} {s.step.role} by {s.step.tenant}: {s.sent_tokens} sent, "
              f"{s.answer.usage.cached_tokens if s.answer.usage else None} cached, {s.answer.total_s:.2f} s"
              for s in report.steps if s.exchange in cache_exchanges]
-    for d in report.timing.decisions if report.timing else []:
+    timing = report.result("timing")
+    for d in timing.decisions if isinstance(timing, TimingResult) else []:
         e = d.evidence()
         lines.append(f"timing {d.samples.victim}->{d.samples.observer}: hit {e['median_ttft_hit_s']} s, miss "
                      f"{e['median_ttft_miss_s']} s, p {d.p_value:.2g} (adjusted {d.adjusted_p:.2g}), "

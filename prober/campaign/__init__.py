@@ -1,12 +1,22 @@
-"""Boundary campaigns and sentinels: plan, run, check.  The runner wires targets, prompts, canaries and
-detection; results come back as values, and observers hear typed events."""
+"""The machinery every check runs on: a target's context (survey, routes, the path, the probe shape), plans of
+exchanges and the running of them, planting canaries, judging answers (envelope, cached tokens, the engine's
+counters), results and typed events.  The checks themselves are prober/checks'."""
 
-from prober.campaign.events import Event, FindingRecorded, Listener, PlanReady, StepDone, SurveyDone, TargetFailed
-from prober.campaign.plan import Plan, make_plan, sentinel_plan
-from prober.campaign.results import AuditResult, StepResult, TargetReport
-from prober.campaign.runner import Auditor, TargetRunner
+from prober.campaign.context import TargetContext
+from prober.campaign.events import (
+    CheckDone,
+    Event,
+    FindingRecorded,
+    Listener,
+    PlanReady,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+)
+from prober.campaign.plan import Plan, cache_plan, make_plan, sentinel_plan
+from prober.campaign.results import AuditResult, CheckResult, StepResult, TargetReport
 from prober.campaign.survey import PreflightResult, preflight, survey
 
-__all__ = ["AuditResult", "Auditor", "Event", "FindingRecorded", "Listener", "Plan", "PlanReady",
-           "PreflightResult", "StepDone", "StepResult", "SurveyDone", "TargetFailed", "TargetReport",
-           "TargetRunner", "make_plan", "preflight", "sentinel_plan", "survey"]
+__all__ = ["AuditResult", "CheckDone", "CheckResult", "Event", "FindingRecorded", "Listener", "Plan", "PlanReady",
+           "PreflightResult", "StepDone", "StepResult", "SurveyDone", "TargetContext", "TargetFailed", "TargetReport",
+           "cache_plan", "make_plan", "preflight", "sentinel_plan", "survey"]

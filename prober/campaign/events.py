@@ -8,11 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.plan import Plan
-from prober.campaign.results import ShapeChoice, StepResult
+from prober.campaign.results import CheckResult, StepResult
 from prober.campaign.survey import PreflightResult
-from prober.campaign.timing import TimingResult
 from prober.types import Finding
 
 
@@ -24,14 +22,6 @@ class SurveyDone:
 @dataclass(frozen=True)
 class PlanReady:
     plan: Plan
-
-
-@dataclass(frozen=True)
-class ShapeChosen:
-    """The probe shape a target's requests take from now on, and what each shape tried brought back."""
-
-    target: str
-    choice: ShapeChoice
 
 
 @dataclass(frozen=True)
@@ -53,20 +43,15 @@ class TargetFailed:
 
 
 @dataclass(frozen=True)
-class TimingDone:
-    """The timing check decided every pair (after its findings were recorded)."""
+class CheckDone:
+    """A check's run on a target ended (after its findings were recorded): what it concluded, whatever the check
+    (its result says; a check's own results extend `CheckResult`)."""
 
-    result: TimingResult
-
-
-@dataclass(frozen=True)
-class BurstDone:
-    """The cross-talk burst was checked (after its findings were recorded)."""
-
-    result: CrosstalkResult
+    target: str
+    result: CheckResult
 
 
-Event = SurveyDone | PlanReady | ShapeChosen | StepDone | FindingRecorded | TargetFailed | TimingDone | BurstDone
+Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed | CheckDone
 Listener = Callable[[Event], None]
 
 

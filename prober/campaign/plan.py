@@ -10,6 +10,7 @@ from typing import Literal
 
 from prober.capacity.limits import Capacity
 from prober.errors import PlanError
+from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 
 Streaming = Literal["plain", "stream", "both"]
 Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the model
@@ -98,17 +99,31 @@ class Plan:
     run_id: str = ""  # prefixes step ids, so that repeated runs (the daemon's) never reuse one
     retention_s: float | None = None  # how long its canaries stay active (None: the minter's default)
     fact_share: float = 0.0  # of the canary units in a prompt, those that also carry a fact canary
+    letter: str = "x"  # its exchanges' ids (`x001`): each check that runs a plan has its own, so a run's ids differ
 
     @property
     def tokens(self) -> int:
         return sum(e.tokens for e in self.exchanges)
+
+    @property
+    def requests(self) -> int:
+        return sum(len(e.steps) for e in self.exchanges)
+
+    @classmethod
+    def joined(cls, plans: list[Plan]) -> Plan:
+        """Several checks' plans as one (for a report of everything a target was, or would be, sent)."""
+        first = plans[0]
+        boundaries = {b.label: b for p in plans for b in p.boundaries}
+        return cls(first.target, sorted(boundaries.values(), key=lambda b: b.length),
+                   [e for p in plans for e in p.exchanges], first.run_id, first.retention_s,
+                   max(p.fact_share for p in plans))
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
             same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
             prime_label: str = "prime", repeat: bool = False, prime_aim: Aim | None = None) -> None:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
         observer sends the probe's prompt before the prime too)."""
-        eid = f"{self.run_id}x{len(self.exchanges) + 1:03d}"
+        eid = f"{self.run_id}{self.letter}{len(self.exchanges) + 1:03d}"
         aim = boundary.aim
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
                     expect_served=boundary.expect_served, boundary=boundary.label,
@@ -192,45 +207,39 @@ def pairs(tenants: list[str]) -> list[tuple[str, str]]:
     return [(tenants[i], tenants[(i + 1) % len(tenants)]) for i in range(len(tenants))]
 
 
-def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
-              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
-              fact_share: float = 0.0) -> Plan:
-    """First the prefix-cache check (the observer resends the victim's canary-free prompt) and the repeat check
-    (the observer's prompt, the victim's, the observer's again); then every
-    boundary in every direction, alternating plain and streaming when both are asked for; then, above the
-    acceptance limit, a prime of one page (`one_page`) before the probe, and the prime and the probe at the
-    same time; and, where several slots are known, two prompts at 60% of the context at once (the shared-pool
-    check)."""
-    plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
+def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
+               max_tokens: int = 160, run_id: str = "", fact_share: float = 0.0) -> Plan:
+    """The prefix-cache check (the observer resends the victim's canary-free prompt) and the repeat check (the
+    observer's prompt, the victim's, the observer's again), every direction, short of the acceptance limit by an
+    answer's room (a probe that cannot answer cannot show its own canary)."""
+    plan = Plan(target, [], run_id=run_id, fact_share=fact_share, letter="k")
+    add = _adder(plan, capacity, max_tokens)
     prime = prime_length(capacity)
-    ctx = capacity.advertised.value if capacity.advertised else None
-
-    def room(length: int) -> int:
-        """Engines refuse prompt + max_tokens over the context; a probe tests the prompt, so it asks for
-        no more completion than fits (at least one token)."""
-        return max(1, min(max_tokens, ctx - length)) if ctx else max_tokens
-
-    directions = pairs(tenants)
-
-    def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
-            same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
-            prime_aim: Aim | None = None) -> None:
-        ask = "quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)]
-        plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
-                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
-                 repeat=repeat, prime_aim=prime_aim)
-
-    # Short of the limit by an answer's room: a probe that cannot answer cannot show its own canary (sight).
-    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime - (max_tokens if ctx else 0))), True)
-    for victim, observer in directions:
+    room = max_tokens if capacity.advertised else 0
+    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime - room)), True)
+    repeat = Boundary(REPEAT, cache.length, True)
+    plan.boundaries = [cache, repeat]
+    for victim, observer in pairs(tenants):
         add(victim, observer, cache, False, False, same_text=True)
     # A, X, A: the observer's prompt, another tenant's of the same length, the observer's again (vLLM #50630,
     # llama.cpp #28056: the repeat carried the intervening request's content).
-    repeat = Boundary(REPEAT, cache.length, True)
-    for d, (victim, observer) in enumerate(directions):
+    for d, (victim, observer) in enumerate(pairs(tenants)):
         add(victim, observer, repeat, streaming == "stream" or (streaming == "both" and d % 2 == 1), False,
             first=repeat.length, repeat=True)
+    return plan
 
+
+def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
+              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
+              fact_share: float = 0.0) -> Plan:
+    """The boundary campaign: every boundary in every direction, alternating plain and streaming when both are
+    asked for; then, above the acceptance limit, a prime of one page (`one_page`) before the probe, and the prime
+    and the probe at the same time; and, where several slots are known, two prompts at 60% of the context at once
+    (the shared-pool check)."""
+    plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
+    add = _adder(plan, capacity, max_tokens)
+    prime = prime_length(capacity)
+    directions = pairs(tenants)
     for _ in range(rounds):
         for i, boundary in enumerate(plan.boundaries):
             for d, (victim, observer) in enumerate(directions):
@@ -254,6 +263,28 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
                 for victim, observer in directions:
                     add(victim, observer, shared, False, True, first=shared.length)
     return plan
+
+
+def _adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Callable[..., None]:
+    """How a plan adds an exchange: primes at the longest prompt a correct engine serves unless told otherwise,
+    asks in turn, and no more completion than the context leaves."""
+    prime = prime_length(capacity)
+    ctx = capacity.advertised.value if capacity.advertised else None
+
+    def room(length: int) -> int:
+        """Engines refuse prompt + max_tokens over the context; a probe tests the prompt, so it asks for
+        no more completion than fits (at least one token)."""
+        return max(1, min(max_tokens, ctx - length)) if ctx else max_tokens
+
+    def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
+            same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
+            prime_aim: Aim | None = None) -> None:
+        ask = "quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)]
+        plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
+                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
+                 repeat=repeat, prime_aim=prime_aim)
+
+    return add
 
 
 def one_page(capacity: Capacity) -> int:
@@ -295,3 +326,32 @@ def sentinel_plan(target: str, tenants: list[str], *, tokens: int, max_tokens: i
                      same_text=same_text, prime_length=tokens, room=lambda _: max_tokens,
                      ask="quote" if same_text or d % 2 == 0 else "summarize")
     return plan
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a check will send a target: prompt tokens (what a budget holds), requests, and seconds at the floors
+    (prompt tokens at PREFILL_FLOOR, each request's `max_tokens` at DECODE_FLOOR: what a deadline allows)."""
+
+    tokens: int
+    requests: int
+    seconds: float
+    plan: Plan | None = None  # the exchanges it will send, where it runs a plan
+    moot: str | None = None  # why it has nothing to check on this target (an engine without slots): not run
+
+    @classmethod
+    def of(cls, tokens: int, requests: int, answer_tokens: int, plan: Plan | None = None) -> Planned:
+        return cls(tokens, requests, tokens / PREFILL_FLOOR + answer_tokens / DECODE_FLOOR, plan)
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> Planned:
+        steps = [s for e in plan.exchanges for s in e.steps]
+        return cls.of(plan.tokens, len(steps), sum(s.max_tokens for s in steps), plan)
+
+    @classmethod
+    def moot_because(cls, why: str) -> Planned:
+        return cls(0, 0, 0.0, moot=why)
+
+    def to_json(self) -> dict[str, object]:
+        return {"tokens": self.tokens, "requests": self.requests, "seconds": round(self.seconds, 1),
+                "moot": self.moot}

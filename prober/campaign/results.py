@@ -1,4 +1,5 @@
-"""What running plans produced: per request, per target, per audit.  Reports and metrics are views of these."""
+"""What running checks produced: per request, per check, per target, per audit.  Reports, metrics and progress are
+views of these."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from prober.campaign.crosstalk import CrosstalkResult
 from prober.campaign.path import PathOverhead
-from prober.campaign.plan import Plan, Step
+from prober.campaign.plan import Plan, Planned, Step
 from prober.campaign.survey import PreflightResult
-from prober.campaign.timing import TimingResult
 from prober.incidents import Incident, group
 from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
@@ -121,23 +120,83 @@ class ShapeChoice:
                 "trials": [t.to_json() for t in self.trials]}
 
 
-@dataclass
-class SlotCheck:
-    width: int
+@dataclass(kw_only=True)
+class CheckResult:
+    """What one run of one check produced: the requests it judged one by one (`steps`), what it found besides them
+    (a decision over many requests), what it could not do, and the coverage it owes.  Every check's result is this
+    or extends it (prober/checks), so reports, metrics and progress read any check alike."""
+
+    check: str
     steps: list[StepResult] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    extra: list[Finding] = field(default_factory=list)  # findings beside its steps'
+    errors: list[str] = field(default_factory=list)  # what it could not do: the run is incomplete
+    notes: list[str] = field(default_factory=list)  # what it set aside, and why (it still completed)
+    planned: int = 0  # requests its plan holds, where it runs a plan: what coverage is counted against
+    skipped: dict[str, str] = field(default_factory=dict)  # exchange id -> why it could not be built (not planned)
+    other_tokens: int = 0  # prompt tokens sent beside its steps (a timing pair's, a burst's)
+    content: bool = True  # it reads answers for canaries: its probes' answers are its sight
+    sees_with: str = ""  # checks whose probes are built alike vouch for each other's sight (a plan's exchanges)
+    stopped: str | None = None  # why it stopped early (a deadline, the circuit breaker): no check after it runs
+    moot: str | None = None  # why it had nothing to check on this target, and sent nothing
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for s in self.steps for f in s.findings]
+        return [f for s in self.steps for f in s.findings] + self.extra
 
     @property
     def tokens(self) -> int:
-        return sum(s.sent_tokens for s in self.steps)
+        return sum(s.sent_tokens for s in self.steps) + self.other_tokens
+
+    @property
+    def requests(self) -> int:
+        """Requests it sent (a check that judges many at once, not as steps, says how many)."""
+        return len(self.steps)
+
+    @property
+    def sight(self) -> Sight | None:
+        """Of its probes' answers that came back, how many carried their own tenant's canary (None: it reads no
+        content, or no probe was answered)."""
+        probes = [s for s in self.steps if s.step.role == "probe" and s.answer.served]
+        return Sight(len(probes), sum(1 for s in probes if s.own_echoes)) if self.content and probes else None
+
+    def coverage(self) -> Coverage:
+        """Of the requests its plan holds (a probe-shape control says which shape to use, not what the engine
+        does)."""
+        steps = [s for s in self.steps if s.step.role != "control"]
+        return Coverage(self.planned, len(steps), Counter(s.outcome for s in steps if not s.observed))
+
+    def summary(self) -> str:
+        """One line for progress and logs."""
+        if self.moot is not None:
+            return f"not run: {self.moot}"
+        return f"{len(self.steps)} requests, {len(self.findings)} findings" + (
+            f", {len(self.errors)} errors" if self.errors else "")
+
+    def still_checked(self) -> str | None:
+        """What it observed without reading answers for canaries, where a blind verdict lists it."""
+        probes = [s for s in self.steps if s.step.role == "probe" and s.observed]
+        return f"{self.check} ({len(probes)} probes: refusals, usage, finish reasons)" if probes else None
 
     def to_json(self) -> dict[str, object]:
-        return {"width": self.width, "requests": len(self.steps), "findings": len(self.findings),
-                "errors": self.errors}
+        sight = self.sight
+        return {"check": self.check, "requests": self.requests, "tokens": self.tokens,
+                "findings": len(self.findings), "sight": sight.to_json() if sight else None,
+                "errors": self.errors, "notes": self.notes, "skipped": self.skipped, "moot": self.moot,
+                "summary": self.summary()}
+
+
+@dataclass(kw_only=True)
+class ShapeResult(CheckResult):
+    """The probe-shape choice (prober/checks/shapes.py): its controls are its steps."""
+
+    choice: ShapeChoice | None = None
+    content: bool = False  # its controls are picked for echoing: they vouch for no check
+
+    def summary(self) -> str:
+        return self.choice.summary() if self.choice else "no probe shape could be tried"
+
+    def still_checked(self) -> str | None:
+        return None
 
 
 @dataclass
@@ -145,41 +204,61 @@ class TargetReport:
     name: str
     url: str
     survey: PreflightResult | None = None  # capacity, verdicts, tokenizer: learned before the first prompt
-    plan: Plan | None = None
-    steps: list[StepResult] = field(default_factory=list)
+    results: list[CheckResult] = field(default_factory=list)  # one per check run, in order
+    planned: dict[str, Planned] = field(default_factory=dict)  # what each check was to send, by check
+    paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used
     errors: list[str] = field(default_factory=list)
     complete: bool = False
-    timing: TimingResult | None = None  # the timing check of prefix-cache isolation, where it ran
-    crosstalk: CrosstalkResult | None = None  # the cross-talk burst, where it ran
-    shape: ShapeChoice | None = None  # the probe shape this run measured and took, where it chose one
-    slots: SlotCheck | None = None  # the idle-slot check, where it ran
-    paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used
-    skipped: dict[str, str] = field(default_factory=dict)  # exchange id -> why it could not be built (not sent)
-    notes: list[str] = field(default_factory=list)  # what the run set aside and why (no error: it still completed)
+
+    def result(self, check: str) -> CheckResult | None:
+        """What the named check returned, where it ran."""
+        return next((r for r in self.results if r.check == check), None)
+
+    @property
+    def steps(self) -> list[StepResult]:
+        return [s for r in self.results for s in r.steps]
 
     @property
     def findings(self) -> list[Finding]:
-        extra = [f for check in (self.timing, self.crosstalk, self.slots) if check for f in check.findings]
-        return [f for s in self.steps for f in s.findings] + extra
+        return [f for r in self.results for f in r.findings]
 
     @property
     def tokens_sent(self) -> int:
-        checks = (self.timing, self.crosstalk, self.slots)
-        return sum(s.sent_tokens for s in self.steps) + sum(c.tokens for c in checks if c)
+        return sum(r.tokens for r in self.results)
+
+    @property
+    def shape(self) -> ShapeChoice | None:
+        """The probe shape this run measured and took, where it chose one."""
+        return next((r.choice for r in self.results if isinstance(r, ShapeResult)), None)
+
+    @property
+    def plans(self) -> list[Plan]:
+        """The plans of the checks that run one."""
+        return [p.plan for p in self.planned.values() if p.plan is not None]
+
+    @property
+    def plan(self) -> Plan | None:
+        """Every plan the target's checks ran (or would run), as one."""
+        return Plan.joined(self.plans) if self.plans else None
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {e: why for r in self.results for e, why in r.skipped.items()}
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for r in self.results for note in r.notes]
 
     @property
     def sights(self) -> dict[str, Sight]:
-        """Per content check that got answers: how many of its probes' answers carried their own tenant's canary.
-        Probes only: a probe-shape control is picked to echo, and the burst's "repeat the code word" echoes where
-        a quote of a long document would not, so neither vouches for the boundaries (the burst vouches for itself)."""
-        probes = {"boundaries": [s for s in self.steps if s.step.role == "probe" and s.answer.served],
-                  "idle slots": [s for s in self.slots.steps if s.step.role == "probe" and s.answer.served]
-                  if self.slots else []}
-        sights = {name: Sight(len(answers), sum(1 for s in answers if s.own_echoes))
-                  for name, answers in probes.items() if answers}
-        if self.crosstalk and self.crosstalk.answered:
-            sights["cross-talk"] = Sight(self.crosstalk.answered, self.crosstalk.own_echoed)
-        return sights
+        """Per content check that got answers (checks whose probes are built alike together, named "a and b"): how
+        many of their probes' answers carried their own canary."""
+        groups: dict[str, list[tuple[str, Sight]]] = {}
+        for r in self.results:
+            if (sight := r.sight) is not None:
+                groups.setdefault(r.sees_with or r.check, []).append((r.check, sight))
+        return {" and ".join(name for name, _ in members): Sight.joined([s for _, s in members])
+                for members in groups.values()}
 
     @property
     def blind(self) -> list[str]:
@@ -187,13 +266,14 @@ class TargetReport:
         return [name for name, sight in self.sights.items() if sight.blind]
 
     def coverage(self) -> Coverage:
-        """Of the plan's requests: the probe shape's controls say which shape to use, not what the engine does; an
-        exchange that cannot be built behind the path (a one-page prime behind a longer system prompt) is not
-        planned for this target."""
-        steps = [s for s in self.steps if s.step.role != "control"]
-        planned = (sum(len(e.steps) for e in self.plan.exchanges if e.id not in self.skipped) if self.plan
-                   else len(steps))
-        return Coverage(planned, len(steps), Counter(s.outcome for s in steps if not s.observed))
+        """Of the requests the plans hold, over every check that runs one (a check stopped before it ran sent none
+        of its plan's)."""
+        ran = {r.check: r.coverage() for r in self.results if r.planned}
+        unobserved: Counter[str] = Counter()
+        for part in ran.values():
+            unobserved += part.unobserved
+        planned = sum(ran[name].planned if name in ran else p.requests for name, p in self.planned.items() if p.plan)
+        return Coverage(planned, sum(p.sent for p in ran.values()), unobserved)
 
 
 @dataclass(frozen=True)
@@ -208,6 +288,10 @@ class Sight:
     @property
     def blind(self) -> bool:
         return self.checked > 0 and self.echoed == 0
+
+    @classmethod
+    def joined(cls, sights: list[Sight]) -> Sight:
+        return cls(sum(s.checked for s in sights), sum(s.echoed for s in sights))
 
     def reason(self, check: str) -> str:
         return (f"{check} blind: none of {self.checked} probe answers repeated its own tenant's canary, so another "

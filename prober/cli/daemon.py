@@ -28,13 +28,13 @@ def daemon(
 
     Exit 0 after SIGTERM, 2 when it cannot start (bad config, missing credential, unusable ledger or port)."""
     from prober.daemon import load_settings, open_daemon
-    from prober.daemon.settings import recheck_warnings
     from prober.ledger import masked
 
     flags: dict[str, Any] = {"listen": listen, "ledger": ledger.given if ledger else None}
     if check_config:
-        cfg = load_settings(config, flags).config
-        for warning in recheck_warnings(cfg.daemon):
+        settings = load_settings(config, flags)
+        cfg = settings.config
+        for warning in settings.timetable.recheck_warnings():
             typer.echo(f"warning: {warning}", err=True)
         typer.echo(f"{config}: valid ({len(cfg.targets)} targets, {len(cfg.tenants)} tenants, every credential "
                    f"readable, listen {cfg.daemon.listen}, ledger {masked(cfg.ledger)})")

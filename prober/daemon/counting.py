@@ -1,5 +1,6 @@
 """A run's events as the daemon's metrics: counts and gauges that move as requests complete, findings as they
-are recorded, what a survey, a shape choice, a timing check or a burst concluded (the series: metrics.py)."""
+are recorded, what a survey concluded, and the series some checks' results carry beyond their steps (a shape
+choice, a timing check, a burst; the series: metrics.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,12 @@ import time
 from statistics import median
 from typing import assert_never
 
-from prober.campaign.events import (
-    BurstDone,
-    Event,
-    FindingRecorded,
-    PlanReady,
-    ShapeChosen,
-    StepDone,
-    SurveyDone,
-    TargetFailed,
-    TimingDone,
-)
-from prober.campaign.results import StepResult
+from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
+from prober.campaign.results import ShapeChoice, ShapeResult, StepResult
 from prober.campaign.survey import PreflightResult
 from prober.capacity.limits import VerdictCode
+from prober.checks.crosstalk import CrosstalkResult
+from prober.checks.timing import TimingResult
 from prober.daemon.metrics import BoundaryOutcome, Metrics
 
 
@@ -45,7 +38,7 @@ class RunCounter:
                 m.incidents.record(f, self.job)
             case SurveyDone(result=result):
                 self._survey(result)
-            case TimingDone(result=timing):
+            case CheckDone(result=TimingResult() as timing):
                 for decision in timing.decisions:
                     s = decision.samples
                     m.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
@@ -54,18 +47,18 @@ class RunCounter:
                     for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
                         if ttfts:
                             m.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))
-            case ShapeChosen(choice=choice):
+            case CheckDone(result=ShapeResult(choice=ShapeChoice() as choice)):
                 for trial in choice.trials:
                     name = trial.shape.name
                     m.shape_chosen.labels(self.target, name).set(int(trial.shape == choice.chosen))
                     if trial.controls:
                         m.shape.labels(self.target, name).set(trial.echoed / len(trial.controls))
-            case BurstDone(result=burst):
+            case CheckDone(result=CrosstalkResult() as burst):
                 for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
                                        ("unanswered", burst.requests - burst.answered)):
                     m.burst_answers.labels(self.target, outcome).inc(count)
-            case TargetFailed():
-                pass  # a job's failure is its outcome's (JobRecords)
+            case TargetFailed() | CheckDone():
+                pass  # a job's failure is its outcome's (JobRecords); other checks' results are their steps
             case _:
                 assert_never(event)
 

@@ -13,19 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import assert_never
 
-from prober.campaign.crosstalk import BOUNDARY as BURST_BOUNDARY
-from prober.campaign.events import (
-    BurstDone,
-    Event,
-    FindingRecorded,
-    PlanReady,
-    ShapeChosen,
-    StepDone,
-    SurveyDone,
-    TargetFailed,
-    TimingDone,
-)
+from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
 from prober.campaign.plan import Exchange
+from prober.checks.crosstalk import BOUNDARY as BURST_BOUNDARY
+from prober.checks.crosstalk import CrosstalkResult
 from prober.incidents import Observation, RunChecks, Sighting
 
 Write = Callable[[RunChecks], Awaitable[None]]
@@ -61,9 +52,9 @@ class RunEvidence:
                 self._unwritten.append(Sighting.of(finding))
                 if self._writing is None or self._writing.done():
                     self._writing = asyncio.ensure_future(self._sightings())
-            case BurstDone(result=burst):
+            case CheckDone(result=CrosstalkResult() as burst):
                 self._checkless, self._sighted = BURST_BOUNDARY, burst.own_echoed > 0
-            case SurveyDone() | ShapeChosen() | TargetFailed() | TimingDone():
+            case CheckDone() | SurveyDone() | TargetFailed():
                 pass  # a probe's re-check is its steps; a timing check re-checks every pair when it completes
             case _:
                 assert_never(event)

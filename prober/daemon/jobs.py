@@ -1,15 +1,11 @@
-"""The daemon's jobs for one target, on one runner (one open transport, one survey, one prompt-length cache)
-that the jobs share until a reload retires it.
-
-- `preflight`: capacity survey and verdicts; sends no generation request.
-- `sentinel`: everyday-sized canary prompts from each tenant in turn, every answer scanned.
-- `campaign`: the boundary campaign of `leakprobe audit`.
-- `timing`: the timing check of prefix-cache isolation (prober/campaign/timing.py).
-- `crosstalk`: a burst of concurrent short requests of every tenant (prober/campaign/crosstalk.py).
+"""The daemon's jobs for one target, on one context (one open transport, one survey, one prompt-length cache)
+that the jobs share until a reload retires it: `preflight` (the capacity survey and verdicts; it sends no
+generation request), then one job per registered check (prober/checks: the probe shape, the prefix cache, the
+campaign, the sentinel, timing, idle slots, cross-talk).
 
 Each returns a `JobOutcome`; what it says goes to the metrics, the log and `/status`.  Each runs under a deadline
-of its own, derived like an audit's (prober/campaign/deadlines.py): a target that never finishes its answers ends
-the job there, and the job's next run and the other targets' jobs keep their slots.
+of its own, derived like an audit's (the survey's allowance, then what the check plans): a target that never
+finishes its answers ends the job there, and the job's next run and the other targets' jobs keep their slots.
 """
 
 from __future__ import annotations
@@ -20,31 +16,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from prober.campaign import TargetReport, TargetRunner, crosstalk, sentinel_plan, shapes, timing
-from prober.campaign.deadlines import (
-    DEADLINE_BASE_S,
-    SURVEY_ALLOWANCE_S,
-    crosstalk_seconds,
-    plan_seconds,
-    shape_seconds,
-    timing_seconds,
-)
-from prober.campaign.events import Listener, PlanReady
-from prober.campaign.plan import Plan
+from prober.campaign import TargetContext
+from prober.campaign.events import Listener
+from prober.campaign.results import Sight
 from prober.campaign.wiring import Wiring
+from prober.checks import DEADLINE_BASE_S, PREFLIGHT, REGISTRY, SURVEY_ALLOWANCE_S, Check, Registry, Run, perform
 from prober.config import ProberConfig, TargetConfig
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
 from prober.targets.bounds import deadline_passed, run_deadline
-
-
-class Job(StrEnum):
-    PREFLIGHT = "preflight"
-    SENTINEL = "sentinel"
-    CAMPAIGN = "campaign"
-    TIMING = "timing"
-    CROSSTALK = "crosstalk"
 
 
 class Failure(StrEnum):
@@ -88,10 +69,10 @@ class JobOutcome:
 
 
 class JobClock:
-    """One run's deadline, a phase at a time (the survey's allowance, then what its plan derives); whether one
+    """One run's deadline, a phase at a time (the survey's allowance, then what its check plans); whether one
     passed."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: str) -> None:
         self.name = f"the {job} job's deadline"
         self.passed = False
 
@@ -105,28 +86,27 @@ class JobClock:
 
 
 class TargetSession:
-    """One target's transport and runner; `retire()` closes them once the last running job is done.  Every
+    """One target's transport and context; `retire()` closes them once the last running job is done.  Every
     request sent to the target goes to `on_exchange` (its health from every job's, those cut short)."""
 
     def __init__(self, config: TargetConfig, wiring: Wiring, settings: ProberConfig, *, budget: TokenBudget,
-                 on_exchange: OnExchange) -> None:
-        """`settings`: what the daemon's jobs read of the whole config (daemon, audit, timing and cross-talk)."""
+                 on_exchange: OnExchange, checks: Registry = REGISTRY) -> None:
+        """`settings`: the whole config, each check reading its own part of it."""
         self.config = config
-        self.daemon = settings.daemon
-        self.audit = settings.audit
-        self.timing = settings.timing
-        self.crosstalk = settings.crosstalk
+        self.settings = settings
+        self.checks = checks
         self.budget = budget
         self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
-        self.runner = TargetRunner(config, self.transport, wiring, telemetry=self.daemon.engine_telemetry)
+        self.context = TargetContext(config, self.transport, wiring, telemetry=settings.daemon.engine_telemetry)
         self._users = 0
         self._retired = False
+        self._sights: dict[str, Sight] = {}  # each content check's last, by check
 
     @property
     def name(self) -> str:
         return self.config.name
 
-    async def run(self, job: Job, on_event: Listener) -> JobOutcome:
+    async def run(self, job: str, on_event: Listener) -> JobOutcome:
         """A job that did not complete because its deadline passed fails for that reason (but a ledger that
         failed, which stops all probing, says so)."""
         self._users += 1
@@ -141,7 +121,7 @@ class TargetSession:
             return replace(outcome, failure=Failure.DEADLINE, message=f"{clock.name} passed: {outcome.message}")
         return outcome
 
-    async def _outcome(self, job: Job, on_event: Listener, clock: JobClock) -> JobOutcome:
+    async def _outcome(self, job: str, on_event: Listener, clock: JobClock) -> JobOutcome:
         try:
             return await self._run(job, on_event, clock)
         except TargetUnusable as exc:
@@ -153,81 +133,45 @@ class TargetSession:
         except LedgerError as exc:
             return JobOutcome(Failure.LEDGER, message=str(exc))
 
+    def _blind(self, check: Check, sight: Sight | None) -> bool | None:
+        """Whether its answers could not have shown a leak: none of its probes', nor (by their last runs) those of
+        the checks that build their probes alike, repeated their own canary (None: it reads no content)."""
+        if sight is None:
+            return None
+        self._sights[check.name] = sight
+        alike = [c.name for c in self.checks if check.sees_with and c.sees_with == check.sees_with] or [check.name]
+        return all(self._sights[name].blind for name in alike if name in self._sights)
+
     async def retire(self) -> None:
         self._retired = True
         if self._users == 0:
             await self.transport.aclose()
 
-    async def _run(self, job: Job, on_event: Listener, clock: JobClock) -> JobOutcome:
-        runner = self.runner
-        if job is Job.PREFLIGHT or job is Job.CAMPAIGN or runner.surveyed is None:
+    async def _run(self, job: str, on_event: Listener, clock: JobClock) -> JobOutcome:
+        ctx = self.context
+        check = None if job == PREFLIGHT else self.checks.get(job)
+        if check is None or check.survey or ctx.surveyed is None:
             with clock.phase(SURVEY_ALLOWANCE_S):
-                await runner.survey(on_event)  # a campaign plans from a fresh survey; a sentinel needs a counter
-        if job is Job.PREFLIGHT:
+                await ctx.survey(on_event)  # a campaign plans from a fresh survey; every check needs a counter
+        if check is None:
             return JobOutcome()
-        run_id = f"{self.daemon.replica}.{job.value[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
-        if job is Job.TIMING or job is Job.CROSSTALK:
-            return await self._isolation(job, on_event, run_id, clock)
-        if job is Job.SENTINEL:
-            sentinel = self.daemon.sentinel
-            plan = sentinel_plan(self.name, runner.tenants, tokens=sentinel.tokens, max_tokens=sentinel.max_tokens,
-                                 run_id=run_id, retention_s=sentinel.retention, fact_share=runner.wiring.fact_share)
-            on_event(PlanReady(plan))
-        else:
-            a = self.audit
-            plan = runner.campaign(on_event, streaming=a.streaming, concurrent=a.concurrent, rounds=1,
-                                   max_tokens=a.max_tokens, run_id=run_id)
-        return await self._spend(plan, on_event, clock, choose=job is Job.CAMPAIGN)
-
-    async def _isolation(self, job: Job, on_event: Listener, run_id: str, clock: JobClock) -> JobOutcome:
-        """The timing check or the cross-talk burst, budgeted like a plan: incomplete where answers went
-        unobserved."""
-        tenants = self.runner.tenants
-        tokens = (timing.planned_tokens(self.timing, tenants) if job is Job.TIMING
-                  else crosstalk.planned_tokens(self.crosstalk, tenants))
-        day = await self.budget.reserve(self.name, tokens)
+        run_id = f"{self.settings.daemon.replica}.{job[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
+        run = Run(ctx, self.settings, run_id, on_event)
+        planned = check.planned(run)
+        day = await self.budget.reserve(self.name, planned.tokens)
         if day is None:
-            return await self._over_budget(tokens)
-        result: timing.TimingResult | crosstalk.CrosstalkResult | None = None
-        seconds = timing_seconds(self.timing, tenants) if job is Job.TIMING else crosstalk_seconds(self.crosstalk)
+            left = await self.budget.left(self.name)
+            return JobOutcome(skip=Skip.BUDGET, message=f"needs {planned.tokens:,} tokens, {left:,} left today of "
+                              f"{self.budget.per_day:,}")
+        tokens = 0
         try:
-            with clock.phase(DEADLINE_BASE_S + seconds):
-                if job is Job.TIMING:
-                    result = await self.runner.isolation.timing(self.timing, on_event, run_id=run_id)
-                else:
-                    result = await self.runner.isolation.crosstalk(self.crosstalk, on_event,
-                                                                   streaming=self.audit.streaming, run_id=run_id)
+            with clock.phase(DEADLINE_BASE_S + planned.seconds):
+                result = await perform(check, run, planned)
+                tokens = result.tokens
         finally:
-            await self.budget.release(self.name, day, tokens - (result.tokens if result else 0))
-        blind = result.blind if isinstance(result, crosstalk.CrosstalkResult) else None
+            await self.budget.release(self.name, day, planned.tokens - tokens)
+        blind = self._blind(check, result.sight)
         if result.errors:
             more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
-            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=result.tokens, blind=blind)
-        return JobOutcome(tokens=result.tokens, blind=blind)
-
-    async def _over_budget(self, tokens: int) -> JobOutcome:
-        left = await self.budget.left(self.name)
-        return JobOutcome(skip=Skip.BUDGET, message=f"needs {tokens:,} tokens, {left:,} left today of "
-                          f"{self.budget.per_day:,}")
-
-    async def _spend(self, plan: Plan, on_event: Listener, clock: JobClock, *, choose: bool) -> JobOutcome:
-        # A campaign measures the probe shape again (the model behind the URL may have changed); a sentinel takes
-        # the last one, once there is one.
-        choose = choose or self.runner.shape is None
-        tokens = plan.tokens + (shapes.planned_tokens(self.config.shapes, self.runner.tenants) if choose else 0)
-        day = await self.budget.reserve(self.name, tokens)
-        if day is None:
-            return await self._over_budget(tokens)
-        report = TargetReport(self.name, self.config.url, plan=plan)
-        seconds = plan_seconds(plan) + (shape_seconds(self.config.shapes, self.runner.tenants) if choose else 0.0)
-        try:
-            with clock.phase(DEADLINE_BASE_S + seconds):
-                await self.runner.run(plan, report, on_event, choose=choose)
-        finally:
-            await self.budget.release(self.name, day, tokens - report.tokens_sent)
-        blind = bool(report.blind)
-        if report.errors:
-            more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
-            return JobOutcome(Failure.INCOMPLETE, message=report.errors[0] + more, tokens=report.tokens_sent,
-                              blind=blind)
-        return JobOutcome(tokens=report.tokens_sent, blind=blind)
+            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=tokens, blind=blind)
+        return JobOutcome(tokens=tokens, blind=blind)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from prober.daemon.jobs import Failure, Job, JobOutcome, Skip
+from prober.daemon.jobs import Failure, JobOutcome, Skip
 from prober.daemon.metrics import Metrics
 from prober.errors import LedgerError
 from prober.ledger import Ledger
@@ -41,12 +41,12 @@ class JobRecords:
         self.metrics = metrics
         self.clock = clock
         self.on_ledger_error = on_ledger_error
-        self.by_target: dict[str, dict[Job, JobStatus]] = {}
+        self.by_target: dict[str, dict[str, JobStatus]] = {}
 
-    def of(self, target: str, job: Job) -> JobStatus | None:
+    def of(self, target: str, job: str) -> JobStatus | None:
         return self.by_target.get(target, {}).get(job)
 
-    async def restore(self, target: str, job: Job, started: float) -> float | None:
+    async def restore(self, target: str, job: str, started: float) -> float | None:
         """The job's last run before a restart (None: never ran); its gauges set from the ledger."""
         status = self.by_target.setdefault(target, {}).setdefault(job, JobStatus())
         last_run = await self._recall(f"last_run/{target}/{job}")
@@ -63,7 +63,7 @@ class JobRecords:
         for name in set(self.by_target) - targets:
             del self.by_target[name]
 
-    def skipped(self, target: str, job: Job, skip: Skip, message: str) -> None:
+    def skipped(self, target: str, job: str, skip: Skip, message: str) -> None:
         status = self.of(target, job)
         if status is not None:
             status.last_skip = f"{skip}: {message}"
@@ -71,7 +71,7 @@ class JobRecords:
         log.log(logging.INFO if skip.turn_taken else logging.WARNING, "%s %s: skipped (%s): %s", job, target,
                 skip, message)
 
-    async def concluded(self, target: str, job: Job, outcome: JobOutcome, started: float) -> None:
+    async def concluded(self, target: str, job: str, outcome: JobOutcome, started: float) -> None:
         if outcome.skip is not None:
             self.skipped(target, job, outcome.skip, outcome.message)
             return

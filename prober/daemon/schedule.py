@@ -16,12 +16,57 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEve
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from prober.checks import PREFLIGHT, Registry
 from prober.config import DaemonSettings
-from prober.daemon.jobs import Job, Skip
+from prober.daemon.jobs import Skip
+from prober.errors import ConfigError
 from prober.ledger import JobLock, Ledger
 
-RunJob = Callable[[str, Job], Awaitable[None]]
-OnMissed = Callable[[str, Job, Skip], None]
+RunJob = Callable[[str, str], Awaitable[None]]
+OnMissed = Callable[[str, str, Skip], None]
+
+PREFLIGHT_EVERY = 300.0
+
+
+class Timetable:
+    """How often each job runs: `daemon.schedule` where it names the job (`off`: never), else the job's own default
+    (the preflight's 5 minutes, each check's `every`); jitter `daemon.jitter`, else a tenth of the interval."""
+
+    def __init__(self, daemon: DaemonSettings, checks: Registry) -> None:
+        """Raises ConfigError for a job no check is registered under (a typo would otherwise run at the default)."""
+        known = checks.jobs
+        for field in ("schedule", "jitter"):
+            unknown = sorted(set(getattr(daemon, field)) - set(known))
+            if unknown:
+                raise ConfigError(f"daemon.{field}: {', '.join(unknown)}: not a job ({', '.join(known)})")
+        if daemon.schedule.get(PREFLIGHT, PREFLIGHT_EVERY) is None:
+            raise ConfigError("daemon.schedule.preflight cannot be off: every check plans from its survey")
+        default = {job: PREFLIGHT_EVERY if job == PREFLIGHT else checks.get(job).every for job in known}
+        every = {job: daemon.schedule.get(job, default[job]) for job in known}
+        self._every = {job: seconds for job, seconds in every.items() if seconds is not None}
+        self.jobs = list(self._every)  # those that run, in the registry's order
+        self.hold = daemon.incident_hold
+        self._jitter = {job: daemon.jitter.get(job, seconds / 10) for job, seconds in self._every.items()}
+
+    def interval(self, job: str) -> float:
+        return self._every[job]
+
+    def jitter(self, job: str) -> float:
+        return self._jitter[job]
+
+    def recheck_warnings(self) -> list[str]:
+        """Jobs that cannot re-check what they found within the hold: their incidents stay open (and page) until
+        the job's next run, longer than the hold says."""
+        warnings = []
+        for job in self.jobs:
+            if job == PREFLIGHT:
+                continue  # finds nothing
+            every = self._every[job] + self._jitter[job]
+            if every > self.hold:
+                warnings.append(f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold "
+                                f"({self.hold:g} s): an incident a {job} finds stays open until the next {job} "
+                                f"re-checks its boundary clean, up to {every:g} s after its last finding")
+        return warnings
 
 
 class JobScheduler:
@@ -40,22 +85,22 @@ class JobScheduler:
         self._scheduler.add_job(task, IntervalTrigger(seconds=seconds), id=f"daemon:{name}", max_instances=1,
                                 coalesce=True)
 
-    def schedule(self, target: str, job: Job, daemon: DaemonSettings, first: float) -> None:
-        interval = daemon.interval(job)
+    def schedule(self, target: str, job: str, timetable: Timetable, first: float) -> None:
+        interval = timetable.interval(job)
         self._scheduler.add_job(
-            self._run_job, IntervalTrigger(seconds=interval, jitter=daemon.jitter_of(job)), args=[target, job],
+            self._run_job, IntervalTrigger(seconds=interval, jitter=timetable.jitter(job)), args=[target, job],
             id=_job_id(target, job), name=f"{job} {target}", max_instances=1, coalesce=True,
             misfire_grace_time=max(1, int(interval / 2)), replace_existing=True,
             next_run_time=datetime.fromtimestamp(first, tz=UTC))
 
-    def keep_only(self, targets: set[str]) -> None:
-        """Drop the jobs of targets a reload removed."""
-        for job in self._scheduler.get_jobs():
-            target, sep, _ = job.id.partition("/")
-            if sep and target not in targets:
-                job.remove()
+    def keep_only(self, targets: set[str], jobs: list[str]) -> None:
+        """Drop the jobs of targets a reload removed, and those it turned off."""
+        for scheduled in self._scheduler.get_jobs():
+            target, sep, job = scheduled.id.partition("/")
+            if sep and (target not in targets or job not in jobs):
+                scheduled.remove()
 
-    def next_run(self, target: str, job: Job) -> datetime | None:
+    def next_run(self, target: str, job: str) -> datetime | None:
         scheduled = self._scheduler.get_job(_job_id(target, job))
         return scheduled.next_run_time if scheduled else None
 
@@ -70,16 +115,17 @@ class JobScheduler:
         """APScheduler skipped a run: the previous one was still going (busy) or the slot was missed."""
         target, sep, job = event.job_id.partition("/")
         if sep:
-            self._on_missed(target, Job(job), Skip.BUSY if event.code == EVENT_JOB_MAX_INSTANCES else Skip.MISSED)
+            self._on_missed(target, job, Skip.BUSY if event.code == EVENT_JOB_MAX_INSTANCES else Skip.MISSED)
 
 
-def first_run(job: Job, interval: float, last_run: float | None, now: float) -> float:
-    """Now for a job that never ran (a sentinel a moment after the first preflight), else when it is due."""
+def first_run(job: str, interval: float, last_run: float | None, now: float) -> float:
+    """Now for a job that never ran, else when it is due; a check a moment after the preflight, whose survey it
+    plans from."""
     first = now if last_run is None else max(now, last_run + interval)
-    return first + min(1.0, interval / 2) if job is Job.SENTINEL else first
+    return first if job == PREFLIGHT else first + min(1.0, interval / 2)
 
 
-async def take_turn(ledger: Ledger, target: str, job: Job, interval: float, now: float) -> JobLock | Skip:
+async def take_turn(ledger: Ledger, target: str, job: str, interval: float, now: float) -> JobLock | Skip:
     """This replica's lock on the job, or why it is another replica's turn (raises LedgerError)."""
     name = _job_id(target, job)
     lock = await asyncio.to_thread(ledger.try_lock, name)
@@ -91,5 +137,5 @@ async def take_turn(ledger: Ledger, target: str, job: Job, interval: float, now:
     return lock
 
 
-def _job_id(target: str, job: Job) -> str:
+def _job_id(target: str, job: str) -> str:
     return f"{target}/{job}"

@@ -38,7 +38,7 @@ from prober.daemon.budget import TokenBudget
 from prober.daemon.exposition import CachedExposition
 from prober.daemon.housekeeping import Housekeeper
 from prober.daemon.http import Access, make_app
-from prober.daemon.jobs import Job, TargetSession
+from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock, JobRecords
@@ -230,21 +230,21 @@ class Daemon:
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:
-            self.sessions[target.name] = TargetSession(target, wiring, config, budget=budget,
+            self.sessions[target.name] = TargetSession(target, wiring, config, budget=budget, checks=settings.checks,
                                                        on_exchange=partial(self.metrics.exchanged, target.name))
-            for job in Job:
+            for job in settings.timetable.jobs:
                 last_run = await self.records.restore(target.name, job, self.started)
-                interval = config.daemon.interval(job)
+                interval = settings.timetable.interval(job)
                 self.metrics.schedule(target.name, job, interval, config.daemon.tokens_per_day, tenants)
-                self.scheduler.schedule(target.name, job, config.daemon,
+                self.scheduler.schedule(target.name, job, settings.timetable,
                                         first_run(job, interval, last_run, self.clock()))
         self.records.keep_only(set(self.sessions))
-        self.scheduler.keep_only(set(self.sessions))
+        self.scheduler.keep_only(set(self.sessions), settings.timetable.jobs)
         for session in old.values():
             await session.retire()
 
     # -- jobs -----------------------------------------------------------------------------------
-    async def run_job(self, target: str, job: Job) -> None:
+    async def run_job(self, target: str, job: str) -> None:
         """One run of one job, when it is this replica's turn (what the scheduler calls; tests call it too).
 
         Registered as running from its first line, so a shutdown waits for it; cancelled after the grace, it
@@ -255,7 +255,7 @@ class Daemon:
         try:
             session = self.sessions.get(target)
             if session is not None and not self.stopping.is_set():
-                await self.turns.run(session, job, self.config.daemon)
+                await self.turns.run(session, job, self.config.daemon, self.settings.timetable.interval(job))
         except asyncio.CancelledError:
             log.info("%s %s: cancelled at shutdown", job, target)
         finally:

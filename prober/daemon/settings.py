@@ -14,8 +14,9 @@ from typing import Any
 
 from prober.campaign.plan import pairs
 from prober.canaries.keys import KEY_ENV, resolve_key
-from prober.config import DaemonSettings, ProberConfig, assemble_config
-from prober.daemon.jobs import Job
+from prober.checks import REGISTRY, Registry
+from prober.config import ProberConfig, assemble_config
+from prober.daemon.schedule import Timetable
 from prober.errors import CredentialError
 from prober.run_secrets import load_secrets, scrubber_for
 from prober.scrub import Scrubber
@@ -41,10 +42,12 @@ class Settings:
     token: Secret | None  # what /status and /-/reload require (daemon.token_file)
     path: Path | None  # where they were read from, and are read again on reload
     flags: Mapping[str, Any]  # command-line values that override the file (None = not given)
+    timetable: Timetable
+    checks: Registry
     loaded_at: float
 
     def reload(self) -> Settings:
-        return load_settings(self.path, self.flags)
+        return load_settings(self.path, self.flags, self.checks)
 
     def restart_needed(self, fresh: Settings) -> str | None:
         """Why `fresh` cannot replace these without a restart, or None."""
@@ -55,16 +58,17 @@ class Settings:
         return None
 
 
-def load_settings(path: Path | None, flags: Mapping[str, Any]) -> Settings:
+def load_settings(path: Path | None, flags: Mapping[str, Any], checks: Registry = REGISTRY) -> Settings:
     """Config file < LEAKPROBE_* environment < flags, then every credential it names (raises LeakprobeError)."""
     config = assemble_config(path, environ=dict(os.environ), **flags)
     pairs([t.name for t in config.tenants])  # a victim and an observer at least
+    timetable = Timetable(config.daemon, checks)
     secrets = load_secrets(config)
     if KEY_ENV in os.environ:
         resolve_key(None)  # a malformed deployment key fails the start here, not at the first canary
     token = load_token(config.daemon.token_file)
     scrubber = scrubber_for({**secrets, TOKEN_LABEL: token}, ledger=config.ledger)
-    return Settings(config, secrets, scrubber, token, path, dict(flags), time.time())
+    return Settings(config, secrets, scrubber, token, path, dict(flags), timetable, checks, time.time())
 
 
 TOKEN_LABEL = "the daemon's token"
@@ -79,18 +83,3 @@ def load_token(path: Path | None) -> Secret | None:
     if token is not None and len(token.reveal()) < TOKEN_MIN:
         raise CredentialError(f"daemon.token_file {path} holds fewer than {TOKEN_MIN} characters: too easy to guess")
     return token
-
-
-def recheck_warnings(daemon: DaemonSettings) -> list[str]:
-    """Jobs that cannot re-check what they found within the hold: their incidents stay open (and page) until
-    the job's next run, longer than the hold says."""
-    warnings = []
-    for job in Job:
-        if job is Job.PREFLIGHT:
-            continue  # finds nothing
-        every = daemon.interval(job) + daemon.jitter_of(job)
-        if every > daemon.incident_hold:
-            warnings.append(f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold "
-                            f"({daemon.incident_hold:g} s): an incident a {job} finds stays open until the next "
-                            f"{job} re-checks its boundary clean, up to {every:g} s after its last finding")
-    return warnings

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prober.daemon.jobs import Job, TargetSession
+from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.records import JobRecords
 from prober.daemon.schedule import JobScheduler
@@ -29,12 +29,12 @@ def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession]
     hold = config.daemon.incident_hold
     targets = []
     for name, session in sessions.items():
-        surveyed = session.runner.surveyed
+        surveyed = session.context.surveyed
         jobs = {}
-        for job in Job:
+        for job in settings.timetable.jobs:
             status = records.of(name, job)
             if status is not None:
-                jobs[job.value] = status.to_json(scheduler.next_run(name, job) if scheduler else None)
+                jobs[job] = status.to_json(scheduler.next_run(name, job) if scheduler else None)
         mine = [i for i in incidents if i.key.target == name]
         closed = [i for i in mine if not i.is_open(now, hold)]
         targets.append({

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from prober.campaign.events import Event, FindingRecorded
+from prober.checks import PREFLIGHT
 from prober.config import DaemonSettings
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
 from prober.daemon.housekeeping import Housekeeper
-from prober.daemon.jobs import Job, JobOutcome, Skip, TargetSession
+from prober.daemon.jobs import JobOutcome, Skip, TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock, JobRecords
@@ -34,7 +35,7 @@ class Turns:
     housekeeper: Housekeeper
     clock: Clock
 
-    async def run(self, session: TargetSession, job: Job, daemon: DaemonSettings) -> None:
+    async def run(self, session: TargetSession, job: str, daemon: DaemonSettings, interval: float) -> None:
         target = session.name
         status = self.records.of(target, job)
         if status is None:
@@ -43,7 +44,7 @@ class Turns:
             self.records.skipped(target, job, Skip.LEDGER, f"ledger not writable: {self.health.error}")
             return
         try:
-            turn = await take_turn(self.ledger, target, job, daemon.interval(job), self.clock())
+            turn = await take_turn(self.ledger, target, job, interval, self.clock())
         except LedgerError as exc:
             self.health.failed(str(exc))
             self.records.skipped(target, job, Skip.LEDGER, str(exc))
@@ -56,7 +57,7 @@ class Turns:
         self.metrics.runs.labels(target, job).inc()
         started = self.clock()
         count = RunCounter(self.metrics, target, job)
-        # The wall clock, as the runner stamps findings with it.
+        # The wall clock, as findings are stamped with it.
         evidence = RunEvidence(target, job, time.time(), partial(self.housekeeper.record_checks, daemon=daemon))
 
         def on_event(event: Event) -> None:
@@ -72,6 +73,6 @@ class Turns:
             status.running = False
             turn.release()
             # Also when cancelled at shutdown: the findings it recorded must name the probe that made them.
-            await evidence.finish(outcome is not None and outcome.ok and job is not Job.PREFLIGHT,
-                                  session.runner.tenants)
+            await evidence.finish(outcome is not None and outcome.ok and job != PREFLIGHT,
+                                  session.context.tenants)
         await self.records.concluded(target, job, outcome, started)

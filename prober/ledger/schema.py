@@ -135,6 +135,12 @@ _MIGRATIONS = [
     DROP INDEX incident_probes_by_check;
     CREATE INDEX incident_checks_by_run ON incident_checks (target, job, boundary, observer)
     """,
+    # 8: the probe shape and the prefix cache became jobs of their own (they were the campaign's): an open incident
+    # waits for the job that now re-checks its boundary
+    """
+    UPDATE incident_checks SET job = 'prefix-cache' WHERE job = 'campaign' AND boundary IN ('prefix-cache', 'repeat');
+    UPDATE incident_checks SET job = 'shapes' WHERE job = 'campaign' AND boundary LIKE 'shape:%'
+    """,
 ]
 
 

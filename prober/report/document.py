@@ -54,6 +54,7 @@ class MatrixDoc(TypedDict):
 
 class StepDoc(TypedDict):
     id: str
+    check: str  # the check that sent it
     exchange: str
     role: str
     tenant: str
@@ -89,6 +90,8 @@ class TargetDoc(TypedDict):
     paths: list[dict[str, Any]]  # what the path to the engine adds, per route used
     skipped: dict[str, str]  # exchanges that could not be built behind the path, and why
     notes: list[str]  # what the run set aside, and why
+    planned: dict[str, dict[str, Any]]  # by check, what it was to send: tokens, requests, seconds, or why it was moot
+    checks: list[dict[str, Any]]  # each check that ran: requests, tokens, findings, sight, errors, its summary
     shape: dict[str, Any] | None
     plan: dict[str, Any] | None
     steps: list[StepDoc]
@@ -143,17 +146,7 @@ def verdict(result: AuditResult) -> VerdictDoc:
 
 def still_checked(report: TargetReport) -> list[str]:
     """What a target's run observed without reading answers for canaries: envelopes, caches, timing."""
-    probes = [s for s in report.steps if s.step.role == "probe" and s.observed]
-    cache = [s for s in report.steps if s.step.boundary == "prefix-cache" and s.answer.served]
-    checked = [f"boundaries ({len(probes)} probes: refusals, usage, finish reasons)"] if probes else []
-    if cache:
-        checked.append(f"prefix cache ({len(cache)} requests: cached_tokens, phantom hits)")
-    if report.timing and report.timing.decisions:
-        undecided = len(report.timing.undecided)
-        checked.append(f"timing ({len(report.timing.decisions)} tenant pairs"
-                       + (f", {undecided} undecided after {report.timing.decisions[0].looks} rounds)" if undecided
-                          else ")"))
-    return checked or ["nothing"]
+    return [said for r in report.results if (said := r.still_checked()) is not None] or ["nothing"]
 
 
 def matrix(report: TargetReport) -> MatrixDoc:
@@ -168,11 +161,12 @@ def matrix(report: TargetReport) -> MatrixDoc:
     return {"tenants": tenants, "cells": cells}
 
 
-def step_json(step: StepResult) -> StepDoc:
+def step_json(step: StepResult, check: str) -> StepDoc:
     answer = step.answer
     return {
-        "id": step.step.id, "exchange": step.exchange, "role": step.step.role, "tenant": step.step.tenant,
-        "boundary": step.step.boundary, "prompt_tokens": step.sent_tokens, "counted": step.counted,
+        "id": step.step.id, "check": check, "exchange": step.exchange, "role": step.step.role,
+        "tenant": step.step.tenant, "boundary": step.step.boundary, "prompt_tokens": step.sent_tokens,
+        "counted": step.counted,
         "expect": "served" if step.step.expect_served else "refused", "outcome": step.outcome,
         "status": answer.status, "stream": step.step.stream,
         "usage_prompt_tokens": answer.usage.prompt_tokens if answer.usage else None,
@@ -191,9 +185,11 @@ def target_json(report: TargetReport) -> TargetDoc:
             "coverage": report.coverage().to_json(),
             "sight": {check: sight.to_json() for check, sight in report.sights.items()},
             "paths": [p.to_json() for p in report.paths], "skipped": report.skipped, "notes": report.notes,
+            "planned": {name: p.to_json() for name, p in report.planned.items()},
+            "checks": [r.to_json() for r in report.results],
             "shape": report.shape.to_json() if report.shape else None,
             "plan": report.plan.to_json() if report.plan else None,
-            "steps": [step_json(s) for s in report.steps], "errors": report.errors}
+            "steps": [step_json(s, r.check) for r in report.results for s in r.steps], "errors": report.errors}
 
 
 def document(result: AuditResult) -> Document:

@@ -250,7 +250,7 @@ def target_section(doc: Document, t: TargetDoc) -> str:
     facts = (f"engine {_esc(cap['engine'] or '?')}; advertised context {f'{ctx:,}' if ctx else '?'} tokens; "
              f"KV pool {f'{pool:,}' if pool else '?'} tokens; tokens counted by {_esc(t['tokenizer'])}; "
              f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}."
-             + (f" Probe shape {_esc(t['shape']['summary'])}." if t["shape"] else "")
+             + "".join(f" Check {_esc(c['check'])}: {_esc(c['summary'])}." for c in t["checks"])
              + "".join(f" Path to the engine: {_esc(path['summary'])}." for path in t["paths"])
              + "".join(f" Skipped {_esc(exchange)}: {_esc(why)}." for exchange, why in t["skipped"].items())
              + "".join(f" Note: {_esc(note)}." for note in t["notes"]))

@@ -33,8 +33,7 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "
              f"tokens sent, {'complete' if t['complete'] else 'INCOMPLETE'}\n"]
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
-    if t["shape"]:
-        parts.append(f"  probe shape {t['shape']['summary']}\n")
+    parts += [f"  check {c['check']}: {c['summary']}\n" for c in t["checks"]]
     parts += [f"  path to the engine: {path['summary']}\n" for path in t["paths"]]
     parts += [f"  skipped {exchange}: {why}\n" for exchange, why in t["skipped"].items()]
     parts += [f"  note: {note}\n" for note in t["notes"]]

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.keys import KEYS
 from tests.support.waiting import wait_for
 
-FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "campaign": "4s"},
+FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "shapes": "4s", "campaign": "4s", "prefix-cache": "4s"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
 # The timing check and the cross-talk burst run once when a daemon starts: at their smallest, since these
 # daemons are about what campaigns and sentinels find (tests/test_vllm.py runs them in earnest).

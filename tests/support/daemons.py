@@ -14,6 +14,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from prober.canaries.keys import resolve_key
+from prober.checks import REGISTRY, Registry
 from prober.daemon import Daemon, load_settings
 from prober.daemon.http import make_app
 from prober.ledger import open_ledger
@@ -21,14 +22,15 @@ from tests.support.daemonproc import daemon_config
 
 
 def make_daemon(url: str, folder: Path, *, targets: list[dict[str, Any]] | None = None,
-                audit: dict[str, Any] | None = None, **daemon: Any) -> Daemon:
-    """`targets`: more targets beside the reference engine's; `audit`: the audit settings campaigns take."""
+                audit: dict[str, Any] | None = None, checks: Registry = REGISTRY, **daemon: Any) -> Daemon:
+    """`targets`: more targets beside the reference engine's; `audit`: the audit settings campaigns take;
+    `checks`: the registry its jobs come from."""
     settings = daemon_config(url, folder / "l.sqlite", **daemon)
     settings["targets"] += targets or []
     config = folder / "daemon.yaml"
     config.write_text(yaml.safe_dump({**settings, "detection": {"semantic": False},
                                       **({"audit": audit} if audit else {})}))
-    settings = load_settings(config, {})
+    settings = load_settings(config, {}, checks)
     ledger = open_ledger(settings.config.ledger)
     return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
 

@@ -1,5 +1,5 @@
-"""The runner's isolation checks (timing, cross-talk, idle slots) as the tests call them: against any engine, with a
-ledger of their own (what the audit gives each target)."""
+"""Registered checks (timing, cross-talk, idle slots) as the tests call them: against any engine, with a ledger of
+their own (what the audit gives each target)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-from prober.campaign.crosstalk import CrosstalkResult
-from prober.campaign.runner import TargetRunner
+from prober.campaign import TargetContext
+from prober.campaign.results import CheckResult
 from prober.campaign.scanning import RunScanner
-from prober.campaign.timing import TimingResult
 from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
-from prober.config import CrosstalkSettings, TargetConfig, TimingSettings
+from prober.checks import REGISTRY, Run, perform
+from prober.checks.crosstalk import CrosstalkResult
+from prober.checks.timing import TimingResult
+from prober.config import CrosstalkSettings, ProberConfig, TargetConfig, TimingSettings
 from prober.ledger import open_ledger
 from prober.targets import Secret
 from prober.targets.transport import Transport
@@ -25,26 +28,38 @@ KEY = b"isolation-test-key-isolation-key"
 TENANTS = ("tenant-a", "tenant-b")
 TESTBED_KEYS = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
 NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs without --api-key here
+
+
 @asynccontextmanager
-async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path) -> AsyncIterator[TargetRunner]:
-    """A surveyed runner for the engine at `url`, with a ledger of its own: what the audit gives each target."""
+async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path,
+                   **sections: Any) -> AsyncIterator[Run]:
+    """A run on the surveyed engine at `url`, with a ledger of its own: what the audit gives each target.
+    `sections`: config sections the checks read (`timing=TimingSettings(...)`)."""
     ledger = open_ledger(ledger_path)
     try:
         wiring = Wiring(ledger, Minter(ledger, KEY), RunScanner([], key=KEY, tenants=TENANTS), secrets, TENANTS)
-        config = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=0)
-        async with Transport(config.policy()) as transport:
-            runner = TargetRunner(config, transport, wiring)
-            await runner.survey()
-            yield runner
+        target = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=0)
+        config = ProberConfig(targets=[target], tenants=[{"name": t} for t in TENANTS], **sections)
+        async with Transport(target.policy()) as transport:
+            context = TargetContext(target, transport, wiring)
+            await context.survey()
+            yield Run(context, config, "iso-")
     finally:
         ledger.close()
 
 
+async def run_check(name: str, run: Run) -> CheckResult:
+    """One registered check, planned and run as the audit would."""
+    check = REGISTRY.get(name)
+    return await perform(check, run, check.planned(run))
+
+
 def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, settings: TimingSettings) -> TimingResult:
-    async def go() -> TimingResult:
-        async with surveyed(url, secrets, ledger) as runner:
-            return await runner.isolation.timing(settings)
+    async def go() -> CheckResult:
+        async with surveyed(url, secrets, ledger, timing=settings) as run:
+            return await run_check("timing", run)
     result = asyncio.run(go())
+    assert isinstance(result, TimingResult)
     for decision in result.decisions:
         print(decision.samples.victim, "->", decision.samples.observer, decision.evidence())
     assert not result.errors, result.errors
@@ -53,7 +68,9 @@ def timing(url: str, secrets: Mapping[str, Secret | None], ledger: Path, setting
 
 
 def burst(url: str, secrets: Mapping[str, Secret | None], ledger: Path) -> CrosstalkResult:
-    async def go() -> CrosstalkResult:
-        async with surveyed(url, secrets, ledger) as runner:
-            return await runner.isolation.crosstalk(CrosstalkSettings(per_tenant=4))
-    return asyncio.run(go())
+    async def go() -> CheckResult:
+        async with surveyed(url, secrets, ledger, crosstalk=CrosstalkSettings(per_tenant=4)) as run:
+            return await run_check("crosstalk", run)
+    result = asyncio.run(go())
+    assert isinstance(result, CrosstalkResult)
+    return result

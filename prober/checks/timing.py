@@ -34,9 +34,12 @@ import string
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.plan import pairs
+from prober.campaign.events import CheckDone
+from prober.campaign.plan import Planned, acceptance_limit, pairs
+from prober.campaign.results import CheckResult
 from prober.campaign.salts import salt_asserted
-from prober.config import TimingSettings
+from prober.checks.base import Check, Run
+from prober.config import ProberConfig, TimingSettings
 from prober.errors import PlanError
 from prober.prompts.counter import TokenCounter
 from prober.targets.base import Prompt
@@ -130,11 +133,10 @@ class PairDecision:
                 **({"engine_telemetry": s.engine} if s.engine else {})}
 
 
-@dataclass
-class TimingResult:
+@dataclass(kw_only=True)
+class TimingResult(CheckResult):
     decisions: list[PairDecision] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    content: bool = False  # it reads times, not answers
 
     @property
     def undecided(self) -> list[PairDecision]:
@@ -146,9 +148,17 @@ class TimingResult:
     def requests(self) -> int:
         return sum(d.samples.requests for d in self.decisions)
 
-    @property
-    def tokens(self) -> int:
-        return sum(d.samples.tokens for d in self.decisions)
+    def summary(self) -> str:
+        found = sum(d.found for d in self.decisions)
+        return (f"timing: {len(self.decisions)} tenant pairs, {found} answering sooner for another's prompts, "
+                f"{len(self.undecided)} undecided, {self.requests:,} requests")
+
+    def still_checked(self) -> str | None:
+        if not self.decisions:
+            return None
+        undecided = len(self.undecided)
+        return f"timing ({len(self.decisions)} tenant pairs" + (
+            f", {undecided} undecided after {self.decisions[0].looks} rounds)" if undecided else ")")
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -342,11 +352,37 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
         unclear = [i for i, decision in enumerate(decisions) if decision.unclear]
         if not unclear:
             break
-    result = TimingResult(decisions)
+    result = TimingResult(check=TimingCheck.name, decisions=decisions,
+                          other_tokens=sum(d.samples.tokens for d in decisions))
     for decision in result.decisions:
         s, wanted = decision.samples, settings.samples * decision.rounds
         if len(s.hits) < wanted // 2 or len(s.misses) < wanted // 2:
             result.errors.append(f"timing {s.victim}->{s.observer}: only {len(s.hits)} hits and {len(s.misses)} "
                                  f"misses of {wanted} each gave a TTFT ({s.lost} lost)")
-    result.findings = findings_of(result.decisions, run_id=run_id, salted=salted)
+    result.extra = findings_of(result.decisions, run_id=run_id, salted=salted)
     return result
+
+
+class TimingCheck(Check):
+    name = "timing"
+    about = "prefix-cache isolation by time to first token alone: another tenant's prompts answered sooner"
+    every = 21_600.0
+
+    def in_audit(self, config: ProberConfig) -> bool:
+        return config.timing.audit
+
+    def planned(self, run: Run) -> Planned:
+        tenants = run.target.tenants
+        requests = planned_requests(run.config.timing, tenants)
+        return Planned.of(planned_tokens(run.config.timing, tenants), requests, requests)  # one answer token each
+
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        ctx = run.target
+        refused_from = acceptance_limit(ctx.capacity)
+        counter = (await ctx.route()).counter
+        result = await check_timing(ctx.send_as, counter, ctx.tenants, run.config.timing, run_id=run.run_id,
+                                    salted=ctx.salted, telemetry=ctx.telemetry,
+                                    longest=refused_from - 1 if refused_from else None)
+        result.extra = await ctx.judge.persist(result.extra, None, run.on_event)
+        run.on_event(CheckDone(ctx.config.name, result))
+        return result

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from prober.campaign.counters import CounterEvidence
-from prober.campaign.plan import Streaming
-from prober.campaign.timing import Send
-from prober.config import CrosstalkSettings
+from prober.campaign.events import CheckDone
+from prober.campaign.plan import Planned, Streaming
+from prober.campaign.results import CheckResult, Sight
+from prober.checks.base import Check, Run
+from prober.checks.timing import Send
+from prober.config import CrosstalkSettings, ProberConfig
 from prober.detect.scanner import ScanResult
 from prober.targets.base import Prompt
+from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 from prober.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
@@ -43,24 +47,24 @@ class BurstRequest:
     stream: bool
 
 
-@dataclass
-class CrosstalkResult:
+@dataclass(kw_only=True)
+class CrosstalkResult(CheckResult):
     requests: int = 0
     answered: int = 0  # served answers
     own_echoed: int = 0  # answers that carried their own canary: the check can see what comes back
     foreign: int = 0  # answers that carried another request's canary (any tenant)
-    tokens: int = 0  # prompt tokens sent
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
     @property
-    def blind(self) -> bool:
-        """No answer repeated its own canary: a swapped answer would not have shown either."""
-        return self.answered > 0 and self.own_echoed == 0
+    def sight(self) -> Sight | None:
+        """Its own requests ask for their code back: a swapped answer shows only where they do."""
+        return Sight(self.answered, self.own_echoed) if self.answered else None
 
-    def to_json(self) -> dict[str, object]:
-        return {"requests": self.requests, "answered": self.answered, "own_echoed": self.own_echoed,
-                "foreign": self.foreign, "tokens": self.tokens, "blind": self.blind, "errors": self.errors}
+    def summary(self) -> str:
+        return (f"cross-talk: {self.requests} concurrent requests, {self.answered} answered, {self.own_echoed} with "
+                f"their own code, {self.foreign} with another's")
+
+    def still_checked(self) -> str | None:
+        return None
 
 
 def planned_tokens(settings: CrosstalkSettings, tenants: Sequence[str]) -> int:
@@ -82,7 +86,7 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
         answers = await asyncio.gather(*(send(r.tenant, Prompt(ASK.format(code=r.canary.text),
                                                                max_tokens=settings.max_tokens, stream=r.stream))
                                          for r in requests))
-    result = CrosstalkResult(requests=len(requests))
+    result = CrosstalkResult(check=CrosstalkCheck.name, requests=len(requests))
     served = [(r, a) for r, a in zip(requests, answers, strict=True) if a.served]
     if served and counted is not None:
         first, answer = served[0]
@@ -91,15 +95,15 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
                     context=ProbeContext(tokens, BOUNDARY, answer.status), unserved=len(requests) - len(served),
                     retried=any(a.retried for a in answers))
     for request, answer in zip(requests, answers, strict=True):
-        result.findings += await _judge(request, answer, scan, result)
+        result.extra += await _judge(request, answer, scan, result)
     evidence = engine.evidence()
-    result.findings = [replace(f, details={**f.details, "engine_telemetry": evidence}) if evidence else f
-                       for f in result.findings]
+    result.extra = [replace(f, details={**f.details, "engine_telemetry": evidence}) if evidence else f
+                    for f in result.extra]
     return result
 
 
 async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: CrosstalkResult) -> list[Finding]:
-    result.tokens += (answer.usage.prompt_tokens or 0) if answer.usage else 0
+    result.other_tokens += (answer.usage.prompt_tokens or 0) if answer.usage else 0
     if not answer.served:
         result.errors.append(f"{request.id} ({request.tenant}): {answer.error or f'HTTP {answer.status}'}")
         if not answer.full_text:
@@ -127,3 +131,34 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     if strays or scanned.findings:
         result.foreign += 1
     return findings
+
+
+class CrosstalkCheck(Check):
+    name = "crosstalk"
+    about = "a burst of concurrent short requests of every tenant, each asking for its own code back"
+    every = 300.0
+
+    def in_audit(self, config: ProberConfig) -> bool:
+        return config.crosstalk.audit
+
+    def planned(self, run: Run) -> Planned:
+        settings, tenants = run.config.crosstalk, run.target.tenants
+        requests = len(tenants) * settings.per_tenant
+        return Planned(planned_tokens(settings, tenants), requests,
+                       planned_tokens(settings, tenants) / PREFILL_FLOOR + settings.max_tokens / DECODE_FLOOR)
+
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        """Its canaries minted like any other; the engine's counters around the burst decided like a plan's."""
+        ctx = run.target
+
+        async def scan(record: Record) -> ScanResult:
+            return await asyncio.to_thread(ctx.wiring.scanner.scan, record)
+
+        counted = CounterEvidence()
+        result = await run_burst(ctx.send_as, ctx.planter.canary, scan, ctx.tenants, run.config.crosstalk,
+                                 streaming=run.config.audit.streaming, run_id=run.run_id, telemetry=ctx.telemetry,
+                                 counted=counted)
+        result.extra = await ctx.judge.persist(result.extra, None, run.on_event)
+        result.extra += await ctx.decide_counters(counted, run.on_event)
+        run.on_event(CheckDone(ctx.config.name, result))
+        return result

@@ -1,0 +1,132 @@
+"""One target as every check sees it: surveyed once, its routes (and what the path to the engine adds on each), the
+probe shape its requests take, and the few things a check does with it — send as a tenant, plant canaries in a
+prompt, judge an answer, make findings durable.  Checks (prober/checks) are written against this and nothing
+wider; the audit and the daemon's jobs open one per target and hand it to each check they run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prober.campaign.cached import CacheExplainer
+from prober.campaign.counters import CounterEvidence
+from prober.campaign.events import FindingRecorded, Listener, StepDone, SurveyDone, ignore
+from prober.campaign.judging import Judge
+from prober.campaign.path import measure as measure_path
+from prober.campaign.plan import Step, pairs
+from prober.campaign.planting import Planter
+from prober.campaign.results import CheckResult, ShapeChoice, StepResult
+from prober.campaign.routes import Route, Routes
+from prober.campaign.salts import salted_tenants, tenant_salts
+from prober.campaign.survey import PreflightResult, survey
+from prober.campaign.wiring import Wiring
+from prober.capacity import Capacity, origin_of, reachability
+from prober.config import TargetConfig
+from prober.errors import PlanError, TargetUnusable
+from prober.prompts import BuiltPrompt
+from prober.targets.base import Prompt
+from prober.targets.result import Completion
+from prober.targets.telemetry import EngineTelemetry
+from prober.targets.transport import Transport
+from prober.types import Finding
+
+
+class TargetContext:
+    def __init__(self, config: TargetConfig, transport: Transport, wiring: Wiring, *, telemetry: bool = True) -> None:
+        self.config = config
+        self.transport = transport
+        self.wiring = wiring
+        self.routes = Routes(config, transport, lambda route: measure_path(
+            route.api, route.counter, self.tenants, lambda tenant, prompt: self.send_as(tenant, prompt, route)))
+        self.planter = Planter(wiring)
+        self.cached = CacheExplainer(transport.outbox, wiring.secrets)
+        self.surveyed: PreflightResult | None = None
+        self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing check
+        self._want_telemetry = telemetry
+        self.telemetry: EngineTelemetry | None = None  # the engine's counters, where it exposes them
+        self.salts = tenant_salts(config, wiring.tenants)  # tenant -> its cache_salt, where the target asks
+        self.salted = salted_tenants(config, wiring.tenants, wiring.cache_salted)
+        self.judge = Judge(config.name, wiring, transport.scrubber, self.salted)
+
+    @property
+    def tenants(self) -> list[str]:
+        return list(self.wiring.tenants)
+
+    @property
+    def capacity(self) -> Capacity:
+        """What the last survey learned (raises PlanError before one)."""
+        if self.surveyed is None:
+            raise PlanError("survey the target before planning")
+        return self.surveyed.capacity
+
+    async def survey(self, on_event: Listener = ignore, *, bisect_budget: int = 0) -> PreflightResult:
+        """Reachability with every tenant's credential, then capacity and token counting (raises
+        TargetUnusable).  Checks after it build their prompts with what this learned."""
+        pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants
+        cfg = self.config
+        if cfg.api.openai_routes:
+            for tenant in self.tenants[1:]:  # the first tenant's key is checked by the survey itself
+                problem = await reachability(self.transport, cfg.url, self.wiring.secrets.get(tenant))
+                if problem:
+                    raise TargetUnusable(f"{problem} (tenant {tenant})")
+        first = self.wiring.secrets.get(self.tenants[0])
+        result, counter = await survey(self.transport, cfg, first, bisect_budget=bisect_budget)
+        self.surveyed = result
+        on_event(SurveyDone(result))
+        if result.error or counter is None:
+            raise TargetUnusable(result.error or "no way to count tokens")
+        self.routes.surveyed(counter, result.capacity.engine, first)
+        if self._want_telemetry and self.telemetry is None and cfg.api.openai_routes:
+            telemetry = EngineTelemetry(self.transport, origin_of(cfg.introspection_url or cfg.url) + "/metrics", first)
+            self.telemetry = telemetry if await telemetry.read() is not None else None
+        return result
+
+    async def route(self) -> Route:
+        """The chosen shape's route, else the configured one (raises PlanError before a survey)."""
+        return await self.routes.get(self.shape.chosen.api if self.shape else self.config.api)
+
+    async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion:
+        """As this tenant: its credential, and its own cache salt where the target asks for one; on the chosen
+        route unless another is given."""
+        route = route or await self.route()
+        return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
+                                           self.wiring.secrets.get(tenant))
+
+    async def send(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int]:
+        """A step's prompt as its tenant: the answer, and how many prompts the target had been sent before."""
+        before = self.transport.outbox.started  # also the number this prompt gets as it goes out
+        self.cached.sent(before, built)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
+        return await self.send_as(step.tenant, prompt, route), before
+
+    async def judged(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
+                     before: int, engine: dict[str, dict[str, float]] | None = None) -> StepResult:
+        """The judge's verdict on one answer, its cached tokens explained by what was sent before it (`before`: the
+        outbox's count when it was sent); no phantom check where prefill and decode are split (decode counts what
+        prefill sent it as cached)."""
+        split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
+        cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,
+                                         overhead=route.path.of(step.tenant), fresh=not split)
+        return await self.judge.answer(step, exchange, built, answer, engine=engine, also=cached)
+
+    async def send_judged(self, step: Step, built: BuiltPrompt, route: Route) -> StepResult:
+        """One request that is its own exchange (a probe-shape control, an idle-slot request), sent and judged."""
+        answer, before = await self.send(step, built, route)
+        return await self.judged(step, step.id, built, answer, route, before=before)
+
+    async def decide_counters(self, counted: CounterEvidence, on_event: Listener) -> list[Finding]:
+        """A run's failure-counter windows against the background (prober/campaign/counters.py): its findings,
+        durable and told."""
+        found = await counted.decided(self.telemetry, self.wiring.counters, quiet=not self.wiring.stopping.is_set())
+        return await self.judge.persist(found, None, on_event)
+
+
+def record(result: StepResult, check: CheckResult, on_event: Listener) -> None:
+    """Into the check's result, then told: the step, then its findings (already durable)."""
+    check.steps.append(result)
+    if not result.observed and result.step.role != "control":
+        check.errors.append(f"{result.step.id} ({result.step.length:,} tokens): "
+                            f"{result.answer.error or 'not observed'}")
+    on_event(StepDone(result))
+    for finding in result.findings:
+        on_event(FindingRecorded(finding))

@@ -1,0 +1,98 @@
+"""Running a plan's exchanges on a target: each built behind the path, sent as its tenants (one after another, or
+together), judged, recorded into the check's result; the engine's counters read around each and decided once the
+plan ends.  What the boundary campaign, the prefix-cache check and the sentinel share (prober/checks).
+
+A plan stops between exchanges, and says why (also in the result's errors), once the daemon is stopping, the run's
+deadline (prober/targets/bounds.py) has passed, or the circuit breaker opens: `breaker` answers in a row that could
+not be observed.  An exchange that cannot be built behind the path (a one-page prime behind a longer system prompt)
+is skipped and said, not failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from secrets import token_hex
+
+from prober.campaign.context import TargetContext, record
+from prober.campaign.counters import CounterEvidence
+from prober.campaign.events import Listener, PlanReady
+from prober.campaign.path import behind_path
+from prober.campaign.plan import Exchange, Plan
+from prober.campaign.planting import PRIME_INSTRUCTION, instruction
+from prober.campaign.results import CheckResult
+from prober.errors import BuildError
+from prober.prompts.shape import Layout
+from prober.targets.telemetry import window
+from prober.types import ProbeContext
+
+
+async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event: Listener) -> str | None:
+    """Every exchange of `plan` in order; returns why it stopped early, if it did."""
+    on_event(PlanReady(plan))
+    result.planned = plan.requests
+    counted = CounterEvidence()
+    try:
+        result.stopped = await _exchanges(ctx, plan, result, on_event, counted)
+        return result.stopped
+    finally:
+        result.notes += counted.notes()
+        result.planned -= sum(len(e.steps) for e in plan.exchanges if e.id in result.skipped)
+        for finding in await ctx.decide_counters(counted, on_event):
+            named = next((s for s in result.steps if s.step.id == finding.record_id), None)
+            if named is not None:
+                named.findings.append(finding)
+
+
+async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_event: Listener,
+                     counted: CounterEvidence) -> str | None:
+    unobserved = 0  # in a row
+    for exchange in plan.exchanges:
+        stop = ctx.wiring.stop_reason() or (f"circuit breaker: {unobserved} answers in a row could not be observed"
+                                            if unobserved >= ctx.config.breaker else None)
+        if stop:
+            result.errors.append(f"stopped before {exchange.id}: {stop}")
+            return stop
+        sent = len(result.steps)
+        try:
+            await _exchange(ctx, exchange, result, on_event, plan, counted)
+        except BuildError as exc:
+            behind = behind_path(ctx.routes.paths, (exchange.victim, exchange.observer))
+            if behind is None:
+                raise
+            result.skipped[exchange.id] = f"{exchange.probe.boundary}: {exc}, {behind}"
+            continue
+        for step in result.steps[sent:]:
+            unobserved = 0 if step.observed else unobserved + 1
+    return None
+
+
+async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult, on_event: Listener, plan: Plan,
+                    counted: CounterEvidence) -> None:
+    route, page = await ctx.route(), ctx.surveyed.page if ctx.surveyed else None
+    cue = ctx.shape is not None and ctx.shape.chosen.layout is Layout.CUE
+    if exchange.same_text:
+        prime = await ctx.planter.plain(exchange.prime, route, token_hex(6))
+        probe = replace(prime, fresh_from=None)  # the victim's prompt again: not new when the observer sends it
+    else:
+        prime = await ctx.planter.prompt(exchange.prime, PRIME_INSTRUCTION, route, plan, page=page, cue=cue)
+        probe = await ctx.planter.prompt(exchange.probe, instruction(exchange.probe, ctx.wiring.languages), route,
+                                         plan, page=page, cue=cue, lead=cue)
+    sends = [(exchange.prime, prime), (exchange.probe, probe)]
+    if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
+        sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
+    async with window(ctx.telemetry, len(sends)) as engine:
+        if exchange.concurrent:
+            sent = list(await asyncio.gather(*(ctx.send(step, built, route) for step, built in sends)))
+        else:
+            sent = [await ctx.send(step, built, route) for step, built in sends]
+    # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
+    named = len(sent) - 1 if sent[-1][0].served else len(sent) - 2
+    step, built = sends[named]
+    counted.add(engine, request=step.id, tenant=step.tenant,
+                context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
+                unserved=sum(not answer.served for answer, _ in sent),
+                retried=any(answer.retried for answer, _ in sent))
+    for (step, built), (answer, before) in zip(sends, sent, strict=True):
+        judged = await ctx.judged(step, exchange.id, built, answer, route, before=before, engine=engine.evidence())
+        record(judged, result, on_event)

@@ -1,0 +1,69 @@
+"""The check contract: a name, what a run costs on a target, and the run itself.
+
+A check is one way a target can be caught leaking (the boundary campaign, the prefix cache, timing, cross-talk, idle
+slots, the probe shape that makes the rest see, the everyday sentinel).  It plans for a target from what the survey
+learned (`planned`: the tokens it will send and how long that may take at the floors every request's deadline
+assumes), then runs against the target's context (`run`: send as a tenant, plant, judge) and returns a
+`CheckResult`.  The audit, the daemon's jobs and schedule, the budget and deadlines, the report's coverage and sight,
+the progress lines and the metrics all loop over the registry (prober/checks/registry.py) and read results through
+the base class: a new check is one module and one registry line.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from prober.campaign.context import TargetContext
+from prober.campaign.events import CheckDone, Listener
+from prober.campaign.plan import Planned
+from prober.campaign.results import CheckResult
+from prober.config import ProberConfig
+
+SURVEY_ALLOWANCE_S = 300.0  # reachability, introspection, finding a tokenizer: before any check can plan
+DEADLINE_BASE_S = 120.0  # what a run adds once, beyond its checks' requests at the floors
+
+
+NOTHING = Planned(0, 0, 0.0)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of checks against one target: its context, the whole config (each check reads its own section),
+    the run's id (in every canary and request id, so repeated runs never reuse one), and who listens."""
+
+    target: TargetContext
+    config: ProberConfig
+    run_id: str = ""
+    on_event: Listener = lambda _: None
+
+
+class Check(ABC):
+    name: ClassVar[str]  # its job in the daemon, its label in metrics and reports
+    about: ClassVar[str]  # one line: what it catches (the docs, the config reference)
+    every: ClassVar[float]  # the daemon's default interval, seconds
+    survey: ClassVar[bool] = False  # the daemon surveys the target afresh before each run (not only the first)
+    sees_with: ClassVar[str] = ""  # checks of one group build their probes alike: one's echo vouches for the others
+
+    def in_audit(self, config: ProberConfig) -> bool:
+        """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""
+        return True
+
+    @abstractmethod
+    def planned(self, run: Run) -> Planned:
+        """What a run will send, from the survey (raises PlanError where nothing can be planned)."""
+
+    @abstractmethod
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        """Send, judge, record: every finding durable before it is told, the result's errors saying what could not
+        be observed."""
+
+
+async def perform(check: Check, run: Run, planned: Planned) -> CheckResult:
+    """A check's run, or where it is moot on this target a result that says why (it sent nothing)."""
+    if planned.moot is None:
+        return await check.run(run, planned)
+    result = CheckResult(check=check.name, moot=planned.moot)
+    run.on_event(CheckDone(run.target.config.name, result))
+    return result

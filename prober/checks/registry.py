@@ -1,0 +1,50 @@
+"""Every check leakprobe runs, in the order an audit runs them: the one list the audit, the daemon's jobs and
+schedule, the budget and deadlines, reports, progress and metrics read.  A check registered here (or by `register`,
+at start-up) is planned, budgeted, run, reported, exported and shown with no other change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prober.checks.base import Check
+from prober.checks.cache import PrefixCacheCheck
+from prober.checks.campaign import CampaignCheck
+from prober.checks.crosstalk import CrosstalkCheck
+from prober.checks.sentinel import SentinelCheck
+from prober.checks.shapes import ShapeCheck
+from prober.checks.slots import SlotsCheck
+from prober.checks.timing import TimingCheck
+
+PREFLIGHT = "preflight"  # the daemon's job that surveys the target and sends no generation request: no check
+
+
+class Registry:
+    def __init__(self, checks: list[Check]) -> None:
+        self._checks: dict[str, Check] = {}
+        for check in checks:
+            self.register(check)
+
+    def register(self, check: Check) -> None:
+        """Last before the checks that come after every other (the sentinel's place does not matter: it runs in
+        the daemon alone)."""
+        if check.name in self._checks or check.name == PREFLIGHT:
+            raise ValueError(f"a check named {check.name!r} is registered already")
+        self._checks[check.name] = check
+
+    def unregister(self, name: str) -> None:
+        self._checks.pop(name, None)
+
+    def __iter__(self) -> Iterator[Check]:
+        return iter(list(self._checks.values()))
+
+    def get(self, name: str) -> Check:
+        return self._checks[name]
+
+    @property
+    def jobs(self) -> list[str]:
+        """The daemon's jobs: the preflight, then one per check."""
+        return [PREFLIGHT, *self._checks]
+
+
+REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
+                     CrosstalkCheck()])

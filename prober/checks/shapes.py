@@ -1,0 +1,116 @@
+"""Which probe shape makes this target's model show what it attends over: measured, not assumed (the `shapes`
+check).
+
+Before the first canary-bearing prompt of a run, each tenant sends one short prompt of its own canaries in a
+shape (prober/prompts/shape.py); the answers are scanned like any other (another tenant's canary there is a
+finding too).  The first shape that brings every tenant's own canary back is chosen at once; otherwise the one
+that brought back the most, the earlier on a tie.  Where none brought any back, content checks cannot observe
+a leak on this target: the run says it is blind rather than clean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from prober.campaign.context import record
+from prober.campaign.events import CheckDone
+from prober.campaign.plan import Aim, Plan, Planned, Step, acceptance_limit
+from prober.campaign.planting import ASKED
+from prober.campaign.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
+from prober.checks.base import NOTHING, Check, Run
+from prober.config import ProberConfig
+from prober.errors import CountError
+from prober.prompts.shape import Layout, Shape
+
+# Short: a control only has to show whether the model repeats a code it was given, and runs before every
+# campaign.  One canary unit of a 128-token page fits.
+CONTROL_TOKENS = 160
+CONTROL_ANSWER_TOKENS = 64  # enough for a token canary (~20 tokens) behind whatever the model says first
+
+Trial = Callable[[Shape, str], Awaitable[StepResult]]  # one tenant's control prompt in one shape
+
+
+def planned_tokens(shapes: Sequence[Shape], tenants: Sequence[str]) -> int:
+    """The most a choice can cost: every shape tried by every tenant."""
+    return len(shapes) * len(tenants) * CONTROL_TOKENS
+
+
+async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: Trial,
+                       unusable: type[Exception], stopped: Callable[[], bool]) -> ShapeChoice:
+    """`unusable`: what `trial` raises when a shape cannot be tried at all (its route has no way to count).
+    Stops early once `stopped()`, or once every control so far went unanswered (no answer and no refusal: the
+    target does not answer, whatever the shape)."""
+    trials: list[ShapeTrial] = []
+
+    def silent() -> bool:
+        controls = [c for t in trials for c in t.controls]
+        return bool(controls) and not any(c.answer.served or c.answer.refused for c in controls)
+
+    for shape in shapes:
+        if stopped() or silent():
+            break
+        tried = ShapeTrial(shape)
+        trials.append(tried)
+        try:
+            for tenant in tenants:
+                if stopped() or silent():
+                    break
+                tried.controls.append(await trial(shape, tenant))
+        except unusable as exc:
+            tried.error = str(exc)
+            continue
+        if tried.controls and tried.echoed == len(tried.controls):
+            break
+    best = max(trials, key=lambda t: (t.echoed / len(t.controls) if t.controls else -1.0, -trials.index(t)),
+               default=None)
+    return ShapeChoice(best.shape if best and best.controls else shapes[0], trials)
+
+
+class ShapeCheck(Check):
+    name = "shapes"
+    about = "which probe shape (route and layout) brings this target's own canaries back: the others take it"
+    every = 21_600.0
+    survey = True  # the model behind the URL may have changed
+
+    def planned(self, run: Run) -> Planned:
+        shapes, tenants = run.target.config.shapes, run.target.tenants
+        requests = len(shapes) * len(tenants)
+        return Planned.of(planned_tokens(shapes, tenants), requests, requests * answer_tokens(run.config))
+
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        ctx = run.target
+        capacity = ctx.capacity
+        limit, page = acceptance_limit(capacity), capacity.page_size.value if capacity.page_size else None
+        result = ShapeResult(check=self.name)
+        controls = Plan(ctx.config.name, [], run_id=run.run_id)  # token canaries: do codes come back at all?
+
+        async def trial(shape: Shape, tenant: str) -> StepResult:
+            route = await ctx.routes.get(shape.api)
+            # Short, whatever the path adds in front, and below the limit with it.
+            length = min(CONTROL_TOKENS, limit - 1 - route.path.of(tenant)) if limit else CONTROL_TOKENS
+            step = Step(id=f"{run.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
+                        stream=False, expect_served=True, boundary=f"shape:{shape.name}",
+                        max_tokens=answer_tokens(run.config), aim=Aim.NONE)
+            cue = shape.layout is Layout.CUE
+            built = await ctx.planter.prompt(step, ASKED["quote"], route, controls, page=page, cue=cue, lead=cue)
+            judged = await ctx.send_judged(step, built, route)
+            record(judged, result, run.on_event)
+            return judged
+
+        result.choice = ctx.shape = await choose_shape(ctx.config.shapes, ctx.tenants, trial, CountError,
+                                                       stopped=lambda: ctx.wiring.stop_reason() is not None)
+        run.on_event(CheckDone(ctx.config.name, result))
+        return result
+
+
+def answer_tokens(config: ProberConfig) -> int:
+    """A control's answer: enough for a code behind whatever the model says first, no more than a probe gets."""
+    return min(CONTROL_ANSWER_TOKENS, config.audit.max_tokens)
+
+
+async def shaped(run: Run, result: CheckResult) -> None:
+    """Before a check's first canary-bearing request: the probe shape, chosen now where none was (its controls
+    join `result`)."""
+    if run.target.shape is None:
+        chosen = await ShapeCheck().run(run, NOTHING)
+        result.steps += chosen.steps

@@ -1,0 +1,135 @@
+"""The check contract end to end: a check written in this file and registered beside the shipped ones is planned,
+budgeted, run, reported, shown in progress and exported by the daemon with no change anywhere else, against the
+reference engine.  (A new leak class is one module and one registry line: docs/checks.md.)"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import httpx
+import pytest
+
+from prober.audit import Auditor
+from prober.campaign.context import record
+from prober.campaign.events import CheckDone
+from prober.campaign.plan import Aim, Plan, Planned, Step
+from prober.campaign.planting import ASKED
+from prober.campaign.results import CheckResult
+from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
+from prober.checks import REGISTRY, Check, Registry, Run
+from prober.config import ProberConfig, parse_config
+from prober.errors import ConfigError
+from prober.ledger import open_ledger
+from prober.progress import AuditProgress
+from prober.report import document
+from prober.targets.credentials import Secret
+from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.testbed import SMALL, StartTestbed
+
+pytestmark = pytest.mark.usefixtures("keys_in_env")
+TOKENS = 96  # each request's prompt
+ANSWER = 64  # room for a code (~20 tokens) behind what the model says first
+
+
+class Twice(Check):
+    """Each tenant sends a short canary-bearing prompt twice, asking to quote it: the second answer may carry only
+    its own canaries (a toy: what a real check's module looks like)."""
+
+    name = "twice"
+    about = "each tenant's short prompt sent twice in a row"
+    every = 60.0
+
+    def planned(self, run: Run) -> Planned:
+        requests = 2 * len(run.target.tenants)
+        return Planned.of(requests * TOKENS, requests, requests * ANSWER)
+
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        ctx = run.target
+        result = CheckResult(check=self.name)
+        route = await ctx.route()
+        plan = Plan(ctx.config.name, [], run_id=run.run_id)
+        for tenant in ctx.tenants:
+            for n in (1, 2):
+                step = Step(id=f"{run.run_id}tw-{tenant}-{n}", role="probe", tenant=tenant, length=TOKENS,
+                            stream=False, expect_served=True, boundary="twice", max_tokens=ANSWER, aim=Aim.NONE)
+                built = await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=None, cue=False)
+                record(await ctx.send_judged(step, built, route), result, run.on_event)
+        run.on_event(CheckDone(ctx.config.name, result))
+        return result
+
+
+def with_twice() -> Registry:
+    return Registry([*REGISTRY, Twice()])
+
+
+def audit_config(url: str, ledger: Path, **audit: object) -> ProberConfig:
+    return parse_config({"ledger": str(ledger), "targets": [{"name": "t", "url": url + "/v1", "retries": 0}],
+                         "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"},
+                                     {"name": "tenant-b", "api_key_env": "LP_B"}],
+                         "detection": {"semantic": False}, "timing": {"audit": False},
+                         "crosstalk": {"audit": False}, "audit": audit})
+
+
+def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, object], str]:
+    """The document and the progress lines of one audit with Twice registered."""
+    secrets = {"tenant-a": Secret("testbed-key-a"), "tenant-b": Secret("testbed-key-b")}
+    stream = io.StringIO()
+    ledger = open_ledger(config.ledger)
+    try:
+        auditor = Auditor(config, Minter(ledger, resolve_key(ledger)), secrets, dry_run=dry_run,
+                          on_event=AuditProgress(stream, interactive=False), checks=with_twice())
+        doc = document(asyncio.run(auditor.run()))
+    finally:
+        ledger.close()
+    return dict(doc), stream.getvalue()
+
+
+def test_a_registered_check_is_planned_budgeted_run_and_reported(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **SMALL)
+    dry, _ = audit(audit_config(server.url, tmp_path / "l.sqlite"), dry_run=True)
+    (target,) = dry["targets"]  # type: ignore[attr-defined]
+    assert target["planned"]["twice"] == {"tokens": 4 * TOKENS, "requests": 4, "seconds": 26.0,
+                                          "moot": None}
+    total = sum(p["tokens"] for p in target["planned"].values())
+    over, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", token_budget=total - 1))
+    (target,) = over["targets"]  # type: ignore[attr-defined]
+    assert f"needs {total:,} tokens" in target["errors"][0] and target["tokens_sent"] == 0  # its tokens count
+
+    doc, progress = audit(audit_config(server.url, tmp_path / "l.sqlite"))
+    (target,) = doc["targets"]  # type: ignore[attr-defined]
+    (twice,) = [c for c in target["checks"] if c["check"] == "twice"]
+    assert twice["requests"] == 4 and twice["findings"] == 0 and not twice["errors"]
+    assert twice["sight"]["checked"] == 4 and twice["tokens"] >= 4 * TOKENS - 8  # counted as the engine counts
+    assert [s["tenant"] for s in target["steps"] if s["check"] == "twice"] == ["tenant-a"] * 2 + ["tenant-b"] * 2
+    assert "twice t: 4 requests, 0 findings" in progress
+    assert doc["verdict"]["status"] == "no_leak", (doc["verdict"], target["sight"])  # type: ignore[index]
+
+
+def test_the_daemon_runs_a_registered_check_as_a_job_of_its_own(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("fixed", **SMALL)
+    daemon = make_daemon(server.url, tmp_path, checks=with_twice(),
+                         schedule={"preflight": "1h", "sentinel": "1h", "campaign": "1h", "shapes": "1h",
+                                   "prefix-cache": "1h", "timing": "off", "crosstalk": "off", "idle-slots": "off",
+                                   "twice": "1s"})
+
+    async def body(client: httpx.AsyncClient) -> None:
+        status = daemon.records.of("testbed", "twice")
+        assert status is not None
+        await until(daemon, lambda: status.last_success is not None, "a run of the twice job")
+        assert sample(daemon, "leakprobe_probes_total", job="twice", boundary="twice", outcome="served") >= 4
+        assert sample(daemon, "leakprobe_job_interval_seconds", job="twice") == 1.0
+        assert sample(daemon, "leakprobe_job_runs_total", job="timing") == 0  # off: never scheduled
+        jobs = (await client.get("/status")).json()["targets"][0]["jobs"]
+        assert "twice" in jobs and jobs["twice"]["last_success"] and "timing" not in jobs
+
+    scenario(daemon, body)
+
+
+def test_a_schedule_naming_no_registered_job_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="twice: not a job"):
+        make_daemon("http://127.0.0.1:9", tmp_path, schedule={"twice": "1m"})
+    with pytest.raises(ConfigError, match="preflight cannot be off"):
+        make_daemon("http://127.0.0.1:9", tmp_path, schedule={"preflight": "off"})
