@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test check lint typecheck builds unit llama vllm litellm image bench fuzz docs clean
+.PHONY: setup tools demo test check unit lint typecheck builds suite llama vllm litellm image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -72,23 +72,32 @@ image: setup $(IMAGE_NEEDS)
 builds: setup tools
 	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm
 
+# The whole suite, after the one-time builds: what `make test` runs after lint and typecheck.
 # One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'
 # unit, the longest, then shares its cores three ways).  Each test file is one unit of work; the files of the
 # real engines are one unit together, started first, so that two engines never compete for the CPU (the
 # scheduler in tests/conftest.py).  The 25 slowest tests are listed at the end.
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-unit: builds
+suite: builds
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
-test: lint typecheck unit
+test: lint typecheck suite
 
 # The hermetic tier, for the edit-test loop: lint, typecheck and every test that needs no engine build, PostgreSQL,
 # browser or container (their markers: tests/conftest.py), with no one-time build first; the few end-to-end tests
 # that take minutes (`slow`: the full-size demo, a stalled stream's deadline, pages through Alertmanager) wait for
-# `make test`.
+# `make test`.  425 tests: 14.2 min on 2 cores beside other sessions' suites (load 3.5-8.6, 6.9 CPU-min); 4.2 min
+# idle when it held 378 (docs/benchmarks.md).
 HERMETIC := not engine and not postgres and not browser and not container and not slow
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "$(HERMETIC)" --durations=10
+
+# The unit tier, for the first seconds of the loop: only the tests marked `unit` (pure parsing, adapters on httpx's
+# MockTransport, policy, statistics, renderers: no server, subprocess, engine, database or real model), with no
+# one-time build, lint or typecheck first.  150 tests: 22 s on 2 cores at load 2.5, 26-38 s at load 6-9.  One
+# process: two workers would each collect the whole suite first (46 s at load 9).
+unit: setup
+	$(VENV)/bin/pytest -m unit -q --durations=5
 
 bench: setup llama
 	$(PY) bench/detect.py

@@ -1,4 +1,4 @@
-"""Shared fixtures: real loopback servers, never mocks."""
+"""Shared fixtures: real loopback servers, never mocks (pure parsing and policy, marked `unit`, need none)."""
 
 from __future__ import annotations
 
@@ -50,16 +50,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 # What a test needs beyond the checkout and `.venv`, told by the fixtures it uses (`make check` leaves these out).
 NEEDS = {"llama_install": "engine", "litellm_install": "engine", "postgres": "postgres"}
+# Fixtures that start a server, an engine, a database or a model: a test marked `unit` (`make unit`) uses none.
+NOT_UNIT = frozenset({"testbed", "embedder", "postgres", "connect", "ledger_url", "llama_install", "litellm_install"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Markers for what each test needs, from the fixtures in NEEDS (modules whose own fixtures start vLLM or the
-    real model mark themselves); then the longest units first (the engines, then files with a `slow` test; run
-    with --no-loadscope-reorder), so that none starts last and finishes alone; in one process only the order
-    changes."""
+    real model mark themselves), and no `unit` test with a fixture of NOT_UNIT; then the longest units first (the
+    engines, then files with a `slow` test; run with --no-loadscope-reorder), so that none starts last and
+    finishes alone; in one process only the order changes."""
     for item in items:
         for need in sorted({NEEDS[f] for f in getattr(item, "fixturenames", ()) if f in NEEDS}):
             item.add_marker(need)
+    wrong = [f"{i.nodeid} uses {', '.join(sorted(NOT_UNIT & set(getattr(i, 'fixturenames', ()))))}" for i in items
+             if i.get_closest_marker("unit") and NOT_UNIT & set(getattr(i, "fixturenames", ()))]
+    if wrong:
+        raise pytest.UsageError("marked unit but starts a server, engine, database or model:\n" + "\n".join(wrong))
     slow = {unit_of(i.nodeid) for i in items if i.get_closest_marker("slow")}
     items.sort(key=lambda i: (unit_of(i.nodeid) != "engines", unit_of(i.nodeid) not in slow))  # stable
 

@@ -1,78 +1,142 @@
 """How an answer is read, as parsing in this process (httpx's MockTransport answers as engines and gateways do):
-text beside the content (a reasoning model's reasoning, a refusal, tool-call arguments), an engine's over-length
-refusal that a gateway wrapped in a 5xx, a gateway that says it retried.  (The same against real servers: the
-reference engine's reasoning mode in tests/test_audit.py, the LiteLLM proxy in tests/test_shared_endpoint.py.)"""
+bodies that are not JSON, not UTF-8 or lack the expected fields, streams cut short or without their end, bodies
+over the cap, text beside the content (a reasoning model's reasoning, a refusal, tool-call arguments), an
+engine's over-length refusal that a gateway wrapped in a 5xx, a gateway that says it retried, and Workers AI's
+envelope.  (The same against real servers: the reference engine in tests/test_targets.py and its reasoning mode in
+tests/test_audit.py, the LiteLLM proxy in tests/test_shared_endpoint.py.)"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
-from prober.targets import Completion, ErrorKind, OpenAICompatible, Prompt, Transport, TransportPolicy
+from prober.targets import Completion, ErrorKind, Prompt, Secret, Transport, TransportPolicy, WorkersAI
 from tests.support.aio import run
+from tests.support.mockhttp import Route, Routes, ask, send, stream
+from tests.support.policies import FAST
+from tests.support.shaped import chat_answer, chat_chunk, sse
 
-Handler = Callable[[httpx.Request], httpx.Response]
+pytestmark = pytest.mark.unit
 
-
-def ask(handler: Handler, *, stream: bool = False) -> Completion:
-    async def go() -> Completion:
-        async with Transport(TransportPolicy(retries=0), http=httpx.MockTransport(handler)) as transport:
-            return await OpenAICompatible("t", "http://gateway/v1", transport).complete(
-                Prompt("Quote the document.", stream=stream), None)
-    return run(go())
+CAPPED = TransportPolicy(timeout_s=5.0, retries=0, max_body_bytes=64 * 1024)
 
 
-class _Body(httpx.AsyncByteStream):
-    """A body that arrives as a server sends it (httpx reads a body given as bytes at once, and the transport reads
-    raw chunks)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    async def __aiter__(self) -> Any:
-        yield self.data
-
-
-def respond(status: int, body: dict[str, Any] | bytes, **headers: str) -> httpx.Response:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    kind = "text/event-stream" if isinstance(body, bytes) else "application/json"
-    return httpx.Response(status, headers={"content-type": kind, **headers}, stream=_Body(data))
-
-
-def sse(*events: dict[str, Any]) -> bytes:
-    return "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
+def events(*objects: dict[str, Any]) -> bytes:
+    return "".join(sse(o) for o in objects).encode() + sse("[DONE]").encode()
 
 
 def delta(**fields: Any) -> dict[str, Any]:
     return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
 
 
+def quote(route: Route, *, stream: bool = False) -> Completion:
+    return ask(route, Prompt("Quote the document.", stream=stream))
+
+
+def test_malformed_json_body() -> None:
+    answer = ask(lambda _: send(200, b"{not json"), Prompt("hi"))
+    assert answer.error is not None and answer.error.kind is ErrorKind.MALFORMED and "not JSON" in answer.error.message
+
+
+def test_json_without_the_expected_fields() -> None:
+    answer = ask(lambda _: send(200, {"choices": []}), Prompt("hi"))
+    assert answer.error is not None and answer.error.kind is ErrorKind.MALFORMED
+
+
+def test_non_utf8_body_and_stream() -> None:
+    plain = ask(lambda _: send(200, b'{"a": "\xff\xfe"}'), Prompt("hi"))
+    streamed = ask(lambda _: stream(b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9"}}]}\n\n',
+                                    sse("[DONE]")), Prompt("hi", stream=True))
+    assert plain.error is not None and plain.error.kind is ErrorKind.MALFORMED and "UTF-8" in plain.error.message
+    assert streamed.error is not None and streamed.error.kind is ErrorKind.MALFORMED
+    assert streamed.text.startswith("caf")  # kept, with a replacement character, for the detectors
+
+
+def test_truncated_stream_keeps_its_partial_text() -> None:
+    answer = ask(lambda _: stream(sse(chat_chunk("The other tenant's code is ")), sse(chat_chunk("LPK-")),
+                                  'data: {"choices": [{"index": 0, "delta": {"cont'),  # cut mid-event, closed
+                 Prompt("hi", stream=True))
+    assert answer.status == 200 and answer.error is not None
+    assert answer.error.kind in (ErrorKind.TRUNCATED, ErrorKind.MALFORMED)
+    assert answer.text == "The other tenant's code is LPK-"
+
+
+def test_stream_without_done_is_truncated() -> None:
+    answer = ask(lambda _: stream(sse(chat_chunk("partial answer"))), Prompt("hi", stream=True))
+    assert answer.error is not None and answer.error.kind is ErrorKind.TRUNCATED and answer.text == "partial answer"
+
+
+def test_oversized_bodies_are_capped() -> None:
+    big = chat_answer("x" * 200_000)  # declared in Content-Length
+    declared = ask(lambda _: send(200, big), Prompt("hi"), policy=CAPPED)
+    undeclared = [sse(chat_chunk("y" * 1_000)) for _ in range(400)]
+    streamed = ask(lambda _: stream(*undeclared), Prompt("hi", stream=True), policy=CAPPED)
+    for answer in (declared, streamed):
+        assert answer.error is not None and answer.error.kind is ErrorKind.TOO_LARGE, answer.error
+
+
 def test_a_reasoning_models_reasoning_and_tool_arguments_are_read_like_content() -> None:
     message = {"role": "assistant", "content": "Done.", "reasoning_content": "The code is LPK-A.",
                "tool_calls": [{"function": {"name": "save", "arguments": "{\"code\": \"LPK-B\"}"}}]}
-    plain = ask(lambda _: respond(200, {"choices": [{"message": message, "finish_reason": "stop"}]}))
+    plain = quote(lambda _: send(200, {"choices": [{"message": message, "finish_reason": "stop"}]}))
     assert plain.text == "Done." and "LPK-A" in plain.full_text and "LPK-B" in plain.full_text
-    streamed = ask(lambda _: respond(200, sse(delta(reasoning_content="The code is "), delta(reasoning="LPK-A."),
-                                              delta(content="Done."), delta(refusal="I will not say LPK-C."))),
-                   stream=True)
+    streamed = quote(lambda _: stream(events(delta(reasoning_content="The code is "), delta(reasoning="LPK-A."),
+                                             delta(content="Done."), delta(refusal="I will not say LPK-C."))),
+                     stream=True)
     assert streamed.served and streamed.text == "Done." and streamed.ttft_s is not None
     assert "The code is LPK-A." in streamed.other_text and "LPK-C" in streamed.full_text
 
 
 def test_an_over_length_refusal_a_gateway_wrapped_in_a_5xx_is_a_refusal() -> None:
-    wrapped = ask(lambda _: respond(500, {"error": {"message": "litellm.APIConnectionError: OpenAIException - Input "
-                                                               "length (4095 tokens) exceeds the maximum allowed "
-                                                               "length (4090 tokens)."}}))
+    wrapped = quote(lambda _: send(500, {"error": {"message": "litellm.APIConnectionError: OpenAIException - Input "
+                                                              "length (4095 tokens) exceeds the maximum allowed "
+                                                              "length (4090 tokens)."}}))
     assert wrapped.error is not None and wrapped.error.kind is ErrorKind.REFUSED and wrapped.refused
-    failed = ask(lambda _: respond(500, {"error": {"message": "CUDA error: an illegal memory access"}}))
+    failed = quote(lambda _: send(500, {"error": {"message": "CUDA error: an illegal memory access"}}))
     assert failed.error is not None and failed.error.kind is ErrorKind.SERVER_ERROR
 
 
 def test_a_gateway_that_says_it_retried_makes_a_retried_answer() -> None:
     answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
-    assert not ask(lambda _: respond(200, answer, **{"x-litellm-attempted-retries": "0"})).retried
-    assert ask(lambda _: respond(200, answer, **{"x-litellm-attempted-retries": "1"})).retried
-    assert ask(lambda _: respond(200, answer, **{"x-envoy-attempt-count": "2"})).retried
+    assert not quote(lambda _: send(200, answer, {"x-litellm-attempted-retries": "0"})).retried
+    assert quote(lambda _: send(200, answer, {"x-litellm-attempted-retries": "1"})).retried
+    assert quote(lambda _: send(200, answer, {"x-envoy-attempt-count": "2"})).retried
+
+
+WORKERS_PATH = "/client/v4/accounts/acc/ai/run/@cf/meta/llama-3.1-8b-instruct"
+
+
+def _workers(routes: Routes, prompt: Prompt) -> Completion:
+    async def go() -> Completion:
+        async with Transport(FAST, http=routes.transport()) as transport:
+            return await WorkersAI("cf", "http://cf.test" + WORKERS_PATH, transport).complete(prompt,
+                                                                                              Secret("cf-token"))
+    return run(go())
+
+
+def test_workers_ai_envelope_plain_stream_and_failure() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["messages"][0]["content"] == "fail":
+            return send(400, {"result": None, "success": False, "errors": [{"code": 5006, "message": "bad input"}],
+                              "messages": []})
+        if body["stream"]:
+            return stream(sse({"response": "Hello "}),
+                          sse({"response": "world", "usage": {"prompt_tokens": 9, "completion_tokens": 2}}),
+                          sse("[DONE]"))
+        return send(200, {"result": {"response": "Hello world", "usage": {"prompt_tokens": 9}}, "success": True,
+                          "errors": [], "messages": []})
+
+    routes = Routes({f"POST {WORKERS_PATH}": answer})
+    plain = _workers(routes, Prompt("hi"))
+    streamed = _workers(routes, Prompt("hi", stream=True))
+    failed = _workers(routes, Prompt("fail"))
+    auth = routes.seen[0].headers["authorization"]
+    assert plain.text == streamed.text == "Hello world" and plain.ok and streamed.ok
+    assert plain.usage is not None and plain.usage.prompt_tokens == 9
+    assert streamed.usage is not None and streamed.usage.prompt_tokens == 9
+    assert failed.error is not None and failed.error.kind is ErrorKind.REFUSED and failed.error.message == "bad input"
+    assert auth == "Bearer cf-token"

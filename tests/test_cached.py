@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from prober.campaign.cached import CacheExplainer
 from prober.campaign.plan import Step
 from prober.prompts import BuiltPrompt, LocalCounter
@@ -14,6 +16,8 @@ from prober.targets.outbox import Outbox, common_prefix
 from prober.targets.result import Completion, Usage
 from prober.testbed import tokenizer
 from prober.types import FindingKind, Severity
+
+pytestmark = pytest.mark.unit
 
 A, B = Secret("key-of-tenant-a-000"), Secret("key-of-tenant-b-000")
 COUNTER = LocalCounter(tokenizer.count)

@@ -14,6 +14,8 @@ from prober.canaries.packs import languages, load_pack
 from prober.detect import CanarySet, ExactDetector, FuzzyDetector
 from prober.types import Canary, CanaryKind, Record
 
+pytestmark = pytest.mark.unit
+
 KEY = b"k" * 32
 
 

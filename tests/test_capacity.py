@@ -1,4 +1,6 @@
-"""Capacity introspection, bisection, token-exact prompts and `leakprobe preflight`, all over real HTTP."""
+"""Capacity introspection, bisection, token-exact prompts and `leakprobe preflight`, over real HTTP where the
+behaviour is the server's (the reference engine, a route that never answers); what introspection makes of each
+engine's answers is parsing, answered in this process (httpx's MockTransport)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from prober.targets.api import Api
 from prober.testbed import tokenizer
 from prober.types import Severity
 from tests.support.aio import run
+from tests.support.mockhttp import Route, Routes, send
 from tests.support.policies import FAST
 from tests.support.shaped import Reply, Seen, ShapedServer, chat_answer
 from tests.support.testbed import SMALL, StartTestbed
@@ -31,11 +34,17 @@ KEY_A = Secret("testbed-key-a")
 
 
 def _introspect(url: str, secret: Secret | None = KEY_A, configured: Capacity | None = None,
-                policy: TransportPolicy = FAST) -> Capacity:
+                policy: TransportPolicy = FAST, http: Routes | None = None) -> Capacity:
+    """What introspection finds at `url`: a real server's, or in this process `http`'s answers."""
     async def go() -> Capacity:
-        async with Transport(policy) as transport:
+        async with Transport(policy, http=http and http.transport()) as transport:
             return await introspect(transport, url, secret, configured=configured)
     return run(go())
+
+
+def _answered(routes: dict[str, Route], secret: Secret | None = KEY_A) -> Capacity:
+    """Introspection of an engine whose introspection routes answer as `routes` say (in this process)."""
+    return _introspect("http://engine.test/v1", secret, http=Routes(routes))
 
 
 @pytest.mark.parametrize(("preset", "severity", "code"), [
@@ -56,16 +65,15 @@ def test_reference_engine_presets(testbed: StartTestbed, preset: str, severity: 
     assert max(v.severity for v in verdicts) is severity and verdicts[0].code == code
 
 
+@pytest.mark.unit
 def test_vllm_shape() -> None:
     metrics = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
                'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
                'engine="0",num_cpu_blocks="None",num_gpu_blocks="2048"} 1.0\n')
-    routes: dict[str, Any] = {
-        "GET /v1/models": lambda r, _: r.send(200, {"object": "list", "data": [
+    capacity = _answered({
+        "GET /v1/models": lambda _: send(200, {"object": "list", "data": [
             {"id": "m", "object": "model", "max_model_len": 131072}]}),
-        "GET /metrics": lambda r, _: r.send(200, metrics, content_type="text/plain")}
-    with ShapedServer(routes) as srv:
-        capacity = _introspect(srv.url + "/v1")
+        "GET /metrics": lambda _: send(200, metrics, content_type="text/plain")})
     assert capacity.engine == "vllm"
     assert capacity.context_length == Known(131072, "/v1/models max_model_len")
     assert capacity.pool_tokens is not None and capacity.pool_tokens.value == 2048 * 16
@@ -73,25 +81,24 @@ def test_vllm_shape() -> None:
     assert assess(capacity)[0].code == "capacity_inversion"
 
 
+@pytest.mark.unit
 def test_llamacpp_shape() -> None:
     props = {"default_generation_settings": {"n_ctx": 8192, "params": {}}, "total_slots": 4,
              "model_path": "m.gguf", "build_info": "b1"}
-    with ShapedServer({"GET /props": lambda r, _: r.send(200, props)}) as srv:
-        capacity = _introspect(srv.url + "/v1", secret=None)
+    capacity = _answered({"GET /props": lambda _: send(200, props)}, secret=None)
     assert capacity.engine == "llama.cpp"
     assert capacity.context_length is not None and capacity.context_length.value == 8192
     assert capacity.slots is not None and capacity.slots.value == 4 and "total_slots" in capacity.slots.source
     assert assess(capacity)[0].code == "capacity_unknown"
 
 
+@pytest.mark.unit
 def test_tgi_shape_and_old_sglang_alias() -> None:
     info = {"model_id": "m", "max_input_tokens": 4095, "max_total_tokens": 4096, "max_concurrent_requests": 128}
     old = {"max_total_num_tokens": 20480, "max_req_input_len": 20474, "page_size": 1, "context_length": None,
            "disaggregation_mode": "null"}
-    routes: dict[str, Any] = {"GET /info": lambda r, _: r.send(200, info),
-                              "GET /get_server_info": lambda r, _: r.send(200, old)}
-    with ShapedServer(routes) as srv:
-        capacity = _introspect(srv.url + "/v1", secret=None)
+    capacity = _answered({"GET /info": lambda _: send(200, info), "GET /get_server_info": lambda _: send(200, old)},
+                         secret=None)
     assert capacity.pool_tokens == Known(20480, "sglang /get_server_info max_total_num_tokens")
     assert capacity.context_length == Known(4096, "tgi /info max_total_tokens")
     assert capacity.disaggregation_mode is None  # "null" is SGLang's way of saying none
@@ -105,13 +112,12 @@ def test_configured_values_win(testbed: StartTestbed) -> None:
     assert capacity.context_length is not None and capacity.context_length.value == SMALL["context_length"]
 
 
+@pytest.mark.unit
 def test_garbage_introspection_is_ignored() -> None:
-    routes: dict[str, Any] = {"GET /server_info": lambda r, _: r.send(200, b"\xff<html>"),
-                              "GET /v1/models": lambda r, _: r.send(200, {"data": "nope"}),
-                              "GET /props": lambda r, _: r.send(200, [1, 2]),
-                              "GET /metrics": lambda r, _: r.send(404, b"")}
-    with ShapedServer(routes) as srv:
-        capacity = _introspect(srv.url + "/v1", secret=None)
+    capacity = _answered({"GET /server_info": lambda _: send(200, b"\xff<html>"),
+                          "GET /v1/models": lambda _: send(200, {"data": "nope"}),
+                          "GET /props": lambda _: send(200, [1, 2]),
+                          "GET /metrics": lambda _: send(404, b"")}, secret=None)
     assert capacity == Capacity() and assess(capacity)[0].severity is Severity.INFO
 
 
@@ -163,6 +169,7 @@ def test_built_prompts_are_token_exact(testbed: StartTestbed, api: str, calibrat
     assert ("usage" in source) is calibrate and ("chat form" in source) is (api == "chat" and not calibrate)
 
 
+@pytest.mark.unit
 def test_a_filler_is_the_most_whole_words_that_fit_then_pads() -> None:
     """The filler a model reads is natural text up to its last word; only what no word fits into is padded.
     (Found by guesses from the tokens per word measured so far: the same text as halving, in fewer counts.)"""
@@ -278,6 +285,7 @@ def test_preflight_fail_on_and_errors(testbed: StartTestbed, tmp_path: Any) -> N
     assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
 
 
+@pytest.mark.unit
 def test_config_layers() -> None:
     cfg = assemble_config(None, target="http://h:1/v1", tenants=["a=A_KEY", "b=B_KEY"],
                           environ={"LEAKPROBE_FAIL_ON": "critical", "LEAKPROBE_TOKEN_BUDGET": "1000"},

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from prober.campaign.counters import CounterEvidence, rate_test
 from prober.targets.telemetry import Background, Change, Reading, Window, incomparable
 from prober.types import FindingKind, ProbeContext, Severity
+
+pytestmark = pytest.mark.unit
 
 ABORTS = "sglang:num_aborted_requests_total"
 

@@ -45,6 +45,7 @@ def _foreign(answer: str, prompt: str = OWN_DOCUMENT) -> list[str]:
     return [answer[h.start : h.end] for h in hits]
 
 
+@pytest.mark.unit
 def test_what_a_model_does_with_its_own_prompt_is_not_foreign() -> None:
     reworded = paraphrase("Mina Park lives in Busan and keeps a blue kettle near the harbour.")
     assert reworded != "Mina Park lives in Busan and keeps a blue kettle near the harbour."
@@ -70,11 +71,13 @@ REAL_MODEL_TALK = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("answer", REAL_MODEL_TALK)
 def test_a_real_model_talking_is_not_someone_elses_data(answer: str) -> None:
     assert _foreign(answer) == []
 
 
+@pytest.mark.unit
 def test_another_customers_data_is_foreign_in_any_form() -> None:
     same_template = "Kenornkai Meretull works at the Keldtunholt observatory and uses account number 7731-042."
     names_only = "Kenornkai Meretull was born in Keldtunholt and keeps an ochre gecko called Selquil."
@@ -84,6 +87,7 @@ def test_another_customers_data_is_foreign_in_any_form() -> None:
     assert _foreign(new_number_in_korean) == [new_number_in_korean]
 
 
+@pytest.mark.unit
 def test_every_detector_has_a_name_and_a_description() -> None:
     def subclasses(cls: type) -> list[type]:
         return [s for c in cls.__subclasses__() for s in (c, *subclasses(c))]

@@ -97,6 +97,7 @@ def test_one_full_name_of_a_fact_is_a_high_finding(minted: dict[str, list[Canary
     assert scan.scan(Record("r", "tenant-b", f"{given} said hello to {name}ix.")).findings == []
 
 
+@pytest.mark.unit
 def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
     """Real models retell a fact with its place alone ("...in Brackenfold"): a made-up word name of another
     tenant's fact, long enough to be rare, is attributed at warning; a short one, the observer's own, one in the
@@ -138,6 +139,7 @@ def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted:
     assert shared.scan(Record("r", "tenant-b", f"{name} again.")).findings == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("spelled", ["Tak Yunseul", "Tahk Yoon-sul", "Yoonseul Tak", "TAK YUN SEUL", "Tak Yun-seul"])
 def test_a_korean_name_counts_in_every_common_spelling(spelled: str) -> None:
     fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁윤슬 씨는 무진리에 삽니다.", pack="ko",

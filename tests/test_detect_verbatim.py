@@ -6,11 +6,15 @@ from __future__ import annotations
 import hashlib
 import re
 
+import pytest
+
 from prober.canaries.filler import load_filler
 from prober.detect import Scanner
 from prober.detect.verbatim import MIN_RUN_WORDS
 from prober.shingles import SHINGLE, Shingler
 from prober.types import FindingKind, Record, Severity
+
+pytestmark = pytest.mark.unit
 
 KEY = b"v" * 32
 TEMPLATE = "Quote the document.\nThe reference code for this section is LPK-0000."

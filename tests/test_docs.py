@@ -1,12 +1,13 @@
 """The documentation site: it builds strictly, every alert's runbook link lands on an anchor of the built site,
-the generated configuration reference lists every key of the schemas, and the README is the short front page
-whose links resolve.
+the generated configuration reference lists every key of the schemas, the generated layout table every package
+(each says in its docstring what it is for), and the README is the short front page whose links resolve.
 
 The site is built once per module into a temporary folder, with mkdocs itself (`--strict`: a broken link or
 anchor, or a config key without a description, fails the build)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -30,6 +31,7 @@ from tests.support.tools import need_module
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "dashboards" / "prometheus" / "leakprobe-rules.yml"
+PROBER = ROOT / "prober"
 
 
 class _Page(HTMLParser):
@@ -151,6 +153,28 @@ def test_configuration_reference_lists_every_key(site: Path, model: type[BaseMod
     assert len(keys) > 10
     missing = [key for key in keys if key not in listed]
     assert not missing, f"keys of {model.__name__} missing from the configuration reference: {missing}"
+
+
+def packages() -> list[Path]:
+    """Every package under prober/, at any depth."""
+    return sorted(init.parent for init in PROBER.rglob("__init__.py"))
+
+
+@pytest.mark.unit
+def test_every_package_and_top_level_module_says_what_it_is_for() -> None:
+    """The layout table (docs/development.md, docs/hooks/layout.py) is their docstrings' first paragraphs."""
+    sources = [p / "__init__.py" for p in packages()] + [p for p in PROBER.glob("*.py") if not p.name.startswith("__")]
+    silent = [str(p.relative_to(ROOT)) for p in sources
+              if not (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "").strip()]
+    assert len(sources) > 20
+    assert not silent, f"no docstring saying what it is for (the layout table is rendered from them): {silent}"
+
+
+def test_the_layout_table_lists_every_package(site: Path) -> None:
+    listed = set(parse(built_page(site, "development/")).code.get("layout", []))
+    expected = {p.relative_to(ROOT).as_posix() + "/" for p in packages()}
+    assert expected | {"prober/errors.py", "tests/support/", "canaries/", "Dockerfile", ".ci/run"} <= listed, listed
+    assert "<!-- layout -->" not in built_page(site, "development/").read_text(encoding="utf-8")
 
 
 def test_readme_is_the_short_front_page_and_its_links_resolve(site: Path) -> None:

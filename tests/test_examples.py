@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ENGINE_KEYS = {"LEAKPROBE_KEY_ALICE": "key-of-alice-0001", "LEAKPROBE_KEY_BOB": "key-of-bob-0002"}
 
 
+@pytest.mark.unit
 def test_every_example_is_tested_here() -> None:
     tested = {"leakprobe.yaml", "daemon-testbed.yaml", "testbed.yaml", "prometheus.yml", "alertmanager.yml"}
     assert {p.name for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".yml")} == tested

@@ -8,10 +8,13 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from prober.checks import REGISTRY
 from prober.daemon.metrics import Metrics
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 # What differs between machines and runs: when a series was created, and the versions running.

@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,8 @@ from prober.targets.sse import SSEDecoder
 from prober.targets.transport import HTTPExchange
 from tests.support.hostile import ENCODERS as ECHOES
 from tests.support.hostile import key_traces
+
+pytestmark = pytest.mark.unit
 
 settings.register_profile("suite", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

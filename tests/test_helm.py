@@ -247,6 +247,7 @@ def test_the_image_must_be_named(helm: Any) -> None:
         render(helm, values)
 
 
+@pytest.mark.unit
 def test_the_schema_names_every_key_the_daemon_takes() -> None:
     """config.* in values.schema.json lists exactly the keys of the daemon's config models (but those the chart
     sets itself), recursively: a key added to the daemon is a key the chart accepts, an unknown one is refused."""

@@ -190,6 +190,7 @@ def test_podman_stop_exits_zero_within_the_grace(container: Container) -> None:
     assert "stopped" in container.logs()
 
 
+@pytest.mark.unit
 def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
     """The image's input hash covers the files the Dockerfile copies; each must pass .dockerignore's allow-list,
     or a build would fail (file missing) while the hash looked fine."""

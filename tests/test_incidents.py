@@ -8,6 +8,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from prober.incidents import (
     Acknowledgement,
     Check,
@@ -31,6 +33,7 @@ def incident(*checks: Check, last_seen: float = 1_000.0, ack: Acknowledgement | 
     return Incident(KEY, Severity.CRITICAL, 900.0, last_seen, 3, checks=list(checks), ack=ack)
 
 
+@pytest.mark.unit
 def test_an_incident_stays_open_until_every_check_that_found_it_is_clean() -> None:
     found = Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)
     also = Check("campaign", "pool+page", last_found=990.0)
@@ -47,6 +50,7 @@ def test_an_incident_stays_open_until_every_check_that_found_it_is_clean() -> No
     assert both.is_open(6_999.0, HOLD) and not both.is_open(7_000.0, HOLD)
 
 
+@pytest.mark.unit
 def test_the_hold_is_a_floor() -> None:
     early = incident(Check("sentinel", "sentinel", last_found=1_000.0, last_clean=1_060.0))
     closed = early.resolution(HOLD)
@@ -55,10 +59,12 @@ def test_the_hold_is_a_floor() -> None:
     assert "when the hold ended" in closed.describe()
 
 
+@pytest.mark.unit
 def test_a_clean_recheck_older_than_the_last_finding_does_not_count() -> None:
     assert incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=1_000.0)).resolution(HOLD) is None
 
 
+@pytest.mark.unit
 def test_an_acknowledgement_closes_it_until_a_newer_finding() -> None:
     ack = Acknowledgement("oncall-ana", 2_000.0, "engine drained, ticket SEC-1")
     acked = incident(Check("campaign", "pool+1", last_found=1_000.0), ack=ack)
@@ -69,6 +75,7 @@ def test_an_acknowledgement_closes_it_until_a_newer_finding() -> None:
     assert again.resolution(HOLD) is None
 
 
+@pytest.mark.unit
 def test_a_finding_no_daemon_check_made_closes_with_the_hold() -> None:
     uncovered = incident()  # an audit's finding, or one recorded just before a crash
     closed = uncovered.resolution(HOLD)
@@ -78,6 +85,7 @@ def test_a_finding_no_daemon_check_made_closes_with_the_hold() -> None:
     assert held is not None and held.how is Closure.HELD
 
 
+@pytest.mark.unit
 def test_the_status_form_says_what_it_waits_for_and_why_it_closed() -> None:
     waiting = incident(Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).to_json(2_000.0, HOLD)
     assert waiting["state"] == "open" and waiting["waiting_for"] == ["boundary pool+1 (campaign job)"]

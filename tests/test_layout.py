@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent / "prober"
 MAX_CLASS_LINES = 200
 MAX_INIT_PARAMETERS = 7  # besides self

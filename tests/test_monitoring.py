@@ -73,6 +73,7 @@ def test_rules_check_and_unit_tests_pass() -> None:
     assert tests.returncode == 0 and "SUCCESS" in tests.stdout, tests.stdout + tests.stderr
 
 
+@pytest.mark.unit
 def test_every_alert_has_its_tests_runbook_links_and_style() -> None:
     tested = yaml.safe_load((RULES.parent / "leakprobe-rules.test.yml").read_text())
     cases: dict[str, list[bool]] = {}
@@ -102,6 +103,7 @@ def test_every_alert_has_its_tests_runbook_links_and_style() -> None:
             assert what in page, (rule["alert"], what)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
 def test_dashboards_are_provisionable_as_they_are(path: Path) -> None:
     text = path.read_text()
@@ -126,6 +128,7 @@ def test_dashboards_are_provisionable_as_they_are(path: Path) -> None:
     assert {a["name"] for a in board["annotations"]["list"]} >= {"Leakprobe alerts"}
 
 
+@pytest.mark.unit
 def test_rules_name_only_exported_metrics() -> None:
     unknown = set(METRIC.findall(RULES.read_text())) - exported_names()
     assert not unknown, unknown

@@ -8,6 +8,8 @@ from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, cache_plan, m
 from prober.capacity import Capacity, Known
 from prober.errors import PlanError
 
+pytestmark = pytest.mark.unit
+
 
 def k(value: int) -> Known:
     return Known(value, "test")

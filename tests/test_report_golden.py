@@ -28,6 +28,8 @@ from prober.report.sarif import sarif
 from prober.report.table import table_report
 from prober.types import Severity
 
+pytestmark = pytest.mark.unit
+
 GOLDEN = Path(__file__).parent / "golden" / "report"
 DOCUMENT: Document = json.loads((GOLDEN / "document.json").read_text())
 RENDERINGS = {

@@ -39,6 +39,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.unit
 def test_every_finding_kind_has_what_to_do() -> None:
     assert set(WHAT_TO_DO) == set(FindingKind)
     assert all(advice.endswith(".") and len(advice) < 300 for advice in WHAT_TO_DO.values())
@@ -63,6 +64,7 @@ def test_capacity_notes_reach_both_reports(report: dict[str, Any]) -> None:
     assert f"  capacity note: {note}\n" in table_report(doc)
 
 
+@pytest.mark.unit
 def test_label_rows_never_put_two_overlapping_labels_on_one_row() -> None:
     spans = [(100.0, 60.0), (110.0, 40.0), (105.0, 20.0), (200.0, 30.0), (300.0, 10.0)]
     rows = label_rows(spans)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from prober.run_secrets import scrubber_for
 from prober.scrub import STEP, Scrubber
 from prober.targets.credentials import Secret
 from tests.support.hostile import ENCODERS, assert_no_key, key_traces
+
+pytestmark = pytest.mark.unit
 
 KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_."
 # Keys as providers mint them: random-looking (a run of zeros is no key, and any text around it would hold it).

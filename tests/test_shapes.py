@@ -24,6 +24,8 @@ from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.testbed import tokenizer
 from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
 
+pytestmark = pytest.mark.unit
+
 T = TypeVar("T")
 Role = Literal["prime", "probe", "control"]
 CHAT_ASK, COMPLETIONS_ASK, COMPLETIONS_CUE, CHAT_CUE = candidates(Api.CHAT)

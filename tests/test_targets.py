@@ -1,9 +1,11 @@
-"""Adapters and transport against real loopback servers: the reference engine and fault-shaped servers."""
+"""Adapters and transport against real loopback servers, where the behaviour is the socket's: the reference engine,
+and fault-shaped servers that stall, hang up, let a keep-alive connection expire, redirect to another origin or
+refuse the connection.  (How a body is read, and retry policy, are tests/test_answers.py's and
+tests/test_retries.py's, in this process.)"""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,6 @@ from prober.targets import (
     Secret,
     Transport,
     TransportPolicy,
-    WorkersAI,
 )
 from prober.targets.api import Api
 from prober.targets.transport import KEEPALIVE_EXPIRY_S
@@ -77,73 +78,6 @@ def _route(handler: Any) -> dict[str, Any]:
     return {"POST /v1/chat/completions": handler}
 
 
-def test_malformed_json_body() -> None:
-    with ShapedServer(_route(lambda r, _: r.send(200, b"{not json"))) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"))
-    assert answer.error is not None and answer.error.kind is ErrorKind.MALFORMED and "not JSON" in answer.error.message
-
-
-def test_json_without_the_expected_fields() -> None:
-    with ShapedServer(_route(lambda r, _: r.send(200, {"choices": []}))) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"))
-    assert answer.error is not None and answer.error.kind is ErrorKind.MALFORMED
-
-
-def test_non_utf8_body_and_stream() -> None:
-    def stream(r: Reply, _: Seen) -> None:
-        r.start_stream()
-        r.write(b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9"}}]}\n\n')
-        r.write(sse("[DONE]"))
-
-    with ShapedServer({"POST /v1/chat/completions": lambda r, _: r.send(200, b'{"a": "\xff\xfe"}')}) as srv:
-        plain = ask(srv.url + "/v1", Prompt("hi"))
-    with ShapedServer(_route(stream)) as srv:
-        streamed = ask(srv.url + "/v1", Prompt("hi", stream=True))
-    assert plain.error is not None and plain.error.kind is ErrorKind.MALFORMED and "UTF-8" in plain.error.message
-    assert streamed.error is not None and streamed.error.kind is ErrorKind.MALFORMED
-    assert streamed.text.startswith("caf")  # kept, with a replacement character, for the detectors
-
-
-def test_truncated_stream_keeps_its_partial_text() -> None:
-    def stream(r: Reply, _: Seen) -> None:
-        r.start_stream()
-        r.write(sse(chat_chunk("The other tenant's code is ")))
-        r.write(sse(chat_chunk("LPK-")))
-        r.write('data: {"choices": [{"index": 0, "delta": {"cont')  # cut mid-event, connection closed
-
-    with ShapedServer(_route(stream)) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi", stream=True))
-    assert answer.status == 200 and answer.error is not None
-    assert answer.error.kind in (ErrorKind.TRUNCATED, ErrorKind.MALFORMED)
-    assert answer.text == "The other tenant's code is LPK-"
-
-
-def test_stream_without_done_is_truncated() -> None:
-    def stream(r: Reply, _: Seen) -> None:
-        r.start_stream()
-        r.write(sse(chat_chunk("partial answer")))
-
-    with ShapedServer(_route(stream)) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi", stream=True))
-    assert answer.error is not None and answer.error.kind is ErrorKind.TRUNCATED and answer.text == "partial answer"
-
-
-def test_oversized_bodies_are_capped() -> None:
-    big = chat_answer("x" * 200_000)  # declared in Content-Length
-    with ShapedServer(_route(lambda r, _: r.send(200, big))) as srv:
-        declared = ask(srv.url + "/v1", Prompt("hi"), policy=CAPPED)
-
-    def undeclared(r: Reply, _: Seen) -> None:
-        r.start_stream()
-        for _ in range(400):
-            r.write(sse(chat_chunk("y" * 1_000)))
-
-    with ShapedServer(_route(undeclared)) as srv:
-        streamed = ask(srv.url + "/v1", Prompt("hi", stream=True), policy=CAPPED)
-    for answer in (declared, streamed):
-        assert answer.error is not None and answer.error.kind is ErrorKind.TOO_LARGE, answer.error
-
-
 def test_a_stall_past_the_timeout() -> None:
     # The stream stalls until the server closes, after the client has given up, so the answer's return proves
     # the timeout fired however slow the machine; 2 s leaves the first chunk time to arrive beside a CPU hog.
@@ -156,22 +90,6 @@ def test_a_stall_past_the_timeout() -> None:
         answer = ask(srv.url + "/v1", Prompt("hi", stream=True), policy=TransportPolicy(timeout_s=2, retries=0))
     assert answer.error is not None and answer.error.kind is ErrorKind.TIMEOUT
     assert answer.text == "first"
-
-
-def test_429_storm_honours_retry_after_then_succeeds() -> None:
-    calls: list[float] = []
-
-    def limited(r: Reply, _: Seen) -> None:
-        calls.append(time.monotonic())
-        if len(calls) < 3:
-            r.send(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "1"})
-        else:
-            r.send(200, chat_answer("fine"))
-
-    with ShapedServer(_route(limited)) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"), policy=TransportPolicy(retries=3, backoff_s=0.01))
-    assert answer.ok and answer.text == "fine" and answer.attempts == 3
-    assert calls[1] - calls[0] >= 0.95 and calls[2] - calls[1] >= 0.95
 
 
 def test_a_hang_up_before_any_response_is_retried_then_typed() -> None:
@@ -216,23 +134,6 @@ def test_an_idle_connection_is_dropped_before_the_server_drops_it() -> None:
     assert ports[0] == ports[1] != ports[2]
 
 
-def test_429_forever_gives_up_after_bounded_retries() -> None:
-    with ShapedServer(_route(lambda r, _: r.send(429, {"error": {"message": "quota"}},
-                                                 headers={"Retry-After": "0"}))) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"))
-        hits = len(srv.seen)
-    assert answer.error is not None and answer.error.kind is ErrorKind.RATE_LIMITED and answer.error.message == "quota"
-    assert hits == FAST.retries + 1 == answer.attempts
-
-
-def test_retry_after_beyond_the_limit_ends_the_request() -> None:
-    with ShapedServer(_route(lambda r, _: r.send(503, b"busy", headers={"Retry-After": "3600"}))) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"))
-        hits = len(srv.seen)
-    assert answer.error is not None and answer.error.kind is ErrorKind.SERVER_ERROR and hits == 1
-    assert "3600" in answer.error.message
-
-
 def test_redirect_to_another_host_carries_no_credential() -> None:
     with ShapedServer(_route(lambda r, _: r.send(200, chat_answer("stolen")))) as elsewhere:
         def bounce(r: Reply, _: Seen) -> None:
@@ -245,15 +146,6 @@ def test_redirect_to_another_host_carries_no_credential() -> None:
     assert "another origin" in answer.error.message
 
 
-def test_same_origin_redirect_is_followed() -> None:
-    routes: dict[str, Any] = {
-        "POST /v1/chat/completions": lambda r, _: r.send(308, b"", headers={"Location": "/v2/chat/completions"}),
-        "POST /v2/chat/completions": lambda r, s: r.send(200, chat_answer(s.headers.get("authorization", "")[:6]))}
-    with ShapedServer(routes) as srv:
-        answer = ask(srv.url + "/v1", Prompt("hi"), KEY_A)
-    assert answer.ok and answer.text == "Bearer"
-
-
 def test_connection_refused_is_typed() -> None:
     with ShapedServer({}) as srv:
         url = srv.url
@@ -261,42 +153,7 @@ def test_connection_refused_is_typed() -> None:
     assert answer.error is not None and answer.error.kind is ErrorKind.CONNECT and answer.attempts == 2
 
 
-def _workers(url: str, prompt: Prompt) -> Completion:
-    async def go() -> Completion:
-        async with Transport(FAST) as transport:
-            return await WorkersAI("cf", url, transport).complete(prompt, Secret("cf-token"))
-    return run(go())
-
-
-def test_workers_ai_envelope_plain_stream_and_failure() -> None:
-    path = "/client/v4/accounts/acc/ai/run/@cf/meta/llama-3.1-8b-instruct"
-
-    def answer(r: Reply, s: Seen) -> None:
-        body = s.json()
-        if body["messages"][0]["content"] == "fail":
-            r.send(400, {"result": None, "success": False, "errors": [{"code": 5006, "message": "bad input"}],
-                         "messages": []})
-        elif body["stream"]:
-            r.start_stream()
-            r.write(sse({"response": "Hello "}))
-            r.write(sse({"response": "world", "usage": {"prompt_tokens": 9, "completion_tokens": 2}}))
-            r.write(sse("[DONE]"))
-        else:
-            r.send(200, {"result": {"response": "Hello world", "usage": {"prompt_tokens": 9}}, "success": True,
-                         "errors": [], "messages": []})
-
-    with ShapedServer({f"POST {path}": answer}) as srv:
-        plain = _workers(srv.url + path, Prompt("hi"))
-        streamed = _workers(srv.url + path, Prompt("hi", stream=True))
-        failed = _workers(srv.url + path, Prompt("fail"))
-        auth = srv.seen[0].headers["authorization"]
-    assert plain.text == streamed.text == "Hello world" and plain.ok and streamed.ok
-    assert plain.usage is not None and plain.usage.prompt_tokens == 9
-    assert streamed.usage is not None and streamed.usage.prompt_tokens == 9
-    assert failed.error is not None and failed.error.kind is ErrorKind.REFUSED and failed.error.message == "bad input"
-    assert auth == "Bearer cf-token"
-
-
+@pytest.mark.unit
 def test_credentials_come_from_env_or_file_and_never_print(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LP_TEST_KEY", "sk-live-123\n")

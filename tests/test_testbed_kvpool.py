@@ -5,6 +5,8 @@ import pytest
 
 from prober.testbed.kvpool import PagePool, PoolExhausted
 
+pytestmark = pytest.mark.unit
+
 
 def test_recently_freed_pages_come_back_first_in_order_and_are_not_zeroed() -> None:
     pool = PagePool("p", num_tokens=64, page_size=4)

@@ -1,6 +1,9 @@
 import numpy as np
+import pytest
 
 from prober.testbed import tokenizer
+
+pytestmark = pytest.mark.unit
 
 
 def test_round_trip_ascii_and_unicode() -> None:

@@ -25,6 +25,8 @@ from prober.config import TargetConfig, TenantConfig, TimingSettings
 from prober.errors import PlanError
 from prober.types import FindingKind, Severity
 
+pytestmark = pytest.mark.unit
+
 
 def samples(hits: list[float], misses: list[float], victim: str = "a", observer: str = "b") -> PairSamples:
     return PairSamples(victim, observer, tuple(hits), tuple(misses), warm=(), prompt_tokens=None, lost=0,

@@ -222,6 +222,7 @@ def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:
     assert first == 0 and same_salt and same_salt >= 128 and other_salt == 0 and unsalted == 0
 
 
+@pytest.mark.unit
 def test_the_serving_dtype_follows_the_cpus_bf16_instructions(tmp_path: Path) -> None:
     """bfloat16 only where the CPU computes in it (AVX-512 BF16, AMX); emulated elsewhere, 5x slower than float32."""
     cpuinfo = tmp_path / "cpuinfo"

@@ -1,1 +1,2 @@
-"""Canaries: tenant-tagged tokens and facts, their packs, filler, and minting."""
+"""Canaries: tenant-tagged tokens and facts, their packs, filler, minting, and the compact normal form detection
+matches them in."""

@@ -1,4 +1,6 @@
-"""Talking to endpoints the way their users do.  Knows nothing of canaries or detection."""
+"""Talking to endpoints the way their users do: API adapters (OpenAI-compatible, Workers AI) over one transport
+and its policy, credentials, the engine's own metrics, and a record of every prompt sent.  Knows nothing of
+canaries or detection."""
 
 from prober.targets.api import Api
 from prober.targets.base import HTTPTarget, Prompt, Target

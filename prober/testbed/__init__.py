@@ -1,4 +1,5 @@
-"""The reference multi-tenant paged-KV engine with injectable isolation faults."""
+"""The reference multi-tenant paged-KV engine with injectable isolation faults (`leakprobe testbed`): what the
+demo and the tests audit, and where the public engine bugs are reproduced."""
 
 from prober.testbed.config import (
     DEFAULT_TENANTS,
