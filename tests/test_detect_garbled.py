@@ -43,6 +43,8 @@ HEALTHY = [
     "def greet(name: str) -> str:\n    return f\"Hello, {name}! 👋\"  # ✓ works → see ‹docs›\n",
     "В Москве сегодня солнечно, а в Санкт-Петербурге идёт дождь. The Russian word for rain is дождь.",
     "참조 코드 LPK-PJV8D3R9-Y6GGB5N8-EWBE3XDZ-FCV2JMQV는 리개리 창고의 7442-986번 선반에 있습니다.",
+    "\x1b[1m굵게\x1b[0m 표시하고 \x1b[31m빨간색\x1b[0m으로 씁니다.",  # a terminal's colour codes
+    "吉野家の𠮷は土の吉です。",  # one rare ideograph of an extension, in a name
 ]
 
 

@@ -14,11 +14,13 @@ tables: `unicodedata` has no script):
 * a *clash* is two letters of different scripts with no white space between them (punctuation and digits do
   not separate them) that no writing system joins: Latin with Han, Hangul, kana or Bopomofo (a Latin term
   inside CJK text), Latin with Greek (units and formulas), Han with Hangul, kana or Bopomofo, and
-  hiragana with katakana are joined; anything else clashes;
+  hiragana with katakana are joined; anything else clashes.  The ideographs of the CJK extensions (rare and
+  historic characters, outside the unified block and the compatibility forms Korean Hanja are often encoded
+  in) and the letters of historic scripts count as a script of their own, which joins nothing;
 * an answer is garbled where MIN_CLASHES clashes among three scripts or more lie within SPAN characters, or
   MIN_BROKEN characters that no text holds -- U+FFFD, unassigned or private-use code points, control
-  characters -- lie within SPAN (a replacement character that ends the answer is a cut multi-byte character,
-  not garble).
+  characters but ESC (a terminal's colour codes) -- lie within SPAN (a replacement character that ends the
+  answer is a cut multi-byte character, not garble).
 
 One stray token of another script (a small model sampling at temperature 1 writes `চুপemaker` now and then) or
 a canary written with look-alike letters (Latin and Cyrillic: two scripts) is not garble.  Measured on clean
@@ -40,7 +42,7 @@ from prober.types import FindingKind, Record, Severity
 
 MIN_CLASHES = 3
 MIN_SCRIPTS = 3  # scripts among the clashing letters
-MIN_BROKEN = 3
+MIN_BROKEN = 2
 SPAN = 200  # characters within which clashes (or broken characters) count together
 
 # Scripts that are written today, each its own code; the letters of any other script (historic ones) share one.
@@ -71,7 +73,8 @@ def _table() -> npt.NDArray[np.uint8]:
     mark(r"[\p{L}--\p{sc=Common}--\p{sc=Inherited}]+", OTHER)
     for index, script in enumerate(SCRIPTS):
         mark(rf"[\p{{L}}&&\p{{sc={script}}}]+", FIRST + index)
-    mark(r"[\p{Cn}\p{Co}\p{Cs}\p{Cc}\ufffd]+", BROKEN)
+    mark(r"[\p{sc=Han}&&[\u3400-\u4DBF\U00020000-\U0003FFFF]]+", OTHER)  # the extensions' rare ideographs
+    mark(r"[\p{Cn}\p{Co}\p{Cs}\p{Cc}\ufffd--\x1b]+", BROKEN)  # ESC opens a terminal's colour codes
     mark(r"\s+", SPACE)  # after the controls: tab and line breaks are white space
     return table
 
@@ -116,7 +119,7 @@ class GarbledOutputDetector(Detector):
         return [hit] if hit is not None else self._broken(codes)
 
     def _clashes(self, codes: npt.NDArray[np.uint8]) -> Hit | None:
-        letters = np.flatnonzero(codes >= FIRST)
+        letters = np.flatnonzero(codes >= OTHER)
         if len(letters) < 2:
             return None
         spaces = np.cumsum(codes == SPACE)
