@@ -157,10 +157,9 @@ def live(facts: int) -> None:
     canaries = [c for n, language in enumerate(("en", "ko")) for c in ledger(load_pack(language), facts, 100 + n)]
     scanner = Scanner(canaries, key=KEY, foreign=False)
     detector = next(d for d in scanner.detectors if isinstance(d, fragment.FragmentDetector))
-    accidental = detector._accidental  # the bench reads the rule's own figures
     for language in ("en", "ko"):
-        mine = [(i, s) for (i, s) in accidental if canaries[i].pack == language]
-        alone = [key for key in mine if accidental[key] <= fragment.MAX_NAME_CHANCE]
+        mine = [(i, s) for (i, s) in detector.values.names if canaries[i].pack == language]
+        alone = [key for key in mine if detector.accidental(*key) <= fragment.MAX_NAME_CHANCE]
         caught = 0
         for i, s in mine:
             record = Record("leak", OBSERVER, f"I remember {canaries[i].slots[s]} from somewhere.")

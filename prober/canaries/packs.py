@@ -15,7 +15,7 @@ import random
 import re
 import secrets
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import yaml
@@ -141,7 +141,7 @@ class FactPack:
         return hangul.romanize(value).capitalize()
 
 
-@cache
+@lru_cache(maxsize=1 << 16)  # the endings of the names being weighed: an index of 100,000 facts passes once
 def _ways(word: str, pool: tuple[str, ...], count: int) -> int:
     """How many ways `word` is `count` syllables of `pool` in a row (draws of the same letters count apart)."""
     if count == 0:

@@ -67,7 +67,8 @@ class FragmentDetector(Detector):
         self.patterns = patterns or PatternIndex(canaries)
         self.values = values or SlotValues(canaries)
         self._name_owners = _name_owners(canaries, self.values)
-        self._accidental = _accidental(canaries, self.values)
+        self._held = Counter(self._kind(index, slot) for index, slot in self.values.names)
+        self._chances: dict[tuple[int, int], float] = {}  # weighed when a name is first seen in an answer
         self._lock = threading.Lock()
         self._prompt: tuple[str | None, str] = (None, "")
 
@@ -124,7 +125,7 @@ class FragmentDetector(Detector):
                 owners = self._name_owners[_canonical(canary.slots[value.slot])]
                 if owners != {canary.tenant} or record.tenant in owners:
                     continue  # facts of several tenants (or of the observer) have it: it attributes nothing
-                if self._accidental[(index, value.slot)] > MAX_NAME_CHANCE and \
+                if self.accidental(index, value.slot) > MAX_NAME_CHANCE and \
                         all(other.slot == value.slot for other in values):
                     continue  # a name anyone may write by accident, without another value of its fact
                 if compacted[value.start : value.end] in prompt or compact(canary.slots[value.slot]) in prompt:
@@ -136,6 +137,25 @@ class FragmentDetector(Detector):
                                       severity=Severity.WARNING if word else None,
                                       details={"fragment": "fact_word_name" if word else "fact_name"})
         return list(hits.values())
+
+    def accidental(self, index: int, slot: int) -> float:
+        """The chance that a text writes this name by accident, times the names of its kind the index holds: a
+        bound on how often one of those allowed alone is attributed by accident."""
+        chance = self._chances.get((index, slot))
+        if chance is None:
+            canary = self.canaries.canaries[index]
+            try:
+                chance = load_pack(self._kind(index, slot)[0]).chance(canary.slots[slot])
+            except PackError:
+                chance = 1.0  # a pack this version does not ship: nothing says how rare its names are
+            self._chances[(index, slot)] = chance
+        return chance * self._held[self._kind(index, slot)]
+
+    def _kind(self, index: int, slot: int) -> tuple[str, bool]:
+        """(language, one-word name?): names of one kind are written by accident alike."""
+        canary = self.canaries.canaries[index]
+        language = canary.pack or ("ko" if hangul.is_hangul(canary.slots[slot]) else "en")
+        return language, (index, slot) in self.values.word_names
 
     def _compact_prompt(self, prompt: str | None) -> str:
         """The compact prompt, computed once per prompt (a long answer is scanned in windows against it)."""
@@ -183,25 +203,6 @@ def _in_longer_name(text: str, start: int, stop: int) -> bool:
 def _canonical(name: str) -> str:
     """One key for a name in either order."""
     return " ".join(sorted(compact(w) for w in name.split()))
-
-
-def _accidental(canaries: CanarySet, values: SlotValues) -> dict[tuple[int, int], float]:
-    """(fact, slot) of each name -> the chance that a text writes it by accident, times the names of its kind
-    the index holds (so that those allowed alone are, together, written by accident at most MAX_NAME_CHANCE)."""
-    chances: dict[tuple[int, int], tuple[float, tuple[str, bool]]] = {}
-    held: Counter[tuple[str, bool]] = Counter()
-    for index, slot in values.names:
-        canary = canaries.canaries[index]
-        value = canary.slots[slot]
-        language = canary.pack or ("ko" if hangul.is_hangul(value) else "en")
-        try:
-            chance = load_pack(language).chance(value)
-        except PackError:
-            chance = 1.0  # a pack this version does not ship: nothing says how rare its names are
-        kind = (language, (index, slot) in values.word_names)
-        chances[(index, slot)] = (chance, kind)
-        held[kind] += 1
-    return {key: chance * held[kind] for key, (chance, kind) in chances.items()}
 
 
 def _name_owners(canaries: CanarySet, values: SlotValues) -> dict[str, set[str]]:
