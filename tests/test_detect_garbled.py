@@ -101,3 +101,11 @@ def test_leakprobe_scan_reports_garbled_answers(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stderr
     [finding] = json.loads(out.stdout)["findings"]
     assert (finding["record_id"], finding["kind"], finding["severity"]) == ("g1", "garbled_output", "warning")
+
+
+def test_a_clash_at_every_letter_of_a_long_answer() -> None:
+    """A hostile target's answer may clash at every letter: judged in one vectorised pass per window."""
+    two = "aа" * 100_000  # Latin and Cyrillic: two scripts however often they touch
+    assert not _garbled(two)
+    [hit] = GarbledOutputDetector().detect(Record("r", "tenant-b", two + "ب" + two), "")
+    assert hit.details["scripts"] == ["Arabic", "Cyrillic", "Latin"]

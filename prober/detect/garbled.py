@@ -95,12 +95,18 @@ def _codes(text: str) -> npt.NDArray[np.uint8]:
     return _table()[points]
 
 
-def _dense(positions: npt.NDArray[np.intp], minimum: int) -> tuple[int, int] | None:
-    """The first run of `minimum` positions within SPAN characters, as (index of its first, of its last)."""
-    if len(positions) < minimum:
-        return None
-    close = np.flatnonzero(positions[minimum - 1 :] - positions[: len(positions) - minimum + 1] < SPAN)
-    return (int(close[0]), int(close[0]) + minimum - 1) if len(close) else None
+def _windows(positions: npt.NDArray[np.intp], minimum: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """For each position that ends a window of `minimum` or more positions within SPAN characters: (the index of
+    that last position, of the window's first).  Vectorised: a hostile answer may hold a clash at every letter."""
+    starts = np.searchsorted(positions, positions - SPAN + 1)
+    ends = np.flatnonzero(np.arange(len(positions)) - starts + 1 >= minimum)
+    return ends, starts[ends]
+
+
+def _stretch(positions: npt.NDArray[np.intp], end: int) -> int:
+    """The last of the positions from `end` on that follow one another within SPAN: one stretch of salad."""
+    gaps = np.flatnonzero(np.diff(positions[end:]) >= SPAN)
+    return end + int(gaps[0]) if len(gaps) else len(positions) - 1
 
 
 class GarbledOutputDetector(Detector):
@@ -127,33 +133,29 @@ class GarbledOutputDetector(Detector):
         touching = spaces[letters[:-1]] == spaces[letters[1:]]
         clash = np.flatnonzero(touching & ~_joined()[left, right])
         at = letters[clash]  # the first letter of each clash
-        start = 0
-        while (run := _dense(at[start:], MIN_CLASHES)) is not None:
-            first, last = start + run[0], start + run[1]
-            chosen = clash[first : last + 1]
-            scripts = {int(c) for c in left[chosen]} | {int(c) for c in right[chosen]}
-            if len(scripts) >= MIN_SCRIPTS:
-                # Every clash from here on within SPAN belongs to the same stretch of salad.
-                end = last
-                while end + 1 < len(at) and at[end + 1] - at[end] < SPAN:
-                    end += 1
-                spread = clash[first : end + 1]
-                scripts |= {int(c) for c in left[spread]} | {int(c) for c in right[spread]}
-                return Hit(self.name, min(1.0, (end - first + 1) / (2 * MIN_CLASHES)), int(at[first]),
-                           int(letters[clash[end] + 1]) + 1, kind=FindingKind.GARBLED_OUTPUT,
-                           details={"clashes": end - first + 1, "scripts": sorted(NAMES[c] for c in scripts)})
-            start = first + 1
-        return None
+        ends, starts = _windows(at, MIN_CLASHES)
+        if not len(ends):
+            return None
+        left, right = left[clash], right[clash]
+        present = np.zeros(len(ends), dtype=np.intp)  # scripts among each window's clashes
+        for script in np.union1d(left, right):
+            seen = np.concatenate(([0], np.cumsum((left == script) | (right == script))))
+            present += seen[ends + 1] > seen[starts]
+        found = np.flatnonzero(present >= MIN_SCRIPTS)
+        if not len(found):
+            return None
+        first, last = int(starts[found[0]]), _stretch(at, int(ends[found[0]]))
+        scripts = np.union1d(left[first : last + 1], right[first : last + 1])
+        return Hit(self.name, min(1.0, (last - first + 1) / (2 * MIN_CLASHES)), int(at[first]),
+                   int(letters[clash[last] + 1]) + 1, kind=FindingKind.GARBLED_OUTPUT,
+                   details={"clashes": last - first + 1, "scripts": sorted(NAMES[int(c)] for c in scripts)})
 
     def _broken(self, codes: npt.NDArray[np.uint8]) -> list[Hit]:
         broken = np.flatnonzero(codes == BROKEN)
-        run = _dense(broken, MIN_BROKEN)
-        if run is None:
+        ends, starts = _windows(broken, MIN_BROKEN)
+        if not len(ends):
             return []
-        first, last = run
-        while last + 1 < len(broken) and broken[last + 1] - broken[last] < SPAN:
-            last += 1
+        first, last = int(starts[0]), _stretch(broken, int(ends[0]))
         return [Hit(self.name, min(1.0, (last - first + 1) / (2 * MIN_BROKEN)), int(broken[first]),
                     int(broken[last]) + 1, kind=FindingKind.GARBLED_OUTPUT,
                     details={"broken_characters": last - first + 1})]
-
