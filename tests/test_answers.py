@@ -97,6 +97,10 @@ def test_an_over_length_refusal_a_gateway_wrapped_in_a_5xx_is_a_refusal() -> Non
     assert wrapped.error is not None and wrapped.error.kind is ErrorKind.REFUSED and wrapped.refused
     failed = quote(lambda _: send(500, {"error": {"message": "CUDA error: an illegal memory access"}}))
     assert failed.error is not None and failed.error.kind is ErrorKind.SERVER_ERROR
+    # llama.cpp's own 500 when prompts that each fit overrun a shared KV pool together: a failure, not a refusal.
+    overrun = quote(lambda _: send(500, {"error": {"code": 500, "message": "Context size has been exceeded.",
+                                                   "type": "server_error"}}))
+    assert overrun.error is not None and overrun.error.kind is ErrorKind.SERVER_ERROR
 
 
 def test_a_gateway_that_says_it_retried_makes_a_retried_answer() -> None:

@@ -127,7 +127,8 @@ def test_an_audit_that_never_sees_its_own_canary_is_blind_not_clean(llama: Llama
     doc = document(held)
     assert held.blind and doc["verdict"]["status"] == "blind" and exit_code(held, Severity.CRITICAL) == 2
     (reason,) = doc["verdict"]["reasons"]
-    assert "repeated its own tenant's canary" in reason and "still checked: boundaries" in reason, reason
+    assert "repeated its own tenant's canary" in reason and "still checked: prefix-cache (" in reason, reason
+    assert "campaign (" in reason.split("still checked:")[1], reason
     assert doc["targets"][0]["shape"] == {**doc["targets"][0]["shape"], "chosen": "chat-ask", "blind": True}
     # Left to choose: test_shared_prompt_cache_is_reported.
 

@@ -230,9 +230,11 @@ def error_message(obj: Any) -> str | None:
     return None
 
 
-# Every engine's words for a prompt over its length (SGLang, vLLM, llama.cpp, TGI): a gateway that wraps one in a
-# 5xx (LiteLLM answers a refusal inside a 200 stream with a 500) still passes on the engine's refusal.
-OVER_LENGTH = re.compile(r"context length|context size|maximum (?:allowed|input) length|reduce the length|"
+# Every engine's words for a prompt over its length (SGLang, vLLM, llama.cpp's 400, TGI): a gateway that wraps one
+# in a 5xx (LiteLLM answers a refusal inside a 200 stream with a 500) still passes on the engine's refusal.  Not
+# llama.cpp's own 500 "Context size has been exceeded": prompts that each fit, together overrunning a shared KV
+# pool, a failure under concurrency.
+OVER_LENGTH = re.compile(r"context length|maximum (?:allowed|input) length|reduce the length|"
                          r"exceed_context_size|must have less than \d+ tokens|tokens \+ `max_new_tokens` must be",
                          re.IGNORECASE)
 
