@@ -201,8 +201,9 @@ def test_per_tenant_cache_salts_isolate(vllm: VllmServer, tmp_path: Path) -> Non
     no cache hit across tenants, and the timing check finds no pair at its false-alarm rate."""
     result = _audit(vllm, tmp_path / "salted.sqlite", salting=True)
     assert not [f for f in result.findings if f.kind not in DRIFT], [(f.kind, f.excerpt) for f in result.findings]
-    timing = result.targets[0].timing
-    assert timing is not None and len(timing.decisions) == 2 and not any(d.found for d in timing.decisions)
+    timing = result.targets[0].result("timing")
+    assert isinstance(timing, TimingResult) and len(timing.decisions) == 2
+    assert not any(d.found for d in timing.decisions)
 
 
 def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:

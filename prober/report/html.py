@@ -97,7 +97,9 @@ def outcome_plot(target: TargetDoc) -> str:
     steps = [s for s in target["steps"] if s["role"] == "probe"]
     if not steps:
         return '<p class="muted">No probes were sent.</p>'
-    marks = {b["length"]: b["label"] for b in (target["plan"] or {}).get("boundaries", [])}
+    marks: dict[int, str] = {}  # boundaries at one length share a line and a label
+    for b in (target["plan"] or {}).get("boundaries", []):
+        marks[b["length"]] = f'{marks[b["length"]]} · {b["label"]}' if b["length"] in marks else b["label"]
     groups = _clusters(list(marks) or [s["prompt_tokens"] for s in steps])
     panel = (W - PAD) / len(groups)
     labels: list[tuple[float, str]] = []  # (x, text) of every boundary line
