@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import TypedDict, TypeVar
 
-from prober.evidence import JSON, Evidence, Tagged, adding, find
+from prober.codec import JSON
+from prober.evidence import Evidence, Tagged, adding, find
 
 T = TypeVar("T", bound=Tagged)
 

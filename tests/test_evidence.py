@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from prober.codec import JSON
 from prober.evidence import (
-    JSON,
     TYPES,
     Burst,
     CacheUsage,

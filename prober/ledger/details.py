@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
+from prober.codec import JSON, decode
 from prober.evidence import (
-    JSON,
     Burst,
     CacheUsage,
     CounterTest,
@@ -29,7 +29,6 @@ from prober.evidence import (
     TimingStatistics,
     Unexplained,
     Unread,
-    decode,
     of_json,
 )
 from prober.types import Finding, ProbeContext
