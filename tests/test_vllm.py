@@ -166,9 +166,9 @@ def _cache_evidence(result: AuditResult) -> list[str]:
     timing = report.result("timing")
     for d in timing.decisions if isinstance(timing, TimingResult) else []:
         e = d.evidence()
-        lines.append(f"timing {d.samples.victim}->{d.samples.observer}: hit {e['median_ttft_hit_s']} s, miss "
-                     f"{e['median_ttft_miss_s']} s, p {d.p_value:.2g} (adjusted {d.adjusted_p:.2g}), "
-                     f"{e['hits']} hits, {e['misses']} misses, {e['lost']} lost")
+        lines.append(f"timing {d.samples.victim}->{d.samples.observer}: hit {e.median_ttft_hit_s} s, miss "
+                     f"{e.median_ttft_miss_s} s, p {d.p_value:.2g} (adjusted {d.adjusted_p:.2g}), "
+                     f"{e.hits} hits, {e.misses} misses, {e.lost} lost")
     return lines + [f"{f.kind}: {f.excerpt}" for f in result.findings]
 
 

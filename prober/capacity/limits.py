@@ -71,7 +71,7 @@ class Capacity:
         def known(value: Known | None) -> KnownDoc | None:
             return value.to_json() if value else None
 
-        return {"engine": self.engine.value if self.engine else None, "context_length": known(self.context_length),
+        return {"engine": str(self.engine) if self.engine else None, "context_length": known(self.context_length),
                 "pool_tokens": known(self.pool_tokens), "max_req_input_len": known(self.max_req_input_len),
                 "page_size": known(self.page_size), "slots": known(self.slots),
                 "accept_limit": known(self.accept_limit), "disaggregation_mode": self.disaggregation_mode,
