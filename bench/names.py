@@ -35,6 +35,7 @@ import yaml
 from prober.canaries.packs import FactPack, load_pack
 from prober.detect import Scanner, fragment
 from prober.detect.values import is_name, is_word_name
+from prober.evidence import Fragment, find
 from prober.types import Canary, CanaryKind, Record
 from tests.support.evalset import KO_TO_EN, korean_in_english  # the evaluation set's retelling
 
@@ -147,7 +148,8 @@ def same_pool(packs: dict[str, FactPack], facts: int, count: int) -> None:
             collided += bool(names & held)
             found = [f for f in scanner.scan(Record(f"a{n}", OBSERVER, text)).findings]
             flagged += bool(found)
-            findings.update(str(f.details.get("fragment", f.detector)) for f in found)
+            findings.update(str(fragment.kind if (fragment := find(f.evidence, Fragment)) else f.detector)
+                            for f in found)
         print(f"  {kind:<6} {count:,} answers: collided with a held name {collided}, answers with a finding "
               f"{flagged} {dict(findings) or ''}")
 

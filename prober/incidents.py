@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypedDict
 
 from prober.types import Finding, FindingKind, Severity
 
@@ -132,17 +133,18 @@ class Incident:
         """The checks whose re-check it still waits for."""
         return [p for p in self.checks if not p.cleared]
 
-    def to_json(self, now: float | None = None, hold: float | None = None) -> dict[str, object]:
-        base: dict[str, object] = {
-            "target": self.key.target, "kind": self.key.kind.value, "victim": self.key.victim or None,
-            "observer": self.key.observer, "severity": self.severity.label, "first_seen": self.first_seen,
-            "last_seen": self.last_seen, "count": self.count}
-        if hold is None:
-            return base
+    def to_json(self) -> IncidentDoc:
+        return {"target": self.key.target, "kind": self.key.kind.value, "victim": self.key.victim or None,
+                "observer": self.key.observer, "severity": self.severity.label, "first_seen": self.first_seen,
+                "last_seen": self.last_seen, "count": self.count}
+
+    def state_json(self, hold: float, now: float | None = None) -> IncidentStateDoc:
+        """With where it stands after `hold` seconds without a sighting: open or closed, and what it waits for."""
         now = time.time() if now is None else now
         closed = self.resolution(hold)
         is_open = closed is None or now < closed.at
-        base.update({
+        return {
+            **self.to_json(),
             "state": "open" if is_open else "closed",
             "checks": [{"job": p.job, "boundary": p.boundary, "prompt_tokens": p.prompt_tokens,
                         "last_found": p.last_found, "last_clean": p.last_clean} for p in self.checks],
@@ -151,8 +153,46 @@ class Incident:
             "acknowledged": None if self.ack is None else {"by": self.ack.by, "at": self.ack.at,
                                                            "note": self.ack.note},
             "closed": None if is_open or closed is None else {"how": closed.how.value, "at": closed.at,
-                                                               "why": closed.describe()}})
-        return base
+                                                               "why": closed.describe()}}
+
+
+class IncidentDoc(TypedDict):
+    target: str
+    kind: str
+    victim: str | None
+    observer: str
+    severity: str
+    first_seen: float
+    last_seen: float
+    count: int
+
+
+class IncidentCheckDoc(TypedDict):
+    job: str
+    boundary: str
+    prompt_tokens: int | None
+    last_found: float
+    last_clean: float | None
+
+
+class AckDoc(TypedDict):
+    by: str
+    at: float
+    note: str
+
+
+class ClosedDoc(TypedDict):
+    how: str
+    at: float
+    why: str
+
+
+class IncidentStateDoc(IncidentDoc):
+    state: str  # open | closed
+    checks: list[IncidentCheckDoc]
+    waiting_for: list[str]
+    acknowledged: AckDoc | None
+    closed: ClosedDoc | None
 
 
 @dataclass(frozen=True)

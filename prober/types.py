@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
+from typing import TypedDict, TypeVar
+
+from prober.codec import JSON
+from prober.evidence import Evidence, Tagged, adding, find
+
+T = TypeVar("T", bound=Tagged)
 
 
 class CanaryKind(StrEnum):
@@ -50,6 +56,21 @@ class FindingKind(StrEnum):
     COUNTED_FAILURE = "counted_failure"  # the engine counted an abort or a failed transfer while this answer was 200
 
 
+class DetectorName(StrEnum):
+    """What found a finding: a detector of answer text (prober/detect), or a check's own judgement."""
+
+    EXACT = "exact"
+    FUZZY = "fuzzy"
+    FRAGMENT = "fragment"
+    SEMANTIC = "semantic"
+    VERBATIM = "verbatim"
+    FOREIGN = "foreign"
+    GARBLED = "garbled"
+    ENVELOPE = "envelope"  # status, usage, finish reason and cached tokens against what a correct engine does
+    ENGINE_COUNTERS = "engine_counters"  # the engine's failure counters against their background
+    TIMING = "timing"  # time to first token
+
+
 @dataclass(frozen=True, slots=True)  # slots: a daemon or a log scan may hold 100,000+ of them
 class Canary:
     id: str
@@ -85,20 +106,53 @@ class ProbeContext:
     boundary: str | None = None
     status: int | None = None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ContextDoc:
         return {"prompt_tokens": self.prompt_tokens, "boundary": self.boundary, "status": self.status}
+
+
+class ContextDoc(TypedDict):
+    prompt_tokens: int | None
+    boundary: str | None
+    status: int | None
+
+
+class ExcerptDoc(TypedDict):
+    excerpt: str
+    excerpt_sha256: str
+    offsets: list[int]  # [start, end) in the answer as it came
+    redacted: bool
+
+
+class FindingDoc(ContextDoc):
+    """`Finding.to_json`: the one JSON form of a finding."""
+
+    kind: str
+    severity: str
+    target: str | None
+    check: str | None
+    victim_tenant: str | None
+    observer_tenant: str
+    record_id: str
+    canary_id: str | None
+    canary_probe: str | None
+    detector: str
+    score: float
+    found_at: float | None
+    evidence: ExcerptDoc
+    details: list[dict[str, JSON]]  # the typed evidence, each item with its `type` (prober/evidence.py)
 
 
 @dataclass(frozen=True)
 class Finding:
     record_id: str
     kind: FindingKind
-    detector: str
+    detector: DetectorName
     severity: Severity
     score: float
     observer_tenant: str
     victim_tenant: str | None = None  # None for foreign content: whose it is is unknown
     target: str = ""  # the endpoint that answered (set by whoever knows it: the runner, a log scan)
+    check: str = ""  # the check whose run found it (prober/checks registry's name); "" for a log scan
     found_at: float = 0.0  # when it was recorded (unix seconds)
     canary_id: str | None = None
     probe_id: str | None = None
@@ -108,7 +162,14 @@ class Finding:
     excerpt_sha256: str = ""
     redacted: bool = False
     context: ProbeContext = ProbeContext()
-    details: dict[str, object] = field(default_factory=dict)  # the detector's or check's evidence, free-form
+    evidence: tuple[Evidence, ...] = ()  # the detector's and checks' evidence, one item of a type (prober/evidence.py)
+
+    def evidence_of(self, kind: type[T]) -> T | None:
+        return find(self.evidence, kind)
+
+    def adding(self, *items: Evidence) -> Finding:
+        """With more evidence, each item replacing the one of its type."""
+        return replace(self, evidence=adding(self.evidence, *items))
 
     def describe(self) -> str:
         """One log line with what an on-call engineer needs first (no excerpt: it may hold tenant data)."""
@@ -118,24 +179,25 @@ class Finding:
                 f"observer={self.observer_tenant}{victim} probe={self.record_id} "
                 f"prompt_tokens={self.context.prompt_tokens} detector={self.detector}{canary}")
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> FindingDoc:
         """The one JSON form of a finding, in every report and in `scan -f json`: what, between whom, in which
-        answer (`record_id`: the request of an audit or daemon, the record of a scanned log), at which prompt
-        length and boundary where a run knows them, and the masked evidence."""
+        answer (`record_id`: the request of an audit or daemon, the record of a scanned log), found by which check,
+        at which prompt length and boundary where a run knows them, the masked excerpt and the typed evidence."""
         return {
             "kind": self.kind.value,
             "severity": self.severity.label,
             "target": self.target or None,
+            "check": self.check or None,
             "victim_tenant": self.victim_tenant,
             "observer_tenant": self.observer_tenant,
             "record_id": self.record_id,
             "canary_id": self.canary_id,
             "canary_probe": self.probe_id if self.probe_id != self.record_id else None,  # where it was planted
-            "detector": self.detector,
+            "detector": self.detector.value,
             "score": round(self.score, 4),
             **self.context.to_json(),
             "found_at": self.found_at or None,
             "evidence": {"excerpt": self.excerpt, "excerpt_sha256": self.excerpt_sha256,
                          "offsets": [self.start, self.end], "redacted": self.redacted},
-            "details": self.details,
+            "details": [item.to_json() for item in self.evidence],
         }

@@ -62,11 +62,12 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
                                                                              ("tenant-b", "tenant-a")}
     for f in echoes:  # every finding names target, tenants, probe, prompt length, severity, evidence
         assert f["target"] and f["record_id"].endswith("-probe") and f["prompt_tokens"] > 4_089
-        fragment = f["details"].get("fragment")
+        fragment = {d["type"]: d for d in f["details"]}.get("fragment", {}).get("kind")
         whole = f["detector"] in ("exact", "fuzzy") or fragment == "token_part"
         # A paraphrase, a tag or a person's name alone: high; a made-up place or pet name alone: a warning.
         assert f["severity"] == ("critical" if whole else "warning" if fragment == "fact_word_name" else "high")
-        assert f["evidence"]["excerpt_sha256"] and (f["canary_id"] or f["details"].get("fragment") == "probe_tag")
+        assert f["evidence"]["excerpt_sha256"] and (f["canary_id"] or fragment == "probe_tag")
+        assert f["check"] in ("campaign", "prefix-cache")
     # Facts planted beside the tokens come back reworded in summaries: the semantic detector attributes them.
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["detector"] == "semantic"}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}

@@ -10,6 +10,7 @@ import pytest
 
 from prober.campaign.cached import CacheExplainer
 from prober.campaign.plan import Step
+from prober.evidence import CacheUsage
 from prober.prompts import BuiltPrompt, LocalCounter
 from prober.targets.credentials import Secret
 from prober.targets.outbox import Outbox, common_prefix
@@ -75,7 +76,9 @@ def test_cached_tokens_past_anything_sent_are_a_phantom_hit_that_names_the_longe
     answer = Completion(status=200, text="x", usage=Usage(prompt_tokens=prompt.tokens, cached_tokens=128))
     (found,) = asyncio.run(explainer.judge(step(), prompt, answer, before=before, counter=COUNTER, overhead=0))
     assert found.kind is FindingKind.PHANTOM_CACHE_HIT and found.severity is Severity.HIGH
-    assert found.details["cached_tokens"] == 128 and found.victim_tenant is None
+    usage = found.evidence_of(CacheUsage)
+    assert usage is not None and usage.cached_tokens == 128 and found.victim_tenant is None
+    assert usage.fresh_from is not None and usage.longest_shared is not None and usage.shared_with is None
     assert "longest prefix any earlier prompt shares" in found.excerpt
 
 
@@ -97,7 +100,9 @@ def test_cached_tokens_another_tenants_prompt_explains_are_a_shared_cache_naming
     answer = Completion(status=200, text="x", usage=Usage(prompt_tokens=prompt.tokens, cached_tokens=256))
     (found,) = asyncio.run(explainer.judge(step(), prompt, answer, before=before, counter=COUNTER, overhead=0))
     assert found.kind is FindingKind.CROSS_TENANT_CACHE_HIT
-    assert (found.victim_tenant, found.observer_tenant) == ("a", "b") and found.details["shared_with"]["tenant"] == "a"
+    usage = found.evidence_of(CacheUsage)
+    assert (found.victim_tenant, found.observer_tenant) == ("a", "b")
+    assert usage is not None and usage.shared_with is not None and usage.shared_with.tenant == "a"
 
 
 def test_a_retried_answer_and_a_gateways_prefix_are_never_phantom() -> None:

@@ -70,7 +70,7 @@ def test_replica_verifies_a_token_its_ledger_never_saw(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stderr
     finding = json.loads(out.stdout)["findings"][0]
     assert finding["victim_tenant"] == "tenant-a" and finding["canary_id"] is None
-    assert finding["details"]["verified_by"] == "mac"
+    assert [d["type"] for d in finding["details"]] == ["mac_verified"] and finding["check"] is None
 
 
 def test_errors_exit_2_with_a_clear_message(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from prober.campaign.counters import CounterEvidence, rate_test
-from prober.targets.telemetry import Background, Change, Reading, Window, incomparable
+from prober.evidence import Change, CounterTest
+from prober.targets.telemetry import Background, Reading, Window, incomparable
 from prober.types import FindingKind, ProbeContext, Severity
 
 pytestmark = pytest.mark.unit
@@ -18,7 +19,7 @@ ABORTS = "sglang:num_aborted_requests_total"
 
 
 def window(rise: float, seconds: float = 0.05, problem: str | None = None) -> Window:
-    return Window(2, {ABORTS: Change(10.0, 10.0 + rise)}, seconds, problem)
+    return Window(2, {ABORTS: Change.between(10.0, 10.0 + rise)}, seconds, problem)
 
 
 def background(events: int, seconds: float) -> Background:
@@ -41,7 +42,9 @@ def test_an_idle_engine_that_aborts_answered_requests_is_found() -> None:
     assert decision.found and decision.p_value < 1e-6
     (finding,) = counted.findings([decision])
     assert finding.kind is FindingKind.COUNTED_FAILURE and finding.severity is Severity.HIGH
-    assert finding.details["decisions"][0]["own_events"] == 4 and "p = " in finding.excerpt
+    test = finding.evidence_of(CounterTest)
+    assert test is not None and test.decisions == (decision,) and test.windows[0].excess == {ABORTS: 1.0}
+    assert decision.own_events == 4 and "p = " in finding.excerpt
 
 
 def test_other_users_aborts_at_their_usual_rate_are_not_a_finding() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from prober.daemon.budget import utc_day
+from prober.evidence import EngineCounters
 from prober.ledger import open_ledger
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
 from tests.support.daemonproc import DaemonProcess, daemon_config
@@ -66,8 +67,8 @@ def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbe
     lint = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     store = open_ledger(ledger)
-    evidence = [f.details.get("engine_telemetry") for f in store.findings() if f.kind.value == "cross_tenant_echo"]
-    aborts = [e["sglang:num_aborted_requests_total"]["delta"] for e in evidence if isinstance(e, dict)]
+    evidence = [f.evidence_of(EngineCounters) for f in store.findings() if f.kind.value == "cross_tenant_echo"]
+    aborts = [e.changes["sglang:num_aborted_requests_total"].delta for e in evidence if e is not None]
     assert aborts and max(aborts) >= 1  # the engine's own abort counter moved around the leak
     logged = printed_findings((tmp_path / "daemon.log").read_text().splitlines())
     stored = {(f.kind.value, f.record_id, f.canary_id) for f in store.findings()}

@@ -13,6 +13,7 @@ from prober.canaries import tokens
 from prober.canaries.mint import Minter
 from prober.detect import Scanner
 from prober.embeddings import Embedder
+from prober.evidence import Fragment, FragmentKind
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, FindingKind, Record, Severity
 
@@ -47,7 +48,7 @@ def test_a_tag_with_the_rest_invented_names_the_victim_and_probe(minted: dict[st
     assert [(f.kind, f.detector, f.severity, f.victim_tenant, f.probe_id, f.canary_id) for f in findings] == [
         (FindingKind.CROSS_TENANT_ECHO, "fragment", Severity.HIGH, "tenant-a", "p-a1", None)]
     assert answer[findings[0].start : findings[0].end] == tag
-    assert findings[0].details["fragment"] == "probe_tag"
+    assert findings[0].evidence == (Fragment(FragmentKind.PROBE_TAG, tag=tag),)
 
 
 @pytest.mark.parametrize("kept", [slice(0, 3), slice(1, 4), slice(0, 2)])

@@ -9,7 +9,9 @@ import pytest
 
 from prober.canaries import tokens
 from prober.detect import GarbledOutputDetector, Scanner
+from prober.detect.base import Hit
 from prober.detect.scanner import WINDOW_CHARS
+from prober.evidence import Garbled, find
 from prober.testbed.styles import disguise
 from prober.types import FindingKind, Record, Severity
 from tests.support.cli import mint, run, write_jsonl
@@ -48,6 +50,12 @@ HEALTHY = [
 ]
 
 
+def _scripts(hit: Hit) -> tuple[str, ...]:
+    garbled = find(hit.evidence, Garbled)
+    assert garbled is not None
+    return garbled.scripts
+
+
 def _garbled(text: str) -> bool:
     return bool(GarbledOutputDetector().detect(Record("r", "tenant-b", text), ""))
 
@@ -55,7 +63,7 @@ def _garbled(text: str) -> bool:
 @pytest.mark.parametrize("text", SALAD)
 def test_salad_of_a_corrupted_model_is_garbled(text: str) -> None:
     [hit] = GarbledOutputDetector().detect(Record("r", "tenant-b", text), "")
-    assert hit.kind is FindingKind.GARBLED_OUTPUT and len(hit.details["scripts"]) >= 3  # type: ignore[arg-type]
+    assert hit.kind is FindingKind.GARBLED_OUTPUT and len(_scripts(hit)) >= 3
     assert 0 <= hit.start < hit.end <= len(text)
 
 
@@ -108,4 +116,4 @@ def test_a_clash_at_every_letter_of_a_long_answer() -> None:
     two = "aа" * 100_000  # Latin and Cyrillic: two scripts however often they touch
     assert not _garbled(two)
     [hit] = GarbledOutputDetector().detect(Record("r", "tenant-b", two + "ب" + two), "")
-    assert hit.details["scripts"] == ["Arabic", "Cyrillic", "Latin"]
+    assert _scripts(hit) == ("Arabic", "Cyrillic", "Latin")

@@ -55,7 +55,7 @@ def test_scan_finds_canaries_written_in_any_common_escape(tmp_path: Path) -> Non
     texts = {str(line["id"]): str(line["text"]) for line in lines if isinstance(line, dict)}
     for record_id, finding in found.items():
         assert (finding["kind"], finding["victim_tenant"]) == ("cross_tenant_echo", "tenant-a"), finding
-        assert finding["details"]["escaped"], finding
+        assert next(d["kinds"] for d in finding["details"] if d["type"] == "escaped"), finding
         start, end = finding["evidence"]["offsets"]
         assert texts[record_id][start] in "&%\\" and texts[record_id][end - 1] in ";0123456789ABCDEFabcdef"
     assert found["tok-html"]["evidence"]["offsets"][0] == len("<p>Code: ") + len(_html("LPK-"))

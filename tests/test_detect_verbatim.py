@@ -11,6 +11,7 @@ import pytest
 from prober.canaries.filler import load_filler
 from prober.detect import Scanner
 from prober.detect.verbatim import MIN_RUN_WORDS
+from prober.evidence import PromptRun
 from prober.shingles import SHINGLE, Shingler
 from prober.types import FindingKind, Record, Severity
 
@@ -40,7 +41,7 @@ def test_a_run_of_the_victims_prompt_names_the_victim_and_its_probe() -> None:
     assert [(f.kind, f.detector, f.severity, f.victim_tenant, f.probe_id) for f in findings] == [
         (FindingKind.CROSS_TENANT_ECHO, "verbatim", Severity.HIGH, "tenant-a", "p-a")]
     assert answer[findings[0].start : findings[0].end].split() == run.split()
-    assert findings[0].details["words"] == MIN_RUN_WORDS + 3
+    assert findings[0].evidence == (PromptRun(MIN_RUN_WORDS + 3),)
 
 
 def test_what_the_observer_read_in_its_own_prompt_or_sent_before_is_not_a_leak() -> None:

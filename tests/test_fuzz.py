@@ -126,6 +126,7 @@ from prober.canaries.compact import compact  # noqa: E402
 from prober.canaries.hangul import romanization_key, romanization_key_positions  # noqa: E402
 from prober.detect import Scanner  # noqa: E402
 from prober.escapes import unescape  # noqa: E402
+from prober.evidence import Escaped  # noqa: E402
 from prober.types import Canary, CanaryKind, Record  # noqa: E402
 
 _ESCAPY = st.text(alphabet=st.sampled_from("&#%\\xXuU{};0123456789abcdefABCDEF:nt/\"'가 LPK-"), max_size=80)
@@ -198,7 +199,8 @@ def test_a_canary_written_in_any_escape_is_found_where_it_was_written(before: st
     assert [f.canary_id for f in findings] == ["c1"]
     start, end = findings[0].start, findings[0].end
     assert len(before) < start and end <= len(before) + 1 + len(encoded)
-    assert findings[0].details["escaped"]
+    escaped = findings[0].evidence_of(Escaped)
+    assert escaped is not None and escaped.kinds
 
 
 @given(st.text(alphabet=st.sampled_from("AEIOUYWHRLGKDTBPJCNMS0123456789-"), max_size=60))

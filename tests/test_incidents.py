@@ -87,13 +87,13 @@ def test_a_finding_no_daemon_check_made_closes_with_the_hold() -> None:
 
 @pytest.mark.unit
 def test_the_status_form_says_what_it_waits_for_and_why_it_closed() -> None:
-    waiting = incident(Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).to_json(2_000.0, HOLD)
+    waiting = incident(Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).state_json(HOLD, 2_000.0)
     assert waiting["state"] == "open" and waiting["waiting_for"] == ["boundary pool+1 (campaign job)"]
     assert waiting["closed"] is None
-    done = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).to_json(9_500.0, HOLD)
+    done = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).state_json(HOLD, 9_500.0)
     assert done["state"] == "closed" and done["waiting_for"] == []
     assert isinstance(done["closed"], dict) and done["closed"]["how"] == "rechecked"
-    assert incident().to_json() == {k: v for k, v in incident().to_json(2_000.0, HOLD).items()
+    assert incident().to_json() == {k: v for k, v in incident().state_json(HOLD, 2_000.0).items()
                                     if k in ("target", "kind", "victim", "observer", "severity", "first_seen",
                                              "last_seen", "count")}
 

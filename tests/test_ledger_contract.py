@@ -5,6 +5,7 @@ Whatever sits above `open_ledger` (minter, runner, daemon, scan) relies on exact
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,10 @@ import pytest
 
 from prober.canaries.mint import Minter
 from prober.errors import LedgerError
+from prober.evidence import Change, EngineCounters, Exchange, Fragment, FragmentKind, SaltAsserted
 from prober.incidents import IncidentKey
 from prober.ledger import Ledger, is_shared, open_ledger
+from prober.ledger.rows import FINDING_COLUMNS, finding_row
 from prober.shingles import Shingler
 from prober.types import Canary, CanaryKind, FindingKind, Severity
 from tests.support.ledgers import OpenLedger, finding
@@ -49,6 +52,20 @@ def test_findings_and_incidents_merge_across_handles(connect: OpenLedger) -> Non
     assert leak.key == IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob") and leak.count == 3
     assert leak.severity is Severity.CRITICAL and (leak.first_seen, leak.last_seen) == (5.0, 20.0)
     assert foreign.key.kind is FindingKind.FOREIGN_CONTENT and foreign.key.victim == "" and foreign.count == 1
+
+
+def test_a_finding_written_before_evidence_was_typed_still_loads(connect: OpenLedger) -> None:
+    """A row as leakprobe wrote it when a finding's details were one free-form object (tests/test_evidence.py has
+    every shape): read into typed evidence, on each backend."""
+    ledger = connect()
+    old = {"fragment": "probe_tag", "tag": "GA432EPR", "probe_id": "p1", "exchange": "x1", "salt_asserted": ["alice"],
+           "engine_telemetry": {"sglang:num_aborted_requests_total": {"before": 3.0, "after": 4.0, "delta": 1.0}},
+           "prompt_tokens": 681_281, "boundary": "pool+1", "status": 200}
+    new = finding(evidence=(Fragment(FragmentKind.PROBE_TAG, tag="GA432EPR"), SaltAsserted(("alice",)), Exchange("x1"),
+                            EngineCounters({"sglang:num_aborted_requests_total": Change.between(3.0, 4.0)})), check="")
+    row = (*finding_row(new, 0.0)[:16], json.dumps(old))
+    ledger._execute(f"INSERT INTO findings ({FINDING_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
+    assert ledger.findings() == [new]
 
 
 def test_retention_and_purge(connect: OpenLedger) -> None:

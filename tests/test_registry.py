@@ -56,7 +56,7 @@ class Twice(Check):
                 step = Step(id=f"{run.run_id}tw-{tenant}-{n}", role="probe", tenant=tenant, length=TOKENS,
                             stream=False, expect_served=True, boundary="twice", max_tokens=ANSWER, aim=Aim.NONE)
                 built = await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=None, cue=False)
-                record(await ctx.send_judged(step, built, route), result, run.on_event)
+                record(await ctx.send_judged(step, built, route, check=self.name), result, run.on_event)
         run.on_event(CheckDone(ctx.config.name, result))
         return result
 

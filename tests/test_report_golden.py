@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints, is_typeddict
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 import pytest
 
@@ -50,15 +51,22 @@ def test_each_format_renders_the_golden_one(name: str) -> None:
 
 
 def _missing(value: Any, hint: Any, where: str) -> list[str]:
-    """Fields a TypedDict declares that `value` lacks, recursively through lists of them."""
+    """Fields a TypedDict requires that `value` lacks, recursively through lists, mappings and optionals of them."""
     if is_typeddict(hint):
         assert isinstance(value, dict), where
         fields = get_type_hints(hint)
         inside = [gap for key, inner in fields.items() if key in value
                   for gap in _missing(value[key], inner, f"{where}.{key}")]
-        return [f"{where}.{key}" for key in fields if key not in value] + inside
-    if get_origin(hint) is list and value:
-        return [gap for i, item in enumerate(value) for gap in _missing(item, get_args(hint)[0], f"{where}[{i}]")]
+        return [f"{where}.{key}" for key in sorted(hint.__required_keys__) if key not in value] + inside
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType) and value is not None:
+        return [gap for arm in args if is_typeddict(arm) for gap in _missing(value, arm, where)]
+    if origin is list:
+        return [gap for i, item in enumerate(value) for gap in _missing(item, args[0], f"{where}[{i}]")] \
+            if isinstance(value, list) else [f"{where} (not a list)"]
+    if origin is dict:
+        return [gap for key, item in value.items() for gap in _missing(item, args[1], f"{where}.{key}")] \
+            if isinstance(value, dict) else [f"{where} (not an object)"]
     return []
 
 

@@ -22,7 +22,7 @@ from prober.report import document
 from prober.targets.api import Api
 from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.testbed import tokenizer
-from prober.types import Canary, CanaryKind, Finding, FindingKind, Severity
+from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 
 pytestmark = pytest.mark.unit
 
@@ -147,7 +147,7 @@ def test_an_audit_whose_answers_never_repeat_their_canary_is_blind_not_clean() -
     assert document(vouched)["verdict"]["status"] == "blind" and exit_code(vouched, Severity.WARNING) == EXIT_ERROR
     seeing = audit_of(result(False), result(True, role="probe", tenant="b"))
     assert document(seeing)["verdict"]["status"] == "no_leak" and exit_code(seeing, Severity.WARNING) == 0
-    echo = Finding(record_id="probe-b", kind=FindingKind.CROSS_TENANT_ECHO, detector="exact",
+    echo = Finding(record_id="probe-b", kind=FindingKind.CROSS_TENANT_ECHO, detector=DetectorName.EXACT,
                    severity=Severity.CRITICAL, score=1.0, observer_tenant="b", victim_tenant="a")
     leaked = audit_of(probe, findings=[echo])  # a leak seen is seen, even by an audit otherwise blind
     assert document(leaked)["verdict"]["status"] == "leak" and exit_code(leaked, Severity.WARNING) == EXIT_FINDINGS

@@ -80,7 +80,8 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
     assert code == 1 and echoes == PAIRS, (code, echoes)
     (counted,) = [f for f in doc["findings"] if f["kind"] == "counted_failure"]
-    assert counted["details"]["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
+    (test,) = [d for d in counted["details"] if d["type"] == "counters"]
+    assert test["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
 
 
 def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTestbed, tmp_path: Path) -> None:

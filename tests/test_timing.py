@@ -23,7 +23,8 @@ from prober.checks.timing import (
 )
 from prober.config import TargetConfig, TenantConfig, TimingSettings
 from prober.errors import PlanError
-from prober.types import FindingKind, Severity
+from prober.evidence import SaltAsserted, TimingStatistics
+from prober.types import DetectorName, FindingKind, Severity
 
 pytestmark = pytest.mark.unit
 
@@ -62,10 +63,11 @@ def test_a_cache_shaped_shift_is_found_with_its_evidence() -> None:
     [finding] = findings_of([shared, isolated], run_id="r1-")
     assert finding.kind is FindingKind.CROSS_TENANT_CACHE_TIMING and finding.severity is Severity.WARNING
     assert (finding.victim_tenant, finding.observer_tenant) == ("a", "b")
-    details = finding.details
-    assert details["hits"] == details["misses"] == 10 and details["false_alarm"] == 0.001
-    assert details["median_ttft_hit_s"] < 0.2 < 1.0 < details["median_ttft_miss_s"]
-    assert "Mann-Whitney" in str(details["test"])
+    stats = finding.evidence_of(TimingStatistics)
+    assert stats is not None and finding.detector is DetectorName.TIMING
+    assert stats.hits == stats.misses == 10 and stats.false_alarm == 0.001
+    assert (stats.median_ttft_hit_s or 1.0) < 0.2 < 1.0 < (stats.median_ttft_miss_s or 0.0)
+    assert "Mann-Whitney" in stats.test
 
 
 def test_slower_hits_are_no_evidence_of_sharing() -> None:
@@ -111,7 +113,7 @@ def test_a_small_shift_in_noise_is_found_with_more_rounds_where_one_could_not() 
     assert sum(d.rounds == 1 for d in clean) > 140 and sum(d.unclear for d in clean) < 30
     assert not any(d.found for d in clean)
     late = next(d for d in three if d.found and d.rounds > 1)
-    assert len(late.samples.hits) == 12 * late.rounds and late.evidence()["rounds"] == late.rounds
+    assert len(late.samples.hits) == 12 * late.rounds and late.evidence().rounds == late.rounds
     assert "Stouffer" in late.method
 
 
@@ -155,6 +157,6 @@ def test_salted_tenants_and_the_broken_promise() -> None:
     [decision] = decide([[samples([0.1 + rng.random() / 100 for _ in range(10)],
                                   [1.0 + rng.random() / 100 for _ in range(10)], victim="b", observer="a")]], 0.001)
     [finding] = findings_of([decision], run_id="", salted=frozenset({"a"}))
-    assert finding.severity is Severity.HIGH and finding.details["salt_asserted"] == ["a"]
+    assert finding.severity is Severity.HIGH and finding.evidence_of(SaltAsserted) == SaltAsserted(("a",))
     assert "salt does not isolate" in finding.excerpt
     assert salt_asserted(finding, frozenset({"c"})) is finding

@@ -24,6 +24,7 @@ from prober.campaign import AuditResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.timing import TimingResult
 from prober.config import parse_config
+from prober.evidence import EngineCounters, SaltAsserted, TimingStatistics
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
@@ -165,9 +166,9 @@ def _cache_evidence(result: AuditResult) -> list[str]:
     timing = report.result("timing")
     for d in timing.decisions if isinstance(timing, TimingResult) else []:
         e = d.evidence()
-        lines.append(f"timing {d.samples.victim}->{d.samples.observer}: hit {e['median_ttft_hit_s']} s, miss "
-                     f"{e['median_ttft_miss_s']} s, p {d.p_value:.2g} (adjusted {d.adjusted_p:.2g}), "
-                     f"{e['hits']} hits, {e['misses']} misses, {e['lost']} lost")
+        lines.append(f"timing {d.samples.victim}->{d.samples.observer}: hit {e.median_ttft_hit_s} s, miss "
+                     f"{e.median_ttft_miss_s} s, p {d.p_value:.2g} (adjusted {d.adjusted_p:.2g}), "
+                     f"{e.hits} hits, {e.misses} misses, {e.lost} lost")
     return lines + [f"{f.kind}: {f.excerpt}" for f in result.findings]
 
 
@@ -182,18 +183,19 @@ def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmS
                  for kind in (FindingKind.CROSS_TENANT_CACHE_HIT, FindingKind.CROSS_TENANT_CACHE_TIMING)}
     assert {f.kind for f in result.findings} - DRIFT == set(crossings), seen
     assert all(found == both_ways for found in crossings.values()), seen
-    assert all(f.severity is Severity.HIGH and f.details["salt_asserted"] == ["tenant-a"] for f in result.findings
-               if f.kind not in DRIFT)
+    assert all(f.severity is Severity.HIGH and f.evidence_of(SaltAsserted) == SaltAsserted(("tenant-a",))
+               for f in result.findings if f.kind not in DRIFT)
     hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
-    engine = hits[0].details["engine_telemetry"]
-    assert isinstance(engine, dict) and engine["vllm:prefix_cache_hits_total"]["delta"] > 0
+    engine = hits[0].evidence_of(EngineCounters)
+    assert engine is not None and engine.changes["vllm:prefix_cache_hits_total"].delta > 0
     timing = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_TIMING]
     for finding in timing:
-        evidence = finding.details
-        assert evidence["adjusted_p"] <= evidence["false_alarm"] == 0.001
-        assert evidence["hits"] == evidence["misses"] == TIMING["samples"]
-        assert evidence["median_ttft_hit_s"] < evidence["median_ttft_miss_s"]
-        assert evidence["engine_telemetry"]["vllm:prefix_cache_hits_total"]["delta"] > 0
+        stats, counters = finding.evidence_of(TimingStatistics), finding.evidence_of(EngineCounters)
+        assert stats is not None and counters is not None
+        assert stats.adjusted_p <= stats.false_alarm == 0.001
+        assert stats.hits == stats.misses == TIMING["samples"]
+        assert (stats.median_ttft_hit_s or 0) < (stats.median_ttft_miss_s or 0)
+        assert counters.changes["vllm:prefix_cache_hits_total"].delta > 0
 
 
 def test_per_tenant_cache_salts_isolate(vllm: VllmServer, tmp_path: Path) -> None:

@@ -132,8 +132,9 @@ def test_an_audit_of_the_fault_engine_reports_the_leak_and_the_phantom_hits(pair
     assert {f["record_id"] for f in phantom} == {s["id"] for s in over}
     for finding in phantom:
         claimed = (steps[finding["record_id"]]["prompt_tokens"] - 1) // 128 * 128  # all but the last block
-        assert finding["details"]["cached_tokens"] == claimed > finding["details"]["fresh_from"]
-        engine = finding["details"]["engine_telemetry"]
+        details = {d["type"]: d for d in finding["details"]}
+        assert details["cache_usage"]["cached_tokens"] == claimed > details["cache_usage"]["fresh_from"]
+        engine = details["engine_telemetry"]["changes"]
         assert engine["vllm:external_prefix_cache_hits_total"]["delta"] >= claimed
         assert engine['vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}']["delta"] >= claimed
     # The shape was measured, not assumed: this model repeats its canary through vLLM's chat template.

@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from prober.campaign.plan import Step
+from prober.evidence import CacheUsage, SharedPrefix
 from prober.prompts import BuiltPrompt
 from prober.prompts.counter import TokenCounter
 from prober.targets.credentials import Secret
 from prober.targets.outbox import Outbox, SentPrompt
 from prober.targets.result import Completion
-from prober.types import Finding, FindingKind, ProbeContext, Severity
+from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 # A prefix counted through a chat template's form carries the turn's end, and a cut may merge differently.
 SLACK_TOKENS = 8
@@ -50,8 +51,8 @@ class Shared:
         whose = self.tenant or "an unknown sender"
         return f"a prompt {whose} sent at {_utc(self.sent.at)} ({self.tokens:,} tokens)"
 
-    def to_json(self) -> dict[str, object]:
-        return {"tokens": self.tokens, "tenant": self.tenant, "sent_at": self.sent.at if self.sent else None}
+    def evidence(self) -> SharedPrefix:
+        return SharedPrefix(self.tokens, self.tenant, self.sent.at if self.sent else None)
 
 
 class CacheExplainer:
@@ -93,24 +94,24 @@ class CacheExplainer:
                 # it), a sender this run cannot name, or no more than a block beyond what the observer explains.
                 return []
             return [Finding(
-                record_id=step.id, kind=FindingKind.CROSS_TENANT_CACHE_HIT, detector="envelope",
+                record_id=step.id, kind=FindingKind.CROSS_TENANT_CACHE_HIT, detector=DetectorName.ENVELOPE,
                 severity=Severity.WARNING, score=1.0, observer_tenant=step.tenant, victim_tenant=other.tenant,
                 probe_id=step.id, context=context,
                 excerpt=f"{cached:,} of {built.tokens:,} tokens came from a prefix cache that {other.describe()} "
                         f"filled; none of {step.tenant}'s own earlier prompts shares more than {own.tokens:,}: one "
                         "prefix cache serves both tenants (a timing side channel; per-tenant cache salts close it)",
-                details={"cached_tokens": cached, "shared_with": other.to_json(), "own_shared": own.to_json()})]
+                evidence=(CacheUsage(cached, shared_with=other.evidence(), own_shared=own.evidence()),))]
         if floor is None:
             return []  # not known to be new: a prompt this process no longer keeps, or another sender's
         best = max([own, *others], key=lambda s: s.tokens)
         return [Finding(
-            record_id=step.id, kind=FindingKind.PHANTOM_CACHE_HIT, detector="envelope", severity=Severity.HIGH,
-            score=1.0, observer_tenant=step.tenant, probe_id=step.id, context=context,
+            record_id=step.id, kind=FindingKind.PHANTOM_CACHE_HIT, detector=DetectorName.ENVELOPE,
+            severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, probe_id=step.id, context=context,
             excerpt=f"{cached:,} of {built.tokens:,} tokens reported as cached, but the longest prefix any earlier "
                     f"prompt shares with this one is {best.describe() if best.sent else f'its first {floor:,} tokens'}"
                     ": the engine attended over KV it never computed for this prompt (a hand-off or cache tier that "
                     "claims what it did not write)",
-            details={"cached_tokens": cached, "fresh_from": floor, "longest_shared": best.to_json()})]
+            evidence=(CacheUsage(cached, fresh_from=floor, longest_shared=best.evidence()),))]
 
     async def _explain(self, tenant: str, text: str, before: int, counter: TokenCounter,
                        overhead: int) -> tuple[Shared, list[Shared]]:

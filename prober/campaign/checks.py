@@ -4,8 +4,9 @@ The scanner judges the text; these judge status, usage and finish reason."""
 from __future__ import annotations
 
 from prober.campaign.plan import Step
+from prober.evidence import Envelope
 from prober.targets.result import Completion, ErrorKind
-from prober.types import Finding, FindingKind, ProbeContext, Severity
+from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
 USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max_tokens", "stop_sequence",
@@ -16,20 +17,20 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Findi
     """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's)."""
     findings: list[Finding] = []
 
-    def add(kind: FindingKind, severity: Severity, message: str, **details: object) -> None:
-        findings.append(Finding(record_id=step.id, kind=kind, detector="envelope", severity=severity, score=1.0,
-                                observer_tenant=step.tenant, probe_id=step.id,
-                                excerpt=message, context=ProbeContext(sent_tokens, step.boundary, answer.status),
-                                details=details))
+    def add(kind: FindingKind, severity: Severity, message: str, envelope: Envelope | None = None) -> None:
+        findings.append(Finding(record_id=step.id, kind=kind, detector=DetectorName.ENVELOPE, severity=severity,
+                                score=1.0, observer_tenant=step.tenant, probe_id=step.id, excerpt=message,
+                                context=ProbeContext(sent_tokens, step.boundary, answer.status),
+                                evidence=(envelope,) if envelope else ()))
 
     if answer.served and not step.expect_served:
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
             f"served a {sent_tokens:,}-token prompt ({step.boundary}) that a correct engine refuses",
-            expected="refused")
+            Envelope(expected="refused"))
     if answer.refused and answer.error is not None and step.expect_served:
         add(FindingKind.UNEXPECTED_REFUSAL, Severity.INFO,
             f"refused a {sent_tokens:,}-token prompt ({step.boundary}) that the capacity says fits: "
-            f"{answer.error.message}", expected="served")
+            f"{answer.error.message}", Envelope(expected="served"))
     if answer.in_band_error and answer.error is not None:
         # Refusing in-band where a refusal is due is correct (SGLang does it); elsewhere it hides a failure.
         severity = Severity.INFO if not step.expect_served else Severity.WARNING
@@ -44,7 +45,7 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Findi
         add(FindingKind.STREAM_ERROR if answer.streamed else FindingKind.ENGINE_ERROR, Severity.WARNING,
             f"{'stream' if answer.streamed else 'answer'} cut on a {sent_tokens:,}-token prompt ({step.boundary}) "
             f"after {answer.total_s:.1f} s, {len(answer.text):,} characters in: {answer.error.message}",
-            cut=cut.value, arrived_chars=len(answer.text))
+            Envelope(cut=cut.value, arrived_chars=len(answer.text)))
     implausible = answer.implausible_usage or (answer.usage.implausible(sent_tokens=sent_tokens)
                                                if answer.usage else None)
     if implausible:
@@ -54,8 +55,9 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Findi
     if answer.status == 200 and usage is not None and usage < sent_tokens * PLACEHOLDER_SHARE:
         add(FindingKind.PLACEHOLDER_SUBSTITUTION, Severity.HIGH,
             f"usage.prompt_tokens is {usage:,} for a {sent_tokens:,}-token prompt: the prompt was replaced "
-            "before it was processed", usage_prompt_tokens=usage)
+            "before it was processed", Envelope(usage_prompt_tokens=usage))
     if answer.served and answer.finish_reason is not None and answer.finish_reason not in USUAL_FINISH:
         add(FindingKind.ODD_FINISH_REASON, Severity.WARNING,
-            f"finish_reason {answer.finish_reason!r} on an HTTP-200 answer", finish_reason=answer.finish_reason)
+            f"finish_reason {answer.finish_reason!r} on an HTTP-200 answer",
+            Envelope(finish_reason=answer.finish_reason))
     return findings

@@ -23,6 +23,7 @@ from prober.campaign.wiring import Wiring
 from prober.capacity import Capacity, origin_of, reachability
 from prober.config import TargetConfig
 from prober.errors import PlanError, TargetUnusable
+from prober.evidence import EngineCounters
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
@@ -100,25 +101,25 @@ class TargetContext:
         return await self.send_as(step.tenant, prompt, route), before
 
     async def judged(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
-                     before: int, engine: dict[str, dict[str, float]] | None = None) -> StepResult:
+                     check: str, before: int, engine: EngineCounters | None = None) -> StepResult:
         """The judge's verdict on one answer, its cached tokens explained by what was sent before it (`before`: the
         outbox's count when it was sent); no phantom check where prefill and decode are split (decode counts what
         prefill sent it as cached)."""
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
         cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,
                                          overhead=route.path.of(step.tenant), fresh=not split)
-        return await self.judge.answer(step, exchange, built, answer, engine=engine, also=cached)
+        return await self.judge.answer(step, exchange, built, answer, check=check, engine=engine, also=cached)
 
-    async def send_judged(self, step: Step, built: BuiltPrompt, route: Route) -> StepResult:
+    async def send_judged(self, step: Step, built: BuiltPrompt, route: Route, *, check: str) -> StepResult:
         """One request that is its own exchange (a probe-shape control, an idle-slot request), sent and judged."""
         answer, before = await self.send(step, built, route)
-        return await self.judged(step, step.id, built, answer, route, before=before)
+        return await self.judged(step, step.id, built, answer, route, check=check, before=before)
 
-    async def decide_counters(self, counted: CounterEvidence, on_event: Listener) -> list[Finding]:
+    async def decide_counters(self, counted: CounterEvidence, on_event: Listener, *, check: str) -> list[Finding]:
         """A run's failure-counter windows against the background (prober/campaign/counters.py): its findings,
         durable and told."""
         found = await counted.decided(self.telemetry, self.wiring.counters, quiet=not self.wiring.stopping.is_set())
-        return await self.judge.persist(found, None, on_event)
+        return await self.judge.persist(found, None, on_event, check=check)
 
 
 def record(result: StepResult, check: CheckResult, on_event: Listener) -> None:

@@ -26,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prober.config import CounterSettings
+from prober.evidence import CounterDecision, CounterTest, RisenWindow
 from prober.targets.telemetry import FAILURES, Background, EngineTelemetry, Window
-from prober.types import Finding, FindingKind, ProbeContext, Severity
+from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 TEST = ("conditional binomial test of two Poisson rates: the counter's rise in leakprobe's own windows against its "
         "rise in stretches with none of its requests out; one-sided, Bonferroni over the counters tested")
@@ -43,27 +44,6 @@ class CountedWindow:
     context: ProbeContext
     seconds: float
     excess: dict[str, float]
-
-
-@dataclass(frozen=True)
-class CounterDecision:
-    counter: str
-    own_events: float
-    own_seconds: float
-    background_events: float
-    background_seconds: float
-    p_value: float
-    alpha: float  # the per-counter level: the false-alarm rate over the counters tested
-
-    @property
-    def found(self) -> bool:
-        return self.p_value <= self.alpha
-
-    def to_json(self) -> dict[str, object]:
-        return {"counter": self.counter, "own_events": self.own_events, "own_seconds": round(self.own_seconds, 3),
-                "background_events": self.background_events,
-                "background_seconds": round(self.background_seconds, 3), "p_value": self.p_value,
-                "alpha": self.alpha}
 
 
 @dataclass
@@ -112,7 +92,7 @@ class CounterEvidence:
             return []
         own_seconds = sum(w.seconds for w in self.windows)
         alpha = false_alarm / len(FAILURES)
-        return [CounterDecision(name, k, own_seconds, b, background.seconds,
+        return [CounterDecision(name, k, round(own_seconds, 3), b, round(background.seconds, 3),
                                 rate_test(k, own_seconds, b, background.seconds), alpha)
                 for name in risen
                 for k, b in [(sum(w.excess.get(name, 0.0) for w in self.windows), background.events(name))]]
@@ -129,14 +109,13 @@ class CounterEvidence:
                          f"+{d.background_events:g} in {d.background_seconds:.0f} s with none of its requests out "
                          f"(p = {d.p_value:.2g})" for d in found)
         return [Finding(
-            record_id=worst.request, kind=FindingKind.COUNTED_FAILURE, detector="engine_counters",
+            record_id=worst.request, kind=FindingKind.COUNTED_FAILURE, detector=DetectorName.ENGINE_COUNTERS,
             severity=Severity.HIGH, score=1.0 - min(d.p_value for d in found), observer_tenant=worst.tenant,
             probe_id=worst.request, context=worst.context,
             excerpt=f"{said}: more than other users' traffic explains, while the answers came back HTTP 200 — the "
                     "engine gave up on requests it answered",
-            details={"test": TEST, "decisions": [d.to_json() for d in found],
-                     "windows": [{"request": w.request, "seconds": round(w.seconds, 3), "excess": w.excess}
-                                 for w in rising]})]
+            evidence=(CounterTest(TEST, tuple(found), tuple(RisenWindow(w.request, round(w.seconds, 3), w.excess)
+                                                            for w in rising)),))]
 
 
 def rate_test(own: float, own_seconds: float, background: float, background_seconds: float) -> float:

@@ -38,7 +38,7 @@ async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event
     finally:
         result.notes += counted.notes()
         result.planned -= sum(len(e.steps) for e in plan.exchanges if e.id in result.skipped)
-        for finding in await ctx.decide_counters(counted, on_event):
+        for finding in await ctx.decide_counters(counted, on_event, check=result.check):
             named = next((s for s in result.steps if s.step.id == finding.record_id), None)
             if named is not None:
                 named.findings.append(finding)
@@ -94,5 +94,6 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
                 unserved=sum(not answer.served for answer, _ in sent),
                 retried=any(answer.retried for answer, _ in sent))
     for (step, built), (answer, before) in zip(sends, sent, strict=True):
-        judged = await ctx.judged(step, exchange.id, built, answer, route, before=before, engine=engine.evidence())
+        judged = await ctx.judged(step, exchange.id, built, answer, route, check=result.check, before=before,
+                                  engine=engine.evidence())
         record(judged, result, on_event)

@@ -13,6 +13,7 @@ from prober.campaign.plan import Step
 from prober.campaign.results import StepResult
 from prober.campaign.salts import salt_asserted
 from prober.campaign.wiring import Wiring
+from prober.evidence import EngineCounters, Evidence, Exchange, of_json
 from prober.prompts import BuiltPrompt
 from prober.scrub import Scrubber
 from prober.targets.result import Completion
@@ -28,12 +29,12 @@ class Judge:
     scrubber: Scrubber
     salted: frozenset[str]  # tenants whose prefix cache on this target is meant to be salted
 
-    async def persist(self, findings: list[Finding], engine: dict[str, dict[str, float]] | None,
-                      on_event: Listener) -> list[Finding]:
-        """Stamped with target and time, scrubbed, the engine's telemetry added; durable, then announced."""
-        now, scrub = time.time(), self.scrubber
-        findings = [replace(f, target=self.target, found_at=now, excerpt=scrub.text(f.excerpt),
-                            details=scrub.value({**f.details, **({"engine_telemetry": engine} if engine else {})}))
+    async def persist(self, findings: list[Finding], engine: EngineCounters | None, on_event: Listener, *,
+                      check: str) -> list[Finding]:
+        """Stamped with target, check and time, scrubbed, the engine's telemetry added; durable, then announced."""
+        now = time.time()
+        findings = [replace(f, target=self.target, check=check, found_at=now, excerpt=self.scrubber.text(f.excerpt),
+                            evidence=self._scrubbed(f.adding(engine).evidence if engine else f.evidence))
                     for f in findings]
         if findings:
             await asyncio.to_thread(self.wiring.ledger.add_findings, findings)  # durable before anyone is told
@@ -41,9 +42,13 @@ class Judge:
             on_event(FindingRecorded(finding))
         return findings
 
-    async def answer(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *,
-                     engine: dict[str, dict[str, float]] | None = None, also: list[Finding] | None = None
-                     ) -> StepResult:
+    def _scrubbed(self, evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+        """Evidence as the ledger may keep it: no credential in any of its strings (a target's finish reason, its
+        metrics' labels), through the one JSON form."""
+        return tuple(of_json(self.scrubber.value(item.to_json())) for item in evidence)
+
+    async def answer(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *, check: str,
+                     engine: EngineCounters | None = None, also: list[Finding] | None = None) -> StepResult:
         """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable."""
         checked = check_answer(step, built.tokens, answer) + (also or [])
         findings = [salt_asserted(f, self.salted) for f in checked]
@@ -59,9 +64,9 @@ class Judge:
                 scanned = await asyncio.to_thread(scanner.scan, record)
             own = len(scanned.own_echoes)
             context = ProbeContext(built.tokens, step.boundary, answer.status)
-            findings += [replace(f, probe_id=f.probe_id or step.id, context=context,
-                                 details={**f.details, "exchange": exchange}) for f in scanned.findings]
-        findings = await self.persist(findings, engine, ignore)
+            findings += [replace(f.adding(Exchange(exchange)), probe_id=f.probe_id or step.id, context=context)
+                         for f in scanned.findings]
+        findings = await self.persist(findings, engine, ignore, check=check)
         return StepResult(step=step, exchange=exchange, target=self.target, sent_tokens=built.tokens,
                           counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
                           findings=findings, own_echoes=own)

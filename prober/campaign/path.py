@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from secrets import token_hex
+from typing import TypedDict
 
 from prober.prompts.counter import TokenCounter
 from prober.targets.api import Api
@@ -55,9 +56,17 @@ class PathOverhead:
         each = ", ".join(f"{t} +{lo:,}" + (f" to +{hi:,}" if hi != lo else "") for t, (lo, hi) in sorted(spans.items()))
         return f"{self.api.value}: {each} tokens per prompt" + (" (varies between requests)" if self.varying else "")
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> PathDoc:
         return {"api": self.api.value, "by_tenant": {t: list(v) for t, v in self.by_tenant.items()},
                 "varying": self.varying, "problem": self.problem, "summary": self.describe()}
+
+
+class PathDoc(TypedDict):
+    api: str
+    by_tenant: dict[str, list[int]]  # usage minus our count, per measurement
+    varying: bool
+    problem: str | None
+    summary: str
 
 
 async def measure(api: Api, counter: TokenCounter, tenants: Sequence[str], send: Send) -> PathOverhead:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypedDict
 
 from prober.capacity.limits import Capacity
 from prober.errors import PlanError
@@ -139,7 +139,7 @@ class Plan:
                        expect_served=boundary.expect_served, boundary=boundary.label,
                        max_tokens=room(boundary.length), ask=ask, aim=aim)))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> PlanDoc:
         return {"target": self.target, "tokens": self.tokens,
                 "boundaries": [{"label": b.label, "length": b.length, "expect": _expect(b.expect_served)}
                                for b in self.boundaries],
@@ -153,6 +153,42 @@ class Plan:
 
 def _expect(served: bool) -> str:
     return "served" if served else "refused"
+
+
+class BoundaryDoc(TypedDict):
+    label: str
+    length: int
+    expect: str  # served | refused
+
+
+class ExchangeDoc(TypedDict):
+    id: str
+    victim: str
+    observer: str
+    concurrent: bool
+    same_text: bool
+    repeat: bool
+    prime_tokens: int
+    probe_tokens: int
+    boundary: str
+    stream: bool
+    ask: str
+    expect: str
+
+
+class PlanDoc(TypedDict):
+    target: str
+    tokens: int
+    boundaries: list[BoundaryDoc]
+    exchanges: list[ExchangeDoc]
+    fact_share: float
+
+
+class PlannedDoc(TypedDict):
+    tokens: int
+    requests: int
+    seconds: float
+    moot: str | None
 
 
 def acceptance_limit(capacity: Capacity) -> int | None:
@@ -352,6 +388,6 @@ class Planned:
     def moot_because(cls, why: str) -> Planned:
         return cls(0, 0, 0.0, moot=why)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> PlannedDoc:
         return {"tokens": self.tokens, "requests": self.requests, "seconds": round(self.seconds, 1),
                 "moot": self.moot}

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypedDict
 
 from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Planned, Step
@@ -36,6 +37,47 @@ HINTS = {"refused": "check the model name, the gateway in front of the engine an
          "connect": "check the URL and the network path",
          "malformed": "the target does not answer as its API promises",
          "truncated": "the target cuts its answers off"}
+
+
+class TrialDoc(TypedDict):
+    shape: str
+    sent: int
+    served: int
+    echoed: int
+    error: str | None
+
+
+class ShapeDoc(TypedDict):
+    chosen: str
+    blind: bool
+    summary: str
+    trials: list[TrialDoc]
+
+
+class SightDoc(TypedDict):
+    checked: int
+    echoed: int
+    blind: bool
+
+
+class CoverageDoc(TypedDict):
+    planned: int
+    sent: int
+    observed: int
+    unobserved: dict[str, int]  # by outcome
+
+
+class CheckDoc(TypedDict):
+    check: str
+    requests: int
+    tokens: int
+    findings: int
+    sight: SightDoc | None
+    errors: list[str]
+    notes: list[str]
+    skipped: dict[str, str]
+    moot: str | None
+    summary: str
 
 
 @dataclass(kw_only=True)
@@ -95,7 +137,7 @@ class ShapeTrial:
     def served(self) -> int:
         return sum(1 for c in self.controls if c.answer.served)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> TrialDoc:
         return {"shape": self.shape.name, "sent": len(self.controls), "served": self.served, "echoed": self.echoed,
                 "error": self.error}
 
@@ -115,7 +157,7 @@ class ShapeChoice:
                           else f"{t.shape.name} ({t.error})" for t in self.trials)
         return f"{self.chosen.name}{' (blind)' if self.blind else ''}; own canary back: {tried}"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ShapeDoc:
         return {"chosen": self.chosen.name, "blind": self.blind, "summary": self.summary(),
                 "trials": [t.to_json() for t in self.trials]}
 
@@ -177,7 +219,7 @@ class CheckResult:
         probes = [s for s in self.steps if s.step.role == "probe" and s.observed]
         return f"{self.check} ({len(probes)} probes: refusals, usage, finish reasons)" if probes else None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> CheckDoc:
         sight = self.sight
         return {"check": self.check, "requests": self.requests, "tokens": self.tokens,
                 "findings": len(self.findings), "sight": sight.to_json() if sight else None,
@@ -297,7 +339,7 @@ class Sight:
         return (f"{check} blind: none of {self.checked} probe answers repeated its own tenant's canary, so another "
                 "tenant's would not have shown either")
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> SightDoc:
         return {"checked": self.checked, "echoed": self.echoed, "blind": self.blind}
 
 
@@ -325,7 +367,7 @@ class Coverage:
         return (f"{self.observed} of {self.planned} planned requests observed ({', '.join(parts)})"
                 + (f": {'; '.join(hints)}" if hints else ""))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> CoverageDoc:
         return {"planned": self.planned, "sent": self.sent, "observed": self.observed,
                 "unobserved": dict(self.unobserved)}
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from prober.config import TargetConfig, TenantConfig
+from prober.evidence import SaltAsserted, adding
 from prober.types import Finding, FindingKind, Severity
 
 SALT_BYTES = 32  # vLLM's docs ask for a random salt of 256 bits (43 characters of base64)
@@ -47,4 +48,4 @@ def salt_asserted(finding: Finding, salted: frozenset[str]) -> Finding:
     who = " and ".join(involved)
     note = f"; the config says {who} {'is' if len(involved) == 1 else 'are'} cache-salted: the salt does not isolate"
     return replace(finding, severity=max(finding.severity, Severity.HIGH), excerpt=finding.excerpt + note,
-                   details={**finding.details, "salt_asserted": involved})
+                   evidence=adding(finding.evidence, SaltAsserted(tuple(involved))))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TypedDict
 
 from prober.targets.api import Engine
 from prober.types import Severity
@@ -16,8 +17,26 @@ class Known:
     value: int
     source: str  # e.g. "sglang /server_info max_total_num_tokens", "config", "bisection"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> KnownDoc:
         return {"value": self.value, "source": self.source}
+
+
+class KnownDoc(TypedDict):
+    value: int
+    source: str
+
+
+class CapacityDoc(TypedDict):
+    engine: str | None
+    context_length: KnownDoc | None
+    pool_tokens: KnownDoc | None
+    max_req_input_len: KnownDoc | None
+    page_size: KnownDoc | None
+    slots: KnownDoc | None
+    accept_limit: KnownDoc | None
+    disaggregation_mode: str | None
+    kv_unified: bool | None
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -48,15 +67,15 @@ class Capacity:
     def advertised(self) -> Known | None:
         return self.context_length or self.accept_limit
 
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"engine": self.engine}
-        for name in FIELDS:
-            known = getattr(self, name)
-            out[name] = known.to_json() if known else None
-        out["disaggregation_mode"] = self.disaggregation_mode
-        out["kv_unified"] = self.kv_unified
-        out["notes"] = list(self.notes)
-        return out
+    def to_json(self) -> CapacityDoc:
+        def known(value: Known | None) -> KnownDoc | None:
+            return value.to_json() if value else None
+
+        return {"engine": str(self.engine) if self.engine else None, "context_length": known(self.context_length),
+                "pool_tokens": known(self.pool_tokens), "max_req_input_len": known(self.max_req_input_len),
+                "page_size": known(self.page_size), "slots": known(self.slots),
+                "accept_limit": known(self.accept_limit), "disaggregation_mode": self.disaggregation_mode,
+                "kv_unified": self.kv_unified, "notes": list(self.notes)}
 
 
 class VerdictCode(StrEnum):
@@ -81,14 +100,38 @@ _SEVERITIES = {VerdictCode.CAPACITY_INVERSION: Severity.CRITICAL, VerdictCode.TH
 class Verdict:
     code: VerdictCode
     message: str
-    details: dict[str, object] = field(default_factory=dict)
+    advertised_context: int | None = None  # the numbers it compared, where it compared any
+    pool_tokens: int | None = None
+    slots: int | None = None
 
     @property
     def severity(self) -> Severity:
         return self.code.severity
 
-    def to_json(self) -> dict[str, object]:
-        return {"severity": self.severity.label, "code": self.code, "message": self.message, **self.details}
+    def to_json(self) -> CapacityVerdictDoc:
+        doc: CapacityVerdictDoc = {"severity": self.severity.label, "code": self.code.value, "message": self.message}
+        if self.advertised_context is not None:
+            doc["advertised_context"] = self.advertised_context
+        if self.pool_tokens is not None:
+            doc["pool_tokens"] = self.pool_tokens
+        if self.slots is not None:
+            doc["slots"] = self.slots
+        return doc
+
+
+class _ComparedDoc(TypedDict, total=False):
+    """The numbers a verdict compared, where it compared any (a base of its own: `NotRequired` is not seen at run
+    time under postponed annotations, which the report's golden test reads)."""
+
+    advertised_context: int
+    pool_tokens: int
+    slots: int
+
+
+class CapacityVerdictDoc(_ComparedDoc):
+    severity: str
+    code: str
+    message: str
 
 
 def assess(capacity: Capacity) -> list[Verdict]:
@@ -103,25 +146,28 @@ def assess(capacity: Capacity) -> list[Verdict]:
                                 f"{missing} not exposed; set them under `capacity:` in the config or allow "
                                 "bisection (--bisect-budget) to compare them"))
         return verdicts
-    details: dict[str, object] = {"advertised_context": ctx.value, "pool_tokens": pool.value}
+
+    def compared(code: VerdictCode, message: str, slots: int | None = None) -> Verdict:
+        return Verdict(code, message, advertised_context=ctx.value, pool_tokens=pool.value, slots=slots)
+
     if pool.value < ctx.value:
         band = capacity.max_req_input_len.value if capacity.max_req_input_len else pool.value
-        verdicts.append(Verdict(
+        verdicts.append(compared(
             VerdictCode.CAPACITY_INVERSION,
             f"advertised context {ctx.value:,} tokens ({ctx.source}) exceeds the KV pool of {pool.value:,} "
             f"({pool.source}): prompts from about {band:,} to {ctx.value - 1:,} tokens pass the API's length "
-            "check but cannot fit in the cache", details))
+            "check but cannot fit in the cache"))
     elif pool.value < 2 * ctx.value:
-        verdicts.append(Verdict(
+        verdicts.append(compared(
             VerdictCode.THIN_MARGIN,
             f"KV pool of {pool.value:,} tokens is under twice the advertised context of {ctx.value:,}: one "
-            "maximal request leaves no room for a second (remediation margin: pool >= 2x context)", details))
+            "maximal request leaves no room for a second (remediation margin: pool >= 2x context)"))
     if capacity.kv_unified and slots > 1 and slots * ctx.value > pool.value:
-        verdicts.append(Verdict(
+        verdicts.append(compared(
             VerdictCode.SHARED_POOL_OVERSUBSCRIBED,
             f"{slots} slots each advertise {ctx.value:,} tokens over one shared pool of {pool.value:,}: "
-            "concurrent long prompts cannot all fit", {**details, "slots": slots}))
+            "concurrent long prompts cannot all fit", slots))
     if not verdicts:
-        verdicts.append(Verdict(VerdictCode.OK, f"KV pool {pool.value:,} >= 2x advertised context "
-                                                     f"{ctx.value:,}", details))
+        verdicts.append(compared(VerdictCode.OK, f"KV pool {pool.value:,} >= 2x advertised context "
+                                                     f"{ctx.value:,}"))
     return verdicts

@@ -24,6 +24,7 @@ from prober.checks.base import Check, Run
 from prober.checks.timing import Send
 from prober.config import CrosstalkSettings, ProberConfig
 from prober.detect.scanner import ScanResult
+from prober.evidence import Burst
 from prober.targets.base import Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion
@@ -96,9 +97,8 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
                     retried=any(a.retried for a in answers))
     for request, answer in zip(requests, answers, strict=True):
         result.extra += await _judge(request, answer, scan, result)
-    evidence = engine.evidence()
-    result.extra = [replace(f, details={**f.details, "engine_telemetry": evidence}) if evidence else f
-                    for f in result.extra]
+    if (counters := engine.evidence()) is not None:
+        result.extra = [f.adding(counters) for f in result.extra]
     return result
 
 
@@ -111,10 +111,9 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     else:
         result.answered += 1
     scanned = await scan(Record(request.id, request.tenant, answer.full_text, ASK.format(code=request.canary.text)))
-    context = {"check": "crosstalk", "streamed": answer.streamed, "own_canary": request.canary.id}
+    burst = Burst(answer.streamed, request.canary.id)
     where = ProbeContext(boundary=BOUNDARY, status=answer.status)
-    findings = [replace(f, probe_id=f.probe_id or request.id, context=where,
-                        details={**f.details, **context}) for f in scanned.findings]
+    findings = [replace(f.adding(burst), probe_id=f.probe_id or request.id, context=where) for f in scanned.findings]
     own = [hit for hit in scanned.own_echoes if hit.canary is not None]
     if any(hit.canary.id == request.canary.id for hit in own if hit.canary):
         result.own_echoed += 1
@@ -127,7 +126,7 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
             probe_id=hit.canary.probe_id or request.id, start=hit.start, end=hit.end, context=where,
             excerpt=f"the answer to {request.id} carries the canary of {hit.canary.probe_id}, another request of "
                     f"{request.tenant} in the same burst: answers were mixed between concurrent requests",
-            details={**context, "other_request": hit.canary.probe_id}))
+            evidence=(replace(burst, other_request=hit.canary.probe_id),)))
     if strays or scanned.findings:
         result.foreign += 1
     return findings
@@ -158,7 +157,7 @@ class CrosstalkCheck(Check):
         result = await run_burst(ctx.send_as, ctx.planter.canary, scan, ctx.tenants, run.config.crosstalk,
                                  streaming=run.config.audit.streaming, run_id=run.run_id, telemetry=ctx.telemetry,
                                  counted=counted)
-        result.extra = await ctx.judge.persist(result.extra, None, run.on_event)
-        result.extra += await ctx.decide_counters(counted, run.on_event)
+        result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
+        result.extra += await ctx.decide_counters(counted, run.on_event, check=self.name)
         run.on_event(CheckDone(ctx.config.name, result))
         return result

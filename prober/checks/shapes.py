@@ -93,7 +93,7 @@ class ShapeCheck(Check):
                         max_tokens=answer_tokens(run.config), aim=Aim.NONE)
             cue = shape.layout is Layout.CUE
             built = await ctx.planter.prompt(step, ASKED["quote"], route, controls, page=page, cue=cue, lead=cue)
-            judged = await ctx.send_judged(step, built, route)
+            judged = await ctx.send_judged(step, built, route, check=self.name)
             record(judged, result, run.on_event)
             return judged
 

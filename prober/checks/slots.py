@@ -101,7 +101,7 @@ class SlotsCheck(Check):
         async def send(step: Step) -> StepResult:
             ask = ASKED["quote"] if step.role == "probe" else PRIME_INSTRUCTION
             built = await ctx.planter.prompt(step, ask, route, plan, page=page, cue=False, nonce=token_hex(6))
-            judged = await ctx.send_judged(step, built, route)
+            judged = await ctx.send_judged(step, built, route, check=self.name)
             run.on_event(StepDone(judged))
             for finding in judged.findings:
                 run.on_event(FindingRecorded(finding))

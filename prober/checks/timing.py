@@ -27,6 +27,7 @@ rate still holds; a pair still unclear after the last round is reported *undecid
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import random
 import statistics
@@ -41,11 +42,12 @@ from prober.campaign.salts import salt_asserted
 from prober.checks.base import Check, Run
 from prober.config import ProberConfig, TimingSettings
 from prober.errors import PlanError
+from prober.evidence import EngineCounters, TimingStatistics
 from prober.prompts.counter import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
-from prober.types import Finding, FindingKind, ProbeContext, Severity
+from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 TEST = ("one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), rounds combined by Stouffer, "
         "Bonferroni across rounds, Holm across pairs")
@@ -69,27 +71,22 @@ class PairSamples:
     lost: int  # requests that gave no usable TTFT (error, no text, a retry)
     requests: int
     tokens: int  # prompt tokens sent (victim and observer)
-    engine: dict[str, dict[str, float]] | None = None
+    engine: EngineCounters | None = None
 
     @classmethod
     def merged(cls, rounds: Sequence[PairSamples]) -> PairSamples:
         """One pair's rounds as one body of evidence (the engine's counters: first before, last after, the
         deltas summed, since other pairs' rounds ran in between)."""
-        first, last = rounds[0], rounds[-1]
+        first = rounds[0]
         if len(rounds) == 1:
             return first
         served = [r.prompt_tokens for r in rounds if r.prompt_tokens]
-        engine: dict[str, dict[str, float]] = {}
-        for r in rounds:
-            for name, change in (r.engine or {}).items():
-                was = engine.get(name)
-                engine[name] = change if was is None else {
-                    "before": was["before"], "after": change["after"],
-                    "delta": round(was["delta"] + change["delta"], 6)}
+        engines = [r.engine for r in rounds if r.engine is not None]
         return cls(first.victim, first.observer, tuple(t for r in rounds for t in r.hits),
                    tuple(t for r in rounds for t in r.misses), tuple(t for r in rounds for t in r.warm),
                    statistics.fmean(served) if served else None, sum(r.lost for r in rounds),
-                   sum(r.requests for r in rounds), sum(r.tokens for r in rounds), engine or last.engine)
+                   sum(r.requests for r in rounds), sum(r.tokens for r in rounds),
+                   functools.reduce(EngineCounters.then, engines) if engines else None)
 
 
 @dataclass(frozen=True)
@@ -118,19 +115,17 @@ class PairDecision:
         n = len(self.samples.hits) * len(self.samples.misses)
         return 1 - self.u / n if n else 0.5
 
-    def evidence(self) -> dict[str, object]:
+    def evidence(self) -> TimingStatistics:
         s = self.samples
         median_hit, median_miss = _median(s.hits), _median(s.misses)
-        return {"test": TEST, "method": self.method, "p_value": self.p_value, "adjusted_p": self.adjusted_p,
-                "false_alarm": self.alpha, "rounds": self.rounds, "most_rounds": self.looks, "u": self.u,
-                "hit_faster_probability": round(self.hit_faster, 4),
-                "median_ttft_hit_s": median_hit, "median_ttft_miss_s": median_miss,
-                "median_ratio": round(median_hit / median_miss, 4) if median_hit and median_miss else None,
-                "median_ttft_victim_warm_s": _median(s.warm), "hits": len(s.hits), "misses": len(s.misses),
-                "lost": s.lost, "requests": s.requests, "tokens": s.tokens,
-                # The observer's answers' mean (a request's own length is the finding's context, not evidence).
-                "mean_prompt_tokens": round(s.prompt_tokens, 1) if s.prompt_tokens else None,
-                **({"engine_telemetry": s.engine} if s.engine else {})}
+        return TimingStatistics(
+            test=TEST, method=self.method, p_value=self.p_value, adjusted_p=self.adjusted_p, false_alarm=self.alpha,
+            rounds=self.rounds, most_rounds=self.looks, u=self.u, hit_faster_probability=round(self.hit_faster, 4),
+            median_ttft_hit_s=median_hit, median_ttft_miss_s=median_miss,
+            median_ratio=round(median_hit / median_miss, 4) if median_hit and median_miss else None,
+            median_ttft_victim_warm_s=_median(s.warm), hits=len(s.hits), misses=len(s.misses), lost=s.lost,
+            requests=s.requests, tokens=s.tokens,
+            mean_prompt_tokens=round(s.prompt_tokens, 1) if s.prompt_tokens else None)
 
 
 @dataclass(kw_only=True)
@@ -313,18 +308,18 @@ def findings_of(decisions: Sequence[PairDecision], *, run_id: str, salted: froze
         if not decision.found:
             continue
         s = decision.samples
-        evidence = decision.evidence()
+        stats = decision.evidence()
         message = (f"{s.observer}'s requests for prompts {s.victim} had just sent started answering sooner "
-                   f"(median TTFT {evidence['median_ttft_hit_s']} s vs {evidence['median_ttft_miss_s']} s for fresh "
+                   f"(median TTFT {stats.median_ttft_hit_s} s vs {stats.median_ttft_miss_s} s for fresh "
                    f"prompts; p = {decision.adjusted_p:.2g} after Holm over {len(decisions)} pairs, false-alarm rate "
                    f"{decision.alpha}): the prefix cache is shared between these tenants")
         record = f"{run_id}timing{index + 1:02d}"
         found.append(salt_asserted(Finding(
-            record_id=record, kind=FindingKind.CROSS_TENANT_CACHE_TIMING, detector="timing",
+            record_id=record, kind=FindingKind.CROSS_TENANT_CACHE_TIMING, detector=DetectorName.TIMING,
             severity=Severity.WARNING, score=decision.hit_faster, observer_tenant=s.observer,
             victim_tenant=s.victim, probe_id=record, excerpt=message,
             context=ProbeContext(prompt_tokens=round(s.prompt_tokens) if s.prompt_tokens else None),
-            details=evidence), salted))
+            evidence=(stats, s.engine) if s.engine else (stats,)), salted))
     return found
 
 
@@ -383,6 +378,6 @@ class TimingCheck(Check):
         result = await check_timing(ctx.send_as, counter, ctx.tenants, run.config.timing, run_id=run.run_id,
                                     salted=ctx.salted, telemetry=ctx.telemetry,
                                     longest=refused_from - 1 if refused_from else None)
-        result.extra = await ctx.judge.persist(result.extra, None, run.on_event)
+        result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
         run.on_event(CheckDone(ctx.config.name, result))
         return result

@@ -93,7 +93,7 @@ def incidents_list(
     now = time.time()
     shown = [i for i in incidents if every or i.is_open(now, seconds)]
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps([{"id": incident_id(i.key), **i.to_json(now, seconds)} for i in shown], indent=2))
+        typer.echo(json.dumps([{"id": incident_id(i.key), **i.state_json(seconds, now)} for i in shown], indent=2))
         return
     print_table(["incident", "state", "severity", "findings", "last seen (UTC)", "waiting for / closed because"],
                 [_row(i, now, seconds) for i in shown])

@@ -43,8 +43,8 @@ def status_document(*, settings: Settings, sessions: Mapping[str, TargetSession]
             "capacity": surveyed.capacity.to_json() if surveyed else None,
             "verdicts": [v.to_json() for v in surveyed.verdicts] if surveyed else [],
             "capacity_learned_at": surveyed.at if surveyed else None,
-            "open_incidents": [i.to_json(now, hold) for i in mine if i.is_open(now, hold)],
-            "closed_incidents": [i.to_json(now, hold) for i in closed
+            "open_incidents": [i.state_json(hold, now) for i in mine if i.is_open(now, hold)],
+            "closed_incidents": [i.state_json(hold, now) for i in closed
                                  if (r := i.resolution(hold)) is not None and now - r.at < RECENTLY_S],
         })
     document = {"ready": unready is None, "not_ready_because": unready, "replica": config.daemon.replica,

@@ -5,14 +5,15 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.hangul import NOUN_ENDINGS, is_hangul
 from prober.canaries.tokens import VerifiedToken
-from prober.types import Canary, CanaryKind, FindingKind, Record, Severity
+from prober.evidence import Evidence
+from prober.types import Canary, CanaryKind, DetectorName, FindingKind, Record, Severity
 
 SENTENCE_ENDS = ".!?。\n"
 BATCH = 64  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many
@@ -46,16 +47,17 @@ def whole_word(text: str, start: int, end: int) -> bool:
 class Hit:
     """Something in one answer that a detector recognised, with its span in the original text."""
 
-    detector: str
+    detector: DetectorName
     score: float  # 0..1, how sure the detector is
     start: int
     end: int
     canary: Canary | None = None  # a canary of this ledger
     verified: VerifiedToken | None = None  # a MAC-verified token this ledger never saw
-    tenant: str | None = None  # the owner, where neither says it (a probe's tag: details["probe_id"])
+    tenant: str | None = None  # the owner, where neither says it (a probe's tag, a run of its prompt)
+    probe_id: str | None = None  # and the probe it attributes, where no canary says it
     kind: FindingKind | None = None  # a finding about the answer itself, not a canary's: foreign, garbled
     severity: Severity | None = None  # where it differs from the detector's
-    details: dict[str, object] = field(default_factory=dict)
+    evidence: tuple[Evidence, ...] = ()
 
     @property
     def key(self) -> str:
@@ -64,7 +66,7 @@ class Hit:
             return self.canary.id
         if self.verified is not None:
             return f"mac:{self.verified.body}"
-        return f"probe:{self.tenant}:{self.details.get('probe_id', '')}"
+        return f"probe:{self.tenant}:{self.probe_id or ''}"
 
 
 class CanarySet:
@@ -95,7 +97,7 @@ class Detector(ABC):
     saw the same canary (the lowest reports it); `severity` is that of a cross-tenant echo it reports.
     """
 
-    name: ClassVar[str]
+    name: ClassVar[DetectorName]
     rank: ClassVar[int]
     severity: ClassVar[Severity]
 

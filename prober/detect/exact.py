@@ -7,13 +7,14 @@ from prober.canaries import tokens
 from prober.canaries.compact import original_span
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.patterns import PatternIndex
-from prober.types import Record, Severity
+from prober.evidence import MacVerified
+from prober.types import DetectorName, Record, Severity
 
 
 class ExactDetector(Detector):
     """Canary text, modulo case, spacing, separators and look-alike characters."""
 
-    name = "exact"
+    name = DetectorName.EXACT
     rank = 0
     severity = Severity.CRITICAL
 
@@ -38,5 +39,5 @@ class ExactDetector(Detector):
             if verified is not None:
                 start, stop = original_span(record.text, at - len(tokens.COMPACT_PREFIX), at + tokens.BODY_LEN)
                 hits.append(Hit(self.name, 1.0, start, stop, verified=verified,
-                                details={"verified_by": "mac", "tenant_tag": verified.tenant_tag}))
+                                evidence=(MacVerified(verified.tenant_tag, verified.probe_tag),)))
         return hits

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from prober.canaries.hangul import is_hangul
 from prober.canaries.tokens import PREFIX as TOKEN_PREFIX
 from prober.detect.base import Detector, Hit
-from prober.types import FindingKind, Record, Severity
+from prober.evidence import Unexplained
+from prober.types import DetectorName, FindingKind, Record, Severity
 
 MIN_CONTENT_WORDS = 5
 UNSUPPORTED_SHARE = 0.6  # a sentence is foreign when at least this share of its content words is
@@ -84,7 +85,7 @@ class _Prompt:
 class ForeignContentDetector(Detector):
     """Sentences of the answer whose content the prompt cannot explain."""
 
-    name = "foreign"
+    name = DetectorName.FOREIGN
     rank = 5
     severity = Severity.WARNING
 
@@ -128,7 +129,7 @@ class ForeignContentDetector(Detector):
             unsupported, identifiers = judged
             start = match.start() + len(sentence) - len(sentence.lstrip())
             hits.append(Hit(self.name, round(unsupported, 4), start, match.end(), kind=FindingKind.FOREIGN_CONTENT,
-                            details={"unsupported_words": round(unsupported, 3), "new_identifiers": identifiers}))
+                            evidence=(Unexplained(round(unsupported, 3), identifiers),)))
             if len(hits) == MAX_HITS_PER_RECORD:
                 break
         return hits

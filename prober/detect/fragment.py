@@ -40,7 +40,8 @@ from prober.detect.base import CanarySet, Detector, Hit, whole_word
 from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex
 from prober.detect.values import SlotValues
 from prober.errors import PackError
-from prober.types import Record, Severity
+from prober.evidence import Fragment, FragmentKind
+from prober.types import DetectorName, Record, Severity
 
 GROUPS = tokens.BODY_LEN // GROUP
 MAX_NAME_CHANCE = 1e-5  # that a name a text writes is one of the index's by accident, for a name to count alone
@@ -57,7 +58,7 @@ _NEXT_GROUP = re.compile(r"[-\u2010-\u2013][0-9A-Za-z]{4}")
 class FragmentDetector(Detector):
     """A surviving piece of a canary: a token's probe tag or part of its body, or one full name of a fact."""
 
-    name = "fragment"
+    name = DetectorName.FRAGMENT
     rank = 3
     severity = Severity.HIGH
 
@@ -95,7 +96,7 @@ class FragmentDetector(Detector):
             if len(run) >= 2:
                 start, end = original_span(text, run[0][1], run[-1][1] + GROUP)
                 hits.append(Hit(self.name, len(run) / GROUPS, start, end, canary=canary, severity=Severity.CRITICAL,
-                                details={"fragment": "token_part", "groups": [g for g, _ in run]}))
+                                evidence=(Fragment(FragmentKind.TOKEN_PART, groups=tuple(g for g, _ in run)),)))
                 parts.add((canary.tenant, canary.probe_id))
                 continue
             for group, position in groups:
@@ -106,9 +107,9 @@ class FragmentDetector(Detector):
                 continue  # that probe's token is reported in part, which says more
             start, end = original_span(text, position, position + GROUP)
             canary = self.canaries.canaries[index]
+            tag = compacted[position : position + GROUP]
             hits.append(Hit(self.name, GROUP / tokens.BODY_LEN, start, end, tenant=canary.tenant,
-                            details={"fragment": "probe_tag", "tag": compacted[position : position + GROUP],
-                                     "probe_id": canary.probe_id}))
+                            probe_id=canary.probe_id, evidence=(Fragment(FragmentKind.PROBE_TAG, tag=tag),)))
         return hits
 
     # -- facts ----------------------------------------------------------------------------------
@@ -135,7 +136,8 @@ class FragmentDetector(Detector):
                     word = (index, value.slot) in self.values.word_names
                     hits[index] = Hit(self.name, 0.4 if word else 0.5, start, stop, canary=canary,
                                       severity=Severity.WARNING if word else None,
-                                      details={"fragment": "fact_word_name" if word else "fact_name"})
+                                      evidence=(Fragment(FragmentKind.FACT_WORD_NAME if word
+                                                         else FragmentKind.FACT_NAME),))
         return list(hits.values())
 
     def accidental(self, index: int, slot: int) -> float:

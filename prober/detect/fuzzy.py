@@ -25,7 +25,7 @@ from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.grams import GramIndex
 from prober.detect.patterns import PatternIndex, is_body
-from prober.types import CanaryKind, Record, Severity
+from prober.types import CanaryKind, DetectorName, Record, Severity
 
 Q = 4
 MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
@@ -38,7 +38,7 @@ REACH = 8  # characters a model may add to a body, on each side of where its pie
 class FuzzyDetector(Detector):
     """Canary text with a few characters edited, found through a piece of it that is intact."""
 
-    name = "fuzzy"
+    name = DetectorName.FUZZY
     rank = 1
     severity = Severity.CRITICAL
 

@@ -38,7 +38,8 @@ import numpy.typing as npt
 import regex
 
 from prober.detect.base import Detector, Hit
-from prober.types import FindingKind, Record, Severity
+from prober.evidence import Garbled
+from prober.types import DetectorName, FindingKind, Record, Severity
 
 MIN_CLASHES = 3
 MIN_SCRIPTS = 3  # scripts among the clashing letters
@@ -112,7 +113,7 @@ def _stretch(positions: npt.NDArray[np.intp], end: int) -> int:
 class GarbledOutputDetector(Detector):
     """Answers no healthy model writes: another script glued inside words, characters no text holds."""
 
-    name = "garbled"
+    name = DetectorName.GARBLED
     rank = 6
     severity = Severity.WARNING
 
@@ -148,7 +149,7 @@ class GarbledOutputDetector(Detector):
         scripts = np.union1d(left[first : last + 1], right[first : last + 1])
         return Hit(self.name, min(1.0, (last - first + 1) / (2 * MIN_CLASHES)), int(at[first]),
                    int(letters[clash[last] + 1]) + 1, kind=FindingKind.GARBLED_OUTPUT,
-                   details={"clashes": last - first + 1, "scripts": sorted(NAMES[int(c)] for c in scripts)})
+                   evidence=(Garbled(last - first + 1, tuple(sorted(NAMES[int(c)] for c in scripts))),))
 
     def _broken(self, codes: npt.NDArray[np.uint8]) -> list[Hit]:
         broken = np.flatnonzero(codes == BROKEN)
@@ -158,4 +159,4 @@ class GarbledOutputDetector(Detector):
         first, last = int(starts[0]), _stretch(broken, int(ends[0]))
         return [Hit(self.name, min(1.0, (last - first + 1) / (2 * MIN_BROKEN)), int(broken[first]),
                     int(broken[last]) + 1, kind=FindingKind.GARBLED_OUTPUT,
-                    details={"broken_characters": last - first + 1})]
+                    evidence=(Garbled(broken_characters=last - first + 1),))]

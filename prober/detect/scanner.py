@@ -28,6 +28,7 @@ from prober.detect.values import SlotValues
 from prober.detect.verbatim import VerbatimDetector
 from prober.embeddings import Embedder
 from prober.escapes import Unescaped, unescape
+from prober.evidence import Escaped, adding
 from prober.shingles import PromptShingles
 from prober.types import Canary, Finding, FindingKind, Record
 
@@ -138,7 +139,7 @@ class Scanner:
                 best[hit.key] = hit
         found = {(h.canary.tenant, h.canary.probe_id) for h in best.values() if h.canary is not None}
         for key, hit in list(best.items()):
-            if hit.tenant is not None and (hit.tenant, hit.details.get("probe_id")) in found:
+            if hit.tenant is not None and (hit.tenant, hit.probe_id) in found:
                 del best[key]  # a probe's tag, where one of its canaries is reported
         for hit in best.values():
             victim = _owner(hit)
@@ -167,18 +168,15 @@ class Scanner:
 
     def _canary_finding(self, record: Record, hit: Hit, victim: str) -> Finding:
         canary = hit.canary
-        details = dict(hit.details)
-        if canary is None and hit.verified is not None:
-            details["probe_tag"] = hit.verified.probe_tag
         return Finding(
             record_id=record.id, kind=FindingKind.CROSS_TENANT_ECHO, detector=hit.detector,
             severity=hit.severity or self._by_name[hit.detector].severity, score=hit.score,
             observer_tenant=record.tenant, victim_tenant=victim, canary_id=canary.id if canary else None,
-            probe_id=(canary.probe_id if canary else str(hit.details.get("probe_id", ""))) or None,
+            probe_id=(canary.probe_id if canary else hit.probe_id) or None,
             start=hit.start, end=hit.end,
             excerpt=self._excerpt(record.text, hit.start, hit.end),
             excerpt_sha256=hashlib.sha256(record.text[hit.start : hit.end].encode()).hexdigest(),
-            redacted=self.redact, details=details,
+            redacted=self.redact, evidence=hit.evidence,
         )
 
     def _answer_finding(self, record: Record, hit: Hit) -> Finding:
@@ -190,7 +188,7 @@ class Scanner:
             severity=self._by_name[hit.detector].severity, score=hit.score, observer_tenant=record.tenant,
             start=hit.start, end=hit.end, excerpt=(mask(span) if self.redact else span)[:MAX_EXCERPT],
             excerpt_sha256=hashlib.sha256(span.encode()).hexdigest(), redacted=self.redact,
-            details=dict(hit.details),
+            evidence=hit.evidence,
         )
 
 
@@ -207,7 +205,7 @@ def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:
     written = unescape(original[start:end])
     if written is None:
         return replace(hit, start=start, end=end)
-    return replace(hit, start=start, end=end, details={**hit.details, "escaped": list(written.kinds)})
+    return replace(hit, start=start, end=end, evidence=adding(hit.evidence, Escaped(written.kinds)))
 
 
 def _owner(hit: Hit) -> str:

@@ -31,7 +31,8 @@ from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit, sentence_around, whole_word
 from prober.detect.values import SlotValues, ValueHit, strong
 from prober.embeddings import Embedder, Vectors
-from prober.types import Record, Severity
+from prober.evidence import Retold
+from prober.types import DetectorName, Record, Severity
 
 SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
 NEAR_MIN = 8  # compact length of a value that may count written with an edit (numbers and short words may not)
@@ -41,7 +42,7 @@ NEAR_SCORE = 90  # partial_ratio of such a value against the answer (one edit in
 class SemanticDetector(Detector):
     """A canary fact paraphrased: slot values agree and the sentence means the same."""
 
-    name = "semantic"
+    name = DetectorName.SEMANTIC
     rank = 2
     severity = Severity.HIGH
 
@@ -156,8 +157,7 @@ class SemanticDetector(Detector):
                 if score > best[n].get(index, (-1.0,))[0]:
                     best[n][index] = (score, span)
         return [[Hit(self.name, score, *span, canary=self.canaries.canaries[index],
-                     details={"slots_present": len({h.slot for h in found[index]}),
-                              "slots_total": self._slot_count[index]})
+                     evidence=(Retold(len({h.slot for h in found[index]}), self._slot_count[index]),))
                  for index, (score, span) in scored.items() if score >= self.threshold]
                 for found, scored in zip(candidates, best, strict=True)]
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from prober.detect.base import Detector, Hit
 from prober.detect.grams import KeyTable
+from prober.evidence import PromptRun
 from prober.shingles import SHINGLE, Hashes, PromptShingles, Shingler, distinct
-from prober.types import Record, Severity
+from prober.types import DetectorName, Record, Severity
 
 # Words in a run that attributes: more than the longest filler sentence (15 words), so a run spans two of them
 # or a filler sentence and a canary sentence (bench/detect.py: answers made of filler, against 1,000 recorded
@@ -28,7 +29,7 @@ MIN_RUN_WORDS = 16
 class VerbatimDetector(Detector):
     """A run of words of another tenant's sent prompt, copied verbatim."""
 
-    name = "verbatim"
+    name = DetectorName.VERBATIM
     rank = 4
     severity = Severity.HIGH
 
@@ -67,7 +68,7 @@ class VerbatimDetector(Detector):
                 continue  # too short to be anyone's, or the observer's own earlier prompt
             probe = self._probe_of(hashes[first : last + 1], tenant)
             hits.append(Hit(self.name, min(1.0, words / (2 * MIN_RUN_WORDS)), spans[first][0], spans[last][1],
-                            tenant=tenant, details={"fragment": "prompt_run", "words": words, "probe_id": probe}))
+                            tenant=tenant, probe_id=probe, evidence=(PromptRun(words),)))
         return hits
 
     def _probe_of(self, run: Hashes, tenant: str) -> str:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from prober.incidents import Acknowledgement, Check, Incident, IncidentKey
+from prober.ledger import details
 from prober.shingles import PromptShingles
-from prober.types import Canary, CanaryKind, Finding, FindingKind, ProbeContext, Severity
+from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 
 CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
                   "embedding_model, aliases")
@@ -33,35 +34,17 @@ def canary_of(row: Sequence[Any]) -> Canary:
 
 
 def finding_row(f: Finding, now: float) -> tuple[Any, ...]:
-    return (f.found_at or now, f.target, f.record_id, f.kind.value, f.detector, f.severity.label, f.score,
+    return (f.found_at or now, f.target, f.record_id, f.kind.value, f.detector.value, f.severity.label, f.score,
             f.observer_tenant, f.victim_tenant, f.canary_id, f.probe_id, f.start, f.end, f.excerpt, f.excerpt_sha256,
-            int(f.redacted), json.dumps({**f.details, **_context_json(f.context)}))
+            int(f.redacted), details.written(f))
 
 
 def finding_of(r: Sequence[Any]) -> Finding:
-    details = json.loads(r[16])
-    return Finding(found_at=r[0], target=r[1], record_id=r[2], kind=FindingKind(r[3]), detector=r[4],
+    context, check, evidence = details.read(r[16])
+    return Finding(found_at=r[0], target=r[1], record_id=r[2], kind=FindingKind(r[3]), detector=DetectorName(r[4]),
                    severity=Severity.parse(r[5]), score=r[6], observer_tenant=r[7], victim_tenant=r[8],
                    canary_id=r[9], probe_id=r[10], start=r[11], end=r[12], excerpt=r[13], excerpt_sha256=r[14],
-                   redacted=bool(r[15]), context=_context_of(details), details=details)
-
-
-# A finding's probe context is kept in its details column, as ledgers written before it was typed hold it.
-def _context_json(context: ProbeContext) -> dict[str, object]:
-    return {k: v for k, v in context.to_json().items() if v is not None}
-
-
-def _context_of(details: dict[str, Any]) -> ProbeContext:
-    """The context taken out of the stored details (left there where a value is not of its type: the mean prompt
-    length, a float, that timing findings kept under this name before it was `mean_prompt_tokens`)."""
-    tokens, boundary, status = details.get("prompt_tokens"), details.get("boundary"), details.get("status")
-    return ProbeContext(prompt_tokens=details.pop("prompt_tokens") if _is_int(tokens) else None,
-                        boundary=details.pop("boundary") if isinstance(boundary, str) else None,
-                        status=details.pop("status") if _is_int(status) else None)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+                   redacted=bool(r[15]), check=check, context=context, evidence=evidence)
 
 
 def incident_row(f: Finding, now: float) -> tuple[Any, ...]:

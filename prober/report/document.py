@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from prober import __version__
-from prober.campaign.results import AuditResult, StepResult, TargetReport
+from prober.campaign.path import PathDoc
+from prober.campaign.plan import PlanDoc, PlannedDoc
+from prober.campaign.results import AuditResult, CheckDoc, CoverageDoc, ShapeDoc, SightDoc, StepResult, TargetReport
 from prober.campaign.survey import PreflightResult
-from prober.incidents import Incident
-from prober.types import Finding, FindingKind
+from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
+from prober.incidents import Incident, IncidentDoc
+from prober.types import Finding, FindingDoc, FindingKind
 
 
 class Status(StrEnum):
@@ -80,20 +83,20 @@ class TargetDoc(TypedDict):
     name: str
     url: str
     complete: bool
-    capacity: dict[str, Any]
-    verdicts: list[dict[str, Any]]
+    capacity: CapacityDoc
+    verdicts: list[CapacityVerdictDoc]
     tokenizer: str | None
     tokens_sent: int
     matrix: MatrixDoc
-    coverage: dict[str, Any]
-    sight: dict[str, Any]  # per content check: probe answers checked, how many echoed their own canary, blind
-    paths: list[dict[str, Any]]  # what the path to the engine adds, per route used
+    coverage: CoverageDoc
+    sight: dict[str, SightDoc]  # per content check: probe answers checked, how many echoed their own canary, blind
+    paths: list[PathDoc]  # what the path to the engine adds, per route used
     skipped: dict[str, str]  # exchanges that could not be built behind the path, and why
     notes: list[str]  # what the run set aside, and why
-    planned: dict[str, dict[str, Any]]  # by check, what it was to send: tokens, requests, seconds, or why it was moot
-    checks: list[dict[str, Any]]  # each check that ran: requests, tokens, findings, sight, errors, its summary
-    shape: dict[str, Any] | None
-    plan: dict[str, Any] | None
+    planned: dict[str, PlannedDoc]  # by check, what it was to send: tokens, requests, seconds, or why it was moot
+    checks: list[CheckDoc]  # each check that ran: requests, tokens, findings, sight, errors, its summary
+    shape: ShapeDoc | None
+    plan: PlanDoc | None
     steps: list[StepDoc]
     errors: list[str]
 
@@ -107,23 +110,35 @@ class SummaryDoc(TypedDict):
     tokens_sent: int
 
 
+class ToolDoc(TypedDict):
+    name: str
+    version: str
+
+
+class IncidentEntry(IncidentDoc):
+    """An incident (`Incident.to_json`) with the boundaries its findings were at and their indices in `findings`."""
+
+    boundaries: list[str]
+    findings: list[int]
+
+
 class Document(TypedDict):
     """The report every format renders (findings and incidents in their own JSON forms: `Finding.to_json`,
     `Incident.to_json`)."""
 
-    tool: dict[str, str]
+    tool: ToolDoc
     started: float
     finished: float
     dry_run: bool
     complete: bool
     verdict: VerdictDoc
     summary: SummaryDoc
-    incidents: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
+    incidents: list[IncidentEntry]
+    findings: list[FindingDoc]
     targets: list[TargetDoc]
 
 
-def incident_json(incident: Incident, findings: list[Finding]) -> dict[str, Any]:
+def incident_json(incident: Incident, findings: list[Finding]) -> IncidentEntry:
     """An incident with the indices (into the document's `findings`) of the findings under it."""
     index = {id(f): i for i, f in enumerate(findings)}
     boundaries = sorted({f.context.boundary for f in incident.findings if f.context.boundary})
@@ -142,6 +157,13 @@ def verdict(result: AuditResult) -> VerdictDoc:
     return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
             "complete": result.complete, "reasons": reasons, "tokens_sent": sum(t.tokens_sent for t in result.targets),
             "duration_s": round(max(0.0, result.finished - result.started), 1)}
+
+
+def advertised_and_pool(capacity: CapacityDoc) -> tuple[int | None, int | None]:
+    """The advertised context (else the longest prompt seen served) and the KV pool, where known."""
+    advertised = capacity["context_length"] or capacity["accept_limit"]
+    pool = capacity["pool_tokens"]
+    return advertised["value"] if advertised else None, pool["value"] if pool else None
 
 
 def still_checked(report: TargetReport) -> list[str]:

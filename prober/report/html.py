@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime
 import html
 import json
-from typing import Any
 
+from prober.evidence import EngineCounters, find, of_json
 from prober.report.advice import WHAT_TO_DO
-from prober.report.document import Document, Status, TargetDoc
-from prober.types import FindingKind
+from prober.report.document import Document, Status, TargetDoc, advertised_and_pool
+from prober.types import FindingDoc, FindingKind
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
@@ -98,7 +98,7 @@ def outcome_plot(target: TargetDoc) -> str:
     if not steps:
         return '<p class="muted">No probes were sent.</p>'
     marks: dict[int, str] = {}  # boundaries at one length share a line and a label
-    for b in (target["plan"] or {}).get("boundaries", []):
+    for b in (target["plan"]["boundaries"] if target["plan"] else []):
         marks[b["length"]] = f'{marks[b["length"]]} · {b["label"]}' if b["length"] in marks else b["label"]
     groups = _clusters(list(marks) or [s["prompt_tokens"] for s in steps])
     panel = (W - PAD) / len(groups)
@@ -149,7 +149,7 @@ def outcome_plot(target: TargetDoc) -> str:
     return "".join(parts) + f'<p class="legend">{key}; dashed lines: the boundaries of the plan.</p>'
 
 
-def score_plot(findings: list[dict[str, Any]]) -> str:
+def score_plot(findings: list[FindingDoc]) -> str:
     """Histogram of matched similarity scores per detector (exact matches sit at 1.0)."""
     scored = [(f["detector"], f["score"]) for f in findings if f["kind"] == "cross_tenant_echo"]
     if not scored:
@@ -213,11 +213,16 @@ def matrix_table(target: TargetDoc) -> str:
             f'victim → observer</th>{head}</tr>{"".join(rows)}</table>')
 
 
-def finding_rows(findings: list[dict[str, Any]]) -> str:
+def engine_moved(finding: FindingDoc) -> str:
+    """The engine series that moved while the finding's request ran, read back from its evidence."""
+    counters = find((of_json(item) for item in finding["details"]), EngineCounters)
+    return ", ".join(f"{name} {delta:+g}" for name, delta in counters.moved().items()) if counters else ""
+
+
+def finding_rows(findings: list[FindingDoc]) -> str:
     rows = []
     for f in findings:
-        telemetry = (f.get("details") or {}).get("engine_telemetry") or {}
-        moved = ", ".join(f"{name} {change['delta']:+g}" for name, change in telemetry.items() if change["delta"])
+        moved = engine_moved(f)
         rows.append(
             f"<tr><td>{_esc(f['record_id'])}</td><td>{_esc(f['prompt_tokens'])}</td><td>{_esc(f['boundary'])}</td>"
             f"<td>{_esc(f['detector'])} {f['score']:.2f}</td><td>{_esc(f['canary_id'] or '-')}</td>"
@@ -247,8 +252,7 @@ def incident_list(doc: Document, target: str) -> str:
 
 def target_section(doc: Document, t: TargetDoc) -> str:
     cap = t["capacity"]
-    ctx = (cap.get("context_length") or cap.get("accept_limit") or {}).get("value")
-    pool = (cap.get("pool_tokens") or {}).get("value")
+    ctx, pool = advertised_and_pool(cap)
     facts = (f"engine {_esc(cap['engine'] or '?')}; advertised context {f'{ctx:,}' if ctx else '?'} tokens; "
              f"KV pool {f'{pool:,}' if pool else '?'} tokens; tokens counted by {_esc(t['tokenizer'])}; "
              f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}."

@@ -3,16 +3,15 @@ threshold, errored when the request itself failed."""
 
 from __future__ import annotations
 
-from typing import Any
 from xml.etree import ElementTree as ET
 
 from prober.report.document import Document
-from prober.types import Severity
+from prober.types import FindingDoc, Severity
 
 
 def junit(doc: Document, fail_on: Severity) -> str:
     suites = ET.Element("testsuites", name="leakprobe")
-    by_probe: dict[str, list[dict[str, Any]]] = {}
+    by_probe: dict[str, list[FindingDoc]] = {}
     for f in doc["findings"]:
         by_probe.setdefault(f"{f['target']}/{f['record_id']}", []).append(f)
     for target in doc["targets"]:

@@ -4,7 +4,6 @@ the config that defines the target; fingerprints make reruns deduplicate."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from prober.report.document import Document
 from prober.types import FindingKind, Severity
@@ -34,11 +33,11 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def sarif(doc: Document, config_uri: str) -> dict[str, Any]:
+def sarif(doc: Document, config_uri: str) -> dict[str, object]:
     rules = [{"id": rule, "name": kind, "shortDescription": {"text": text},
               "properties": {"tags": ["security", "multi-tenant"], "security-severity": score}}
              for kind, (rule, text, score) in RULES.items()]
-    results = []
+    results: list[dict[str, object]] = []
     for f in doc["findings"]:
         rule = RULES[FindingKind(f["kind"])][0]
         who = f"{f['victim_tenant']}'s canary {f['canary_id'] or ''} reached {f['observer_tenant']}" \
@@ -50,8 +49,10 @@ def sarif(doc: Document, config_uri: str) -> dict[str, Any]:
         results.append({"ruleId": rule, "level": LEVEL[Severity.parse(f["severity"])], "message": {"text": text},
                         "locations": [{"physicalLocation": {"artifactLocation": {"uri": config_uri}}}],
                         "partialFingerprints": {"leakprobe/v1": fingerprint.hexdigest()},
-                        "properties": {k: f[k] for k in ("severity", "victim_tenant", "observer_tenant", "target",
-                                                         "record_id", "prompt_tokens", "detector", "score")}})
+                        "properties": {"severity": f["severity"], "victim_tenant": f["victim_tenant"],
+                                       "observer_tenant": f["observer_tenant"], "target": f["target"],
+                                       "record_id": f["record_id"], "prompt_tokens": f["prompt_tokens"],
+                                       "detector": f["detector"], "score": f["score"]}})
     return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
             "runs": [{"tool": {"driver": {"name": "leakprobe", "version": doc["tool"]["version"],
                                           "informationUri": "https://github.com/leakprobe/leakprobe",

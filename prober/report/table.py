@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from prober.report.document import Document, Status, TargetDoc
+from prober.report.document import Document, Status, TargetDoc, advertised_and_pool
 from prober.report.terminal import Terminal
 
 STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.BLIND: "bold yellow",
@@ -26,8 +26,7 @@ def table_report(doc: Document, terminal: Terminal | None = None) -> str:
 
 def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     cap = t["capacity"]
-    ctx = (cap.get("context_length") or cap.get("accept_limit") or {}).get("value")
-    pool = (cap.get("pool_tokens") or {}).get("value")
+    ctx, pool = advertised_and_pool(cap)
     parts = [term.style(t["name"], "bold") + f" {t['url']}\n",
              f"  engine {cap['engine'] or '?'}, advertised {'?' if ctx is None else f'{ctx:,}'}, KV pool "
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "

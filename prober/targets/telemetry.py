@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from prober.evidence import Change, EngineCounters
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 
@@ -91,21 +92,8 @@ def parse(text: str) -> tuple[dict[str, float], float | None]:
     return values, source
 
 
-@dataclass(frozen=True)
-class Change:
-    before: float
-    after: float
-
-    @property
-    def delta(self) -> float:
-        return self.after - self.before
-
-    def to_json(self) -> dict[str, float]:
-        return {"before": self.before, "after": self.after, "delta": round(self.delta, 6)}
-
-
 def changes(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Change]:
-    return {name: Change(before[name], after[name]) for name in sorted(before.keys() & after.keys())}
+    return {name: Change.between(before[name], after[name]) for name in sorted(before.keys() & after.keys())}
 
 
 def incomparable(before: Reading, after: Reading) -> str | None:
@@ -129,8 +117,8 @@ class Window:
     seconds: float = 0.0
     problem: str | None = None
 
-    def evidence(self) -> dict[str, dict[str, float]] | None:
-        return {name: change.to_json() for name, change in self.changed.items()} if self.changed else None
+    def evidence(self) -> EngineCounters | None:
+        return EngineCounters(dict(self.changed)) if self.changed else None
 
     def failures(self) -> dict[str, float]:
         """The failure counters that rose, by how much."""
