@@ -25,6 +25,7 @@ from prober.config import TargetConfig
 from prober.errors import PlanError, TargetUnusable
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
+from prober.targets.request_ids import RequestId
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry
 from prober.targets.transport import Transport
@@ -92,11 +93,13 @@ class TargetContext:
         return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                            self.wiring.secrets.get(tenant))
 
-    async def send(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int]:
-        """A step's prompt as its tenant: the answer, and how many prompts the target had been sent before."""
+    async def send(self, step: Step, built: BuiltPrompt, route: Route, *,
+                   request_id: RequestId | None = None) -> tuple[Completion, int]:
+        """A step's prompt as its tenant (named by the client's `request_id` where one is given): the answer, and how
+        many prompts the target had been sent before."""
         before = self.transport.outbox.started  # also the number this prompt gets as it goes out
         self.cached.sent(before, built)
-        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id)
         return await self.send_as(step.tenant, prompt, route), before
 
     async def judged(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
