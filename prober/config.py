@@ -498,7 +498,8 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
                     "model": ("detection", "model"), "timing": ("timing", "audit"),
-                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit")}
+                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit"),
+                    "request_ids": ("request_ids", "audit"), "abort_retry": ("abort_retry", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

@@ -6,6 +6,7 @@ wider; the audit and the daemon's jobs open one per target and hand it to each c
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from prober.campaign.cached import CacheExplainer
@@ -101,6 +102,18 @@ class TargetContext:
         self.cached.sent(before, built)
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id)
         return await self.send_as(step.tenant, prompt, route), before
+
+    async def hang_up(self, step: Step, built: BuiltPrompt, route: Route, after: float,
+                      linger: float) -> tuple[Completion, int] | None:
+        """A step's prompt sent as `send` sends it and hung up on `after` seconds in: None where the answer had not
+        come by then, else the answer, as `send` gives it.  A request hung up on is counted as out `linger` seconds
+        longer (what the engine may take to abort it): the abort it counts is this process's, not other users'."""
+        try:
+            async with asyncio.timeout(after):
+                return await self.send(step, built, route)
+        except TimeoutError:
+            await self.transport.outbox.linger(linger)
+            return None
 
     async def judged(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
                      before: int, engine: dict[str, dict[str, float]] | None = None) -> StepResult:

@@ -26,7 +26,6 @@ faster than the client could hang up) is judged like any other, and the result s
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
 from secrets import token_hex
 
@@ -45,6 +44,9 @@ from prober.prompts.shape import Layout
 
 BOUNDARY = "abort-retry"
 STEPS = 5  # requests per ordered pair
+# The most an engine is given to abort a request whose client hung up (a scheduler step, or the rest of a prefill
+# that checks for aborts only at its end, as llama.cpp's within a batch); its next request waits as long.
+ABORT_GRACE_S = 2.0
 
 
 @dataclass(kw_only=True)
@@ -126,15 +128,16 @@ class _Sender:
         record(judged, self.result, self.run.on_event)
         return judged
 
-    async def abandoned(self, step: Step, built: BuiltPrompt, after: float) -> None:
-        """Sent and hung up on `after` seconds in; judged like any other where it was answered first."""
-        try:
-            async with asyncio.timeout(after):
-                answer, before = await self.ctx.send(step, built, self.route)
-        except TimeoutError:
+    async def abandoned(self, step: Step, built: BuiltPrompt, prefill: float) -> None:
+        """Sent and hung up on at `hang_up` of `prefill`, then left to the engine to abort, for as long as the rest of
+        its prefill could take (at most `ABORT_GRACE_S`); judged like any other where it was answered first."""
+        after = self.run.config.abort_retry.hang_up * prefill
+        sent = await self.ctx.hang_up(step, built, self.route, after, min(ABORT_GRACE_S, prefill - after))
+        if sent is None:
             self.result.abandoned += 1
             self.result.other_tokens += built.tokens
             return
+        answer, before = sent
         self.result.answered_early += 1
         judged = await self.ctx.judged(step, self.exchange, built, answer, self.route, before=before)
         record(judged, self.result, self.run.on_event)
@@ -151,7 +154,7 @@ async def _pair(run: Run, result: AbortRetryResult, exchange: str, victim: str, 
     prefill = timed.answer.ttft_s if timed.answer.ttft_s is not None else timed.answer.total_s
     abandon = send.step("abandon", observer, length)
     prompt = await ctx.planter.plain(abandon, send.route, token_hex(6))
-    await send.abandoned(abandon, prompt, settings.hang_up * prefill)
+    await send.abandoned(abandon, prompt, prefill)
     again = replace(prompt, fresh_from=None)  # sent before: not new when sent again
     await send.judged(send.step("same", victim, length), again)
     other = send.step("other", victim, length)

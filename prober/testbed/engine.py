@@ -91,6 +91,12 @@ class EngineStats:
     cached_tokens: int = 0
 
 
+def _sleep(seconds: float) -> None:
+    """What the quoting model's work is taken to cost (it costs nothing itself)."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
 class Engine:
     """Thread-safe: requests run concurrently in worker threads; the pools serialise allocation."""
 
@@ -98,11 +104,8 @@ class Engine:
         self.config = config
         self.backend = make_backend(config)  # a real model loads in the background
         self.prefill_pool = PagePool("prefill", config.pool_tokens, config.page_size, config.page_reuse)
-        self.decode_pool = (
-            PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
-            if config.mode == "disaggregated"
-            else None
-        )
+        self.decode_pool = (PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
+                            if config.mode == "disaggregated" else None)
         self.prefixes = Prefixes(config)
         self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
@@ -207,16 +210,11 @@ class Engine:
             end = min(len(ids), start + chunk)
             if model.simulates_time:
                 cost = end - max(start, min(end, fill.cached))  # cached tokens cost no time
-                self._sleep(cost * self.config.prefill_ms_per_1k_tokens / 1e6)
+                _sleep(cost * self.config.prefill_ms_per_1k_tokens / 1e6)
             for low, high in fill.computed(start, end):
                 first = model.prefill(pool, pages, ids[:high], req, low)
             fill.written(end, pool.page_size)
         return first
-
-    @staticmethod
-    def _sleep(seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
 
     def _allocate(self, pool: PagePool, pages: int, owner: str) -> list[int]:
         try:
@@ -284,7 +282,7 @@ class Engine:
                 first: int | None) -> GenerationResult:
         answer = model.decode(pool, pages, n, first, req)
         if model.simulates_time:
-            self._sleep(len(answer.token_ids) * self.config.decode_ms_per_token / 1e3)
+            _sleep(len(answer.token_ids) * self.config.decode_ms_per_token / 1e3)
         reason = "length" if answer.truncated else "stop"
         return GenerationResult(answer.text, n, len(answer.token_ids), 0, reason)
 
