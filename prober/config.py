@@ -101,6 +101,7 @@ def http_url(value: str) -> str:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Interval = Annotated[float | None, BeforeValidator(lambda v: None if v == "off" else parse_duration(v))]  # None: off
 SeverityName = Annotated[Severity, BeforeValidator(_severity)]
+BodyField = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]  # a JSON key of a request body
 
 
 class _Strict(BaseModel):
@@ -283,6 +284,43 @@ class SlotSettings(_Strict):
     whatever the model says first (a quote of the instruction line, say)."""
 
 
+class RequestIdSettings(_Strict):
+    """Request-ID collisions: sets of concurrent requests of every tenant, each set carrying one client request ID,
+    each request asking for its own canary back."""
+
+    audit: bool = True
+    """Run the request-ID check in `leakprobe audit`."""
+    groups: int = Field(default=3, ge=1, le=64)
+    """Sets of concurrent requests, each with a fresh ID of its own."""
+    per_tenant: int = Field(default=1, ge=1, le=16)
+    """Requests of each tenant in a set."""
+    tokens: int = Field(default=128, ge=32, le=8192)
+    """Prompt length of each request (what leakprobe writes: a gateway's system prompt comes on top)."""
+    max_tokens: int = Field(default=64, ge=8, le=1024)
+    """Completion tokens per request (enough to repeat a canary behind whatever the model says first)."""
+    fields: tuple[BodyField, ...] | None = None
+    """Body fields that carry the ID besides the `X-Request-Id` and `traceparent` headers.  Null: the engine's own
+    (vLLM's `request_id`, SGLang's `rid`), and none where the survey does not know the engine (an API that does
+    not take a field may refuse the request)."""
+
+
+class AbortRetrySettings(_Strict):
+    """Abort and retry: a tenant's long prompt abandoned mid-prefill, the same prefix from another tenant, the
+    other tenant's own prompt, then the first tenant's retry."""
+
+    audit: bool = True
+    """Run the abort-and-retry check in `leakprobe audit`."""
+    tokens: int = Field(default=4_096, ge=64, le=1_048_576)
+    """Prompt length of each of its requests: long enough that prefill takes several of the engine's chunks
+    (SGLang and vLLM prefill 2,048-8,192 tokens a step); at most what the target serves with an answer's room."""
+    hang_up: float = Field(default=0.5, gt=0, lt=1)
+    """When to hang up on the abandoned request, as a share of the time to first token that the same tenant's
+    prompt of the same length just took (its prefill, about)."""
+    max_tokens: int = Field(default=160, ge=8, le=4096)
+    """Completion tokens per request: a retry that quotes its document shows stale pages only where its answer
+    gets that far (an aborted prefill wrote the start of the prompt, so the stale pages are in its second half)."""
+
+
 class CounterSettings(_Strict):
     """The engine's failure counters (aborts, failed transfers) as evidence: a rise in leakprobe's own windows is a
     `counted_failure` only where it is more than other users' traffic explains, tested against the counters' rate
@@ -406,6 +444,10 @@ class ProberConfig(_Strict):
     """The cross-talk burst: concurrent requests of every tenant, each answer checked for others' canaries."""
     slots: SlotSettings = Field(default_factory=SlotSettings)
     """The idle-slot check: cold prompts of one tenant after another's conversations in every slot."""
+    request_ids: RequestIdSettings = Field(default_factory=RequestIdSettings)
+    """The request-ID check: concurrent requests of every tenant carrying one client request ID."""
+    abort_retry: AbortRetrySettings = Field(default_factory=AbortRetrySettings)
+    """The abort-and-retry check: a prompt abandoned mid-prefill, then retried after another tenant's."""
     counters: CounterSettings = Field(default_factory=CounterSettings)
     """How the engine's failure counters are told apart from other users' traffic."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
@@ -456,7 +498,8 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
                     "model": ("detection", "model"), "timing": ("timing", "audit"),
-                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit")}
+                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit"),
+                    "request_ids": ("request_ids", "audit"), "abort_retry": ("abort_retry", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

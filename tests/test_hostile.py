@@ -182,7 +182,7 @@ def test_a_huge_answer_is_cut_as_soon_as_it_is_over_and_reported_in_seconds(tmp_
         run, peak_mib = measured(tmp_path, "audit", "--target", engine.url + "/v1", *TENANTS, "--ledger",
                                  str(tmp_path / "l.sqlite"), "-f", "html", "-o", str(tmp_path / "r.html"),
                                  f"--report=json={tmp_path / 'r.json'}", "--no-concurrent", "--no-timing",
-                                 "--no-crosstalk")  # the campaign's answers
+                                 "--no-crosstalk", "--no-request-ids", "--no-abort-retry")  # the campaign's answers
         elapsed = time.monotonic() - started
     # Its answers never repeat a canary (it echoes the first line of a prompt): blind, exit 2, report written.
     assert run.returncode == 2 and "audit was blind" in run.stderr, run.stderr[-2000:]
@@ -459,7 +459,7 @@ def test_an_answer_that_never_ends_is_cut_on_every_route(tmp_path: Path, route: 
                          f"max_tokens: 8, streaming: {streaming}")
         started = time.monotonic()
         run = leakprobe("audit", "--config", str(config), "-f", "json", "--no-semantic", "--no-timing",
-                        "--no-crosstalk")
+                        "--no-crosstalk", "--no-request-ids", "--no-abort-retry")
         elapsed = time.monotonic() - started
         paths = {r.path for r in engine.seen}
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]

@@ -20,8 +20,10 @@ import pytest
 
 from prober.campaign.results import CheckResult
 from prober.checks import REGISTRY
+from prober.checks.abort_retry import AbortRetryResult
+from prober.checks.request_ids import RequestIdResult
 from prober.checks.slots import BOUNDARY
-from prober.config import SlotSettings, TimingSettings
+from prober.config import AbortRetrySettings, RequestIdSettings, SlotSettings, TimingSettings
 from prober.types import FindingKind
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, run_check, surveyed, timing
@@ -117,6 +119,33 @@ def test_llamacpp_slots_keep_nobody_elses_conversation(llama_install: Installati
     slots = [s for s in result.steps if s.step.boundary == BOUNDARY]  # after the probe shape's controls
     assert len(slots) == 2 * 4 * 2 and not result.errors  # two slots: each pair fills, probes cold, refills, bursts
     assert not [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO], result.findings
+
+
+def test_llamacpp_request_ids_and_abort_retry(llama_install: Installation, tmp_path: Path) -> None:
+    """llama.cpp names every answer itself (a client's request ID goes nowhere) and keeps two tenants' requests sent
+    at once apart.  Prefilling in batches of 64, it cancels a prompt hung up on halfway between batches (its slot kept
+    257 and 193 of 384 tokens, measured), and the next request for that prompt takes the slot by its prefix; nothing
+    of the other tenant's comes back in the retry.  (Its slot cache is one for every client, and these keyless
+    tenants look alike to the cached-token explainer: a `cross_tenant_cache_hit` may be reported; not checked here.)"""
+    async def both() -> tuple[CheckResult, CheckResult]:
+        async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite", retries=2,
+                            request_ids=RequestIdSettings(groups=2, max_tokens=32),
+                            abort_retry=AbortRetrySettings(tokens=384, max_tokens=32)) as checking:
+            return await run_check("request-ids", checking), await run_check("abort-retry", checking)
+
+    with LlamaServer(llama_install, ctx_size=2048, parallel=2, extra=("--batch-size", "64", "--ubatch-size", "64")
+                     ) as server:
+        ids, abort = asyncio.run(both())
+    assert isinstance(ids, RequestIdResult) and isinstance(abort, AbortRetryResult)
+    cached = {s.step.id.rsplit("-", 1)[1]: s.answer.usage.cached_tokens for s in abort.steps if s.answer.usage}
+    print(ids.summary(), ids.sight, "|", abort.summary(), abort.sight, "| cached:", cached,
+          [(f.kind, f.record_id) for f in abort.findings])
+    assert ids.named == 0 and any("names requests itself" in note for note in ids.notes) and not ids.errors
+    assert abort.abandoned + abort.answered_early == 2 and not abort.errors, abort.errors
+    crossed = [f for f in ids.findings + abort.findings
+               if f.kind in (FindingKind.CROSS_TENANT_ECHO, FindingKind.PHANTOM_CACHE_HIT)]
+    assert not crossed, [f.describe() for f in crossed]
+    assert ids.sight is not None and ids.sight.echoed and abort.sight is not None and abort.sight.echoed
 
 
 def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed, tmp_path: Path) -> None:

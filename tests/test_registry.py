@@ -70,7 +70,8 @@ def audit_config(url: str, ledger: Path, **audit: object) -> ProberConfig:
                          "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"},
                                      {"name": "tenant-b", "api_key_env": "LP_B"}],
                          "detection": {"semantic": False}, "timing": {"audit": False},
-                         "crosstalk": {"audit": False}, "audit": audit})
+                         "crosstalk": {"audit": False}, "request_ids": {"audit": False},
+                         "abort_retry": {"audit": False}, "audit": audit})
 
 
 def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, object], str]:
@@ -113,6 +114,7 @@ def test_the_daemon_runs_a_registered_check_as_a_job_of_its_own(testbed: StartTe
     daemon = make_daemon(server.url, tmp_path, checks=with_twice(),
                          schedule={"preflight": "1h", "sentinel": "1h", "campaign": "1h", "shapes": "1h",
                                    "prefix-cache": "1h", "timing": "off", "crosstalk": "off", "idle-slots": "off",
+                                   "request-ids": "off", "abort-retry": "off",
                                    "twice": "1s"})
 
     async def body(client: httpx.AsyncClient) -> None:

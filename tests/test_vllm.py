@@ -21,9 +21,12 @@ import pytest
 
 from prober.audit import run_audit
 from prober.campaign import AuditResult
+from prober.campaign.results import CheckResult
+from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
+from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
-from prober.config import parse_config
+from prober.config import AbortRetrySettings, RequestIdSettings, parse_config
 from prober.evidence import EngineCounters, SaltAsserted, TimingStatistics
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
@@ -32,6 +35,7 @@ from prober.targets.credentials import Secret
 from prober.targets.transport import TransportPolicy
 from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
+from tests.support.isolation import run_check, surveyed
 from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
@@ -135,6 +139,8 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
         "audit": {"max_tokens": 64, "target_deadline": TARGET_DEADLINE},
         "detection": {"semantic": False},
         "timing": TIMING,
+        # Theirs: test_request_ids_and_abort_retry_on_a_healthy_vllm (minutes of decoding on a CPU each audit).
+        "request_ids": {"audit": False}, "abort_retry": {"audit": False},
     })
     began = time.monotonic()
     result = run(run_audit(config, {name: Secret(key) for name, key in KEYS.items()}))
@@ -223,6 +229,30 @@ def test_cache_salt_reaches_the_engine(vllm: VllmServer) -> None:
             return cached
     first, same_salt, other_salt, unsalted = run(go())
     assert first == 0 and same_salt and same_salt >= 128 and other_salt == 0 and unsalted == 0
+
+
+def test_request_ids_and_abort_retry_on_a_healthy_vllm(vllm: VllmServer, tmp_path: Path) -> None:
+    """vLLM takes the client's request ID (`X-Request-Id`, `request_id`: its answers are named `chatcmpl-<ID>`) and
+    keeps two tenants' requests under one ID apart (its random suffix, PR #27987); a prompt hung up on halfway and
+    retried after the other tenant's prompt comes back with nothing of that tenant's.  Unsalted, its prefix cache is
+    one for both tenants: the other tenant's request for the abandoned prompt may be served what was computed of it
+    (a `cross_tenant_cache_hit`, as the prefix-cache check finds), never what was not."""
+    secrets = {name: Secret(key) for name, key in KEYS.items()}
+
+    async def check(name: str, **sections: Any) -> CheckResult:
+        async with surveyed(vllm.url, secrets, tmp_path / f"{name}.sqlite", retries=2, **sections) as checking:
+            return await run_check(name, checking)
+
+    ids = run(check("request-ids", request_ids=RequestIdSettings(max_tokens=48)))
+    abort = run(check("abort-retry", abort_retry=AbortRetrySettings(max_tokens=48)))
+    assert isinstance(ids, RequestIdResult) and isinstance(abort, AbortRetryResult)
+    print(ids.summary(), ids.sight, "|", abort.summary(), abort.sight)
+    assert ids.fields == ("request_id",) and ids.named == ids.answered == 6 and not ids.errors, ids.summary()
+    assert abort.abandoned + abort.answered_early == 2 and not abort.errors, abort.errors
+    crossing = (FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_REQUEST_ECHO, FindingKind.PHANTOM_CACHE_HIT)
+    crossed = [f for f in ids.findings + abort.findings if f.kind in crossing]
+    assert not crossed, [f.describe() for f in crossed]
+    assert ids.sight is not None and ids.sight.echoed and abort.sight is not None and abort.sight.echoed
 
 
 @pytest.mark.unit

@@ -6,6 +6,7 @@ wider; the audit and the daemon's jobs open one per target and hand it to each c
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from prober.campaign.cached import CacheExplainer
@@ -26,6 +27,7 @@ from prober.errors import PlanError, TargetUnusable
 from prober.evidence import EngineCounters
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
+from prober.targets.request_ids import RequestId
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry
 from prober.targets.transport import Transport
@@ -93,12 +95,26 @@ class TargetContext:
         return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                            self.wiring.secrets.get(tenant))
 
-    async def send(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int]:
-        """A step's prompt as its tenant: the answer, and how many prompts the target had been sent before."""
+    async def send(self, step: Step, built: BuiltPrompt, route: Route, *,
+                   request_id: RequestId | None = None) -> tuple[Completion, int]:
+        """A step's prompt as its tenant (named by the client's `request_id` where one is given): the answer, and how
+        many prompts the target had been sent before."""
         before = self.transport.outbox.started  # also the number this prompt gets as it goes out
         self.cached.sent(before, built)
-        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id)
         return await self.send_as(step.tenant, prompt, route), before
+
+    async def hang_up(self, step: Step, built: BuiltPrompt, route: Route, after: float,
+                      linger: float) -> tuple[Completion, int] | None:
+        """A step's prompt sent as `send` sends it and hung up on `after` seconds in: None where the answer had not
+        come by then, else the answer, as `send` gives it.  A request hung up on is counted as out `linger` seconds
+        longer (what the engine may take to abort it): the abort it counts is this process's, not other users'."""
+        try:
+            async with asyncio.timeout(after):
+                return await self.send(step, built, route)
+        except TimeoutError:
+            await self.transport.outbox.linger(linger)
+            return None
 
     async def judged(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, route: Route, *,
                      check: str, before: int, engine: EngineCounters | None = None) -> StepResult:

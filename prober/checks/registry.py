@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prober.checks.abort_retry import AbortRetryCheck
 from prober.checks.base import Check
 from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
+from prober.checks.request_ids import RequestIdCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapeCheck
 from prober.checks.slots import SlotsCheck
@@ -47,4 +49,4 @@ class Registry:
 
 
 REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck()])
+                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck()])

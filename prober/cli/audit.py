@@ -135,6 +135,10 @@ def audit(
         help="Run the cross-talk burst after the campaign (default on).")] = None,
     slots: Annotated[bool | None, typer.Option(
         help="Run the idle-slot check where the target has slots (default on).")] = None,
+    request_ids: Annotated[bool | None, typer.Option(
+        help="Run the request-ID check: every tenant's requests at once under one client ID (default on).")] = None,
+    abort_retry: Annotated[bool | None, typer.Option(
+        help="Run the abort-and-retry check: a prompt abandoned mid-prefill, then retried (default on).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -153,7 +157,8 @@ def audit(
                           token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
-                          timing=timing, crosstalk=crosstalk, slots=slots)
+                          timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
+                          abort_retry=abort_retry)
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None

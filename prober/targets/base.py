@@ -15,6 +15,7 @@ from typing import Any
 
 from prober.targets.bounds import ANSWER_BASE_S, OVERLONG, Size
 from prober.targets.credentials import Secret
+from prober.targets.request_ids import RequestId
 from prober.targets.result import Completion, Cut, ErrorKind, TargetError, Usage
 from prober.targets.sse import SSEDecoder
 from prober.targets.transport import ERROR_BODY_CAP, HTTPExchange, Transport
@@ -28,6 +29,7 @@ class Prompt:
     temperature: float = 0.0  # probes are greedy, so a rerun asks the same question the same way
     seed: int | None = None
     cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
+    request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
 
 
 @dataclass
@@ -67,6 +69,10 @@ class HTTPTarget(Target):
     @abstractmethod
     def read_event(self, obj: Any) -> Piece: ...
 
+    def answer_id(self, obj: Any) -> str | None:
+        """The id the target named an answer (or a stream event) by, where its API has one."""
+        return None
+
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
         """The answer read as what arrived: a stream as a stream, JSON as JSON, whichever was asked for (a
         mismatch is named in the error of an answer that failed)."""
@@ -74,8 +80,9 @@ class HTTPTarget(Target):
             stream = _StreamReader(self, max_tokens=prompt.max_tokens,
                                    idle_s=min(self.transport.policy.timeout_s, ANSWER_BASE_S))
             size = Size(len(prompt.text.encode("utf-8", "surrogatepass")), prompt.max_tokens, prompt.stream)
+            headers = prompt.request_id.headers() if prompt.request_id else None
             exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
-                                                     on_chunk=stream.feed, size=size)
+                                                     headers=headers, on_chunk=stream.feed, size=size)
             answer = stream.finish(exchange) if exchange.streamed else self._plain(exchange)
             if answer.error is not None and exchange.status == 200 and exchange.streamed != prompt.stream:
                 sent = "server-sent events to a plain" if exchange.streamed else "a JSON body to a stream"
@@ -111,7 +118,7 @@ class HTTPTarget(Target):
                 exchange.snippet()))
         error = TargetError(ErrorKind.REFUSED, piece.error, 200, exchange.snippet()) if piece.error else None
         return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
-                          ttft_s=exchange.total_s, error=error, other_text=piece.other)
+                          ttft_s=exchange.total_s, error=error, other_text=piece.other, answer_id=self.answer_id(obj))
 
 
 class _StreamReader:
@@ -135,6 +142,7 @@ class _StreamReader:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.error: TargetError | None = None
+        self.answer_id: str | None = None
         self.done = False
 
     def feed(self, chunk: bytes, at: float) -> TargetError | None:
@@ -161,6 +169,7 @@ class _StreamReader:
         try:
             obj = json.loads(data)
             piece = self.target.read_event(obj)
+            self.answer_id = self.answer_id or self.target.answer_id(obj)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
@@ -193,7 +202,8 @@ class _StreamReader:
             error = TargetError(ErrorKind.TRUNCATED, "stream ended without its [DONE] terminator", 200)
         # Partial text stays: a truncated answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
-                          ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others))
+                          ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others),
+                          answer_id=self.answer_id)
 
 
 def _plausible(answer: Completion, prompt: Prompt) -> Completion:

@@ -38,7 +38,13 @@ class OpenAICompatible(HTTPTarget):
             body["prompt"] = prompt.text
         if prompt.stream:
             body["stream_options"] = {"include_usage": True}
+        if prompt.request_id is not None:
+            body.update(prompt.request_id.body())
         return body
+
+    def answer_id(self, obj: Any) -> str | None:
+        named = obj.get("id") if isinstance(obj, dict) else None
+        return named if isinstance(named, str) else None
 
     def read_answer(self, obj: Any) -> Piece:
         problem = error_message(obj)

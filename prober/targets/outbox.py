@@ -10,6 +10,7 @@ credential it was sent with (the runner knows whose that is).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -48,6 +49,15 @@ class Outbox:
         self.out += 1
         try:
             yield
+        finally:
+            self.out -= 1
+
+    async def linger(self, seconds: float) -> None:
+        """One request counted as still out for `seconds` more: a request whose client hung up stays the engine's
+        until it has aborted it (and counted the abort), and that abort is this process's doing, not other users'."""
+        self.out += 1
+        try:
+            await asyncio.sleep(seconds)
         finally:
             self.out -= 1
 

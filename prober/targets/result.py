@@ -125,6 +125,7 @@ class Completion:
     # What the API returned as text beside the content: a reasoning model's reasoning, a refusal, tool-call
     # arguments.  A canary there has left the engine as surely as one in the content.
     other_text: str = field(default="", repr=False)
+    answer_id: str | None = None  # the id the target named the answer by (OpenAI's `id`), where it gave one
 
     @property
     def retried(self) -> bool:

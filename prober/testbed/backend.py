@@ -64,7 +64,7 @@ class QuotingVocabulary:
 class QuotingPages:
     """The quoting model over pages of token ids."""
 
-    simulates_prefill = True
+    simulates_time = True
 
     def __init__(self, regions: int) -> None:
         self.model = QuotingModel(regions)

@@ -68,4 +68,16 @@ BUGS = (
               "at a time and all at once", FindingKind.CROSS_TENANT_ECHO,
               engine={"mode": "monolithic", "slots": 2, "context_length": 4_096, "pool_tokens": 8_192},
               audit={"capacity": {"slots": 2}}),
+    EngineBug("SGLang PR #19035, vLLM #10583, modelcontextprotocol/python-sdk #3060", "requests in flight kept "
+              "under the ID the client sent: two tenants' requests under one ID share one entry, and one of them is "
+              "handed the other's answer", {"keys_requests_by_client_id": True},
+              "the request-ID check: every tenant's requests at once under one client request ID (header and body "
+              "field), each answer checked for the others' canaries", FindingKind.CROSS_TENANT_ECHO,
+              engine={"decode_ms_per_token": 1}),
+    EngineBug("vLLM PR #56525, #52234", "a prompt's cache entries published before its KV is written: after a "
+              "client abort mid-prefill, the retry takes the never-written pages as cached and reads what they "
+              "held, another tenant's KV", {"publishes_before_written": True},
+              "the abort-and-retry check: the observer's prompt abandoned mid-prefill, the same prompt and then its "
+              "own from the victim, the observer's retry", FindingKind.CROSS_TENANT_ECHO,
+              engine={"prefill_ms_per_1k_tokens": 100}),
 )

@@ -72,6 +72,16 @@ class Faults(BaseModel):
     landed, entries nobody wrote (vLLM #45704, #47282: no error, garbled answers under load).  The quoting model
     reads such an entry as a random character of the Basic Multilingual Plane (its token ids are code points), a
     real model as keys and values of noise at its pages' scale."""
+    publishes_before_written: bool = False
+    """A prompt's pages are published to the prefix cache when it is admitted, before their KV is written; a
+    request aborted mid-prefill (its client hung up) leaves pages published that nobody wrote, and a later hit on
+    them (its retry) takes them as cached and reads whatever its pages held: another request's KV (vLLM PR #56525:
+    "the retry hits the aborted request's deepest published-but-never-written boundary hash")."""
+    keys_requests_by_client_id: bool = False
+    """The front keeps requests in flight under the client's request ID (the `X-Request-Id` header, the body's
+    `rid` or `request_id`) instead of its own: requests of any tenants that sent one ID at once share one entry,
+    and every caller is handed the answer that finished first (SGLang PR #19035, vLLM #10583: state keyed by a
+    client's duplicate ID; modelcontextprotocol/python-sdk #3060: a response delivered to another request)."""
     storage_tier_ignores_salt: bool = False
     """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
     by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or
@@ -125,6 +135,10 @@ class EngineConfig(BaseModel):
     pool_wait_seconds: float = Field(30.0, gt=0)
     """How long a request waits for free KV pages before it fails."""
     prefill_ms_per_1k_tokens: float = Field(0.5, ge=0, description="simulated prefill cost")
+    decode_ms_per_token: float = Field(0.0, ge=0, description="simulated decode cost")
+    prefill_chunk_tokens: int = Field(1_024, ge=1)
+    """Tokens a prefill step writes before the next (SGLang's `--chunked-prefill-size`, vLLM's
+    `--max-num-batched-tokens`): a request whose client has hung up is aborted between steps."""
     metrics: Literal["sglang", "vllm"] = "sglang"
     """Whose metric names `/metrics` exports what the engine counts (aborts, failed transfers, tokens, KV usage):
     SGLang's (`--enable-metrics`) or vLLM's."""

@@ -18,10 +18,8 @@ real language model over per-layer K/V tensors (lm/), behind the same gates, han
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.prefixes import Prefill, Prefixes
 from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 
@@ -81,56 +80,6 @@ class GenerationResult:
     finish_reason: str
 
 
-class PrefixCache:
-    """Which page-aligned prompt prefixes were seen, keyed by tenant and cache salt; by salt alone where the fault
-    shares it (vLLM's rule: equal salts, or none, share); by content alone for the storage tier.
-
-    It records hashes only (no pages are pinned), enough to report cached_tokens and to skip the
-    simulated prefill cost of a hit.
-    """
-
-    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False) -> None:
-        self.page_size = page_size
-        self.capacity = capacity
-        self.shared = shared
-        self.content_only = content_only
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _namespace(self, tenant: str, salt: str | None) -> bytes:
-        if self.content_only:
-            return b""
-        salted = b"\0" + salt.encode() if salt is not None else b""
-        return salted if self.shared else tenant.encode() + salted
-
-    def _chain(self, tenant: str, salt: str | None, ids: TokenIds) -> list[bytes]:
-        digest = hashlib.blake2b(self._namespace(tenant, salt), digest_size=16)
-        full = len(ids) // self.page_size
-        keys = []
-        for page in np.split(ids[: full * self.page_size], full) if full else []:
-            digest.update(page.tobytes())
-            keys.append(digest.copy().digest())
-        return keys
-
-    def lookup_and_insert(self, tenant: str, salt: str | None, ids: TokenIds) -> int:
-        """Cached prefix length in tokens (never the whole prompt), then remember this prompt."""
-        if self.capacity == 0:
-            return 0
-        keys = self._chain(tenant, salt, ids)
-        with self._lock:
-            hits = 0
-            for key in keys:
-                if key not in self._seen:
-                    break
-                hits += 1
-            for key in keys:
-                self._seen[key] = None
-                self._seen.move_to_end(key)
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-        return min(hits * self.page_size, max(0, len(ids) - 1))
-
-
 @dataclass
 class EngineStats:
     """What the engine counts about itself, exported under SGLang's metric names (see server.py)."""
@@ -142,6 +91,12 @@ class EngineStats:
     cached_tokens: int = 0
 
 
+def _sleep(seconds: float) -> None:
+    """What the quoting model's work is taken to cost (it costs nothing itself)."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
 class Engine:
     """Thread-safe: requests run concurrently in worker threads; the pools serialise allocation."""
 
@@ -149,18 +104,11 @@ class Engine:
         self.config = config
         self.backend = make_backend(config)  # a real model loads in the background
         self.prefill_pool = PagePool("prefill", config.pool_tokens, config.page_size, config.page_reuse)
-        self.decode_pool = (
-            PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
-            if config.mode == "disaggregated"
-            else None
-        )
-        self.prefix_cache = PrefixCache(
-            config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
-        )
+        self.decode_pool = (PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
+                            if config.mode == "disaggregated" else None)
+        self.prefixes = Prefixes(config)
         self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
-        self.storage_tier = (PrefixCache(config.page_size, config.prefix_cache_entries, False, content_only=True)
-                             if config.faults.storage_tier_ignores_salt else None)
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
         self.started_at = time.time()
@@ -218,28 +166,20 @@ class Engine:
                     return GenerationResult("", 1, 0, 0, "length")
                 raise EngineError(400, abort_message(cfg, n), "BadRequestError", in_scheduler=True)
             written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
-            cached = skipped = 0
         else:
             written = req.prompt_ids
-            # A real model prefills every token (the cache is counted, its pages are not reused).
-            # With slots, their prompt cache counts instead (below).
-            cached = self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written) if not self.slots else 0
-            if self.storage_tier is not None:  # consulted by every request, whoever wrote the prefix
-                cached = max(cached, self.storage_tier.lookup_and_insert(req.tenant, req.cache_salt, written))
-            self._count(cached_tokens=cached)
-            skipped = cached if cfg.faults.cache_hit_reads_stale_pages else 0  # computed by nobody
-            if model.simulates_prefill:
-                self._simulate_prefill(len(written) - cached)
-
-        if self.slots is not None:
+        if self.slots is not None:  # their prompt cache counts instead of the prefix cache
             return self._serve_in_slot(self.slots, model, req, written)
+        # A real model prefills every token but the stale ones (the cache is counted, its pages are not reused).
+        fill = Prefill(0, (0, 0)) if aborted else self.prefixes.admit(req.tenant, req.cache_salt, written)
+        self._count(cached_tokens=fill.cached)
         if self.decode_pool is None:
-            result = self._serve_monolithic(model, req, written, n, skipped)
+            result = self._serve_monolithic(model, req, written, n, fill)
         else:
-            result = self._serve_disaggregated(model, req, written, n, skipped)
+            result = self._serve_disaggregated(model, req, written, n, fill)
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
-        return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
+        return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason)
 
     def _serve_in_slot(self, slots: SlotTable, model: PagedModel, req: GenerationRequest,
                        written: TokenIds) -> GenerationResult:
@@ -249,17 +189,32 @@ class Engine:
             with slots.take(written, self.config.pool_wait_seconds) as lease:
                 self._count(cached_tokens=lease.cached)
                 attended = np.concatenate([lease.carried, written]) if lease.carried.size else written
-                result = self._serve_monolithic(model, req, attended, len(attended), 0)
+                carried = Prefill(len(lease.carried), (0, 0))  # what the slot held costs no prefill time
+                result = self._serve_monolithic(model, req, attended, len(attended), carried)
         except TimeoutError as exc:
             raise EngineError(503, f"all slots are busy, retry later ({exc})", "ServiceUnavailable",
                               in_scheduler=True) from None
         return GenerationResult(result.text, len(written), result.completion_tokens, lease.cached,
                                 result.finish_reason)
 
-    def _simulate_prefill(self, tokens: int) -> None:
-        seconds = tokens * self.config.prefill_ms_per_1k_tokens / 1e6
-        if seconds > 0:
-            time.sleep(seconds)
+    def _prefill(self, model: PagedModel, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
+                 fill: Prefill) -> int | None:
+        """The prompt's KV written a chunk at a time (`prefill_chunk_tokens`), each chunk's whole pages then published
+        to the prefix cache; a request whose client hung up is aborted before its next chunk (vLLM and SGLang abort
+        a request whose client went away between scheduler steps), its pages freed by the caller."""
+        chunk, first = self.config.prefill_chunk_tokens, None
+        for start in range(0, len(ids), chunk):
+            if req.cancelled.is_set():
+                raise EngineError(499, f"request {req.request_id} aborted: its client closed the connection",
+                                  "ClientClosedRequest", in_scheduler=True)
+            end = min(len(ids), start + chunk)
+            if model.simulates_time:
+                cost = end - max(start, min(end, fill.cached))  # cached tokens cost no time
+                _sleep(cost * self.config.prefill_ms_per_1k_tokens / 1e6)
+            for low, high in fill.computed(start, end):
+                first = model.prefill(pool, pages, ids[:high], req, low)
+            fill.written(end, pool.page_size)
+        return first
 
     def _allocate(self, pool: PagePool, pages: int, owner: str) -> list[int]:
         try:
@@ -269,11 +224,11 @@ class Engine:
                               in_scheduler=True) from None
 
     def _serve_monolithic(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
-                          n: int, skipped: int) -> GenerationResult:
+                          n: int, fill: Prefill) -> GenerationResult:
         pool = self.prefill_pool
         pages = self._allocate(pool, pool.pages_for(n + req.max_tokens), req.request_id)
         with self._held(pool, pages, req) as racing:
-            first = model.prefill(pool, pages, written, req, skipped)
+            first = self._prefill(model, pool, pages, written, req, fill)
             racing()
             return self._decode(model, pool, pages, req, n, first)
 
@@ -297,13 +252,13 @@ class Engine:
                 pool.free(pages, req.request_id)
 
     def _serve_disaggregated(self, model: PagedModel, req: GenerationRequest, written: TokenIds,
-                             n: int, skipped: int) -> GenerationResult:
+                             n: int, fill: Prefill) -> GenerationResult:
         prefill, decode = self.prefill_pool, self.decode_pool
         assert decode is not None
         sent = prefill.pages_for(len(written))
         prefill_pages = self._allocate(prefill, sent, req.request_id)
         try:
-            first = model.prefill(prefill, prefill_pages, written, req, skipped)
+            first = self._prefill(model, prefill, prefill_pages, written, req, fill)
             # Hand-off: decode reserves room for the length it was told about, plus the output.
             reserved = self._allocate(decode, decode.pages_for(n + req.max_tokens), req.request_id)
             try:
@@ -328,6 +283,8 @@ class Engine:
         if self.config.faults.offload_restore_unsynced:
             model.tear(pool, pages, n, req.sampling.seed)  # restored from the offload tier before the copy landed
         answer = model.decode(pool, pages, n, first, req)
+        if model.simulates_time:
+            _sleep(len(answer.token_ids) * self.config.decode_ms_per_token / 1e3)
         reason = "length" if answer.truncated else "stop"
         return GenerationResult(answer.text, n, len(answer.token_ids), 0, reason)
 

@@ -4,8 +4,9 @@ engine hands a model, how to sample it, and what a model and its vocabulary must
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -35,11 +36,13 @@ class GenerationRequest:
     max_tokens: int
     sampling: Sampling = Sampling(0.0, 1.0, 0)
     cache_salt: str | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)  # its client hung up
 
 
 class PagedModel(Protocol):
-    simulates_prefill: bool
-    """True when prefill costs no real time, so the engine sleeps `prefill_ms_per_1k_tokens` for it."""
+    simulates_time: bool
+    """True when the model costs no real time, so the engine sleeps what `prefill_ms_per_1k_tokens` and
+    `decode_ms_per_token` say prefill and decode cost."""
 
     def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
                 start: int = 0) -> int | None:

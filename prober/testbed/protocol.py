@@ -44,6 +44,8 @@ class _Generation(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = None
+    rid: str | None = Field(None, max_length=256)  # SGLang's: the client's name for the request
+    request_id: str | None = Field(None, max_length=256)  # vLLM's
 
     @property
     def include_usage(self) -> bool:

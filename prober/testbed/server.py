@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import socket
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from enum import StrEnum
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -25,18 +22,16 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from prober import __version__
 from prober.malloc import cap_arenas
+from prober.testbed.answering import Answering, GenerationRoute
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
-from prober.testbed.engine import Engine, EngineError, GenerationResult, check_context
-from prober.testbed.generation import GenerationRequest, Sampling
-from prober.testbed.model import instruction_of
+from prober.testbed.engine import Engine, EngineError
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
-from prober.testbed.tokenizer import TokenIds
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -115,28 +110,6 @@ class _PoolCollector(Collector):
         yield used
 
 
-REASONED = "Done."  # a reasoning model's content, its quote in reasoning_content
-
-
-class GenerationRoute(StrEnum):
-    """The two generation routes, and how each names its answers."""
-
-    CHAT = "chat"
-    COMPLETIONS = "completions"
-
-    @property
-    def id_prefix(self) -> str:
-        return "chatcmpl" if self is GenerationRoute.CHAT else "cmpl"
-
-    @property
-    def object(self) -> str:
-        return "chat.completion" if self is GenerationRoute.CHAT else "text_completion"
-
-    @property
-    def chunk_object(self) -> str:
-        return "chat.completion.chunk" if self is GenerationRoute.CHAT else "text_completion"
-
-
 async def read_json(request: Request, cap: int) -> Any:
     """The request body as JSON, refused past `cap` bytes before it is all read."""
     declared = request.headers.get("content-length", "")
@@ -174,6 +147,7 @@ class TestbedApp:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.config: EngineConfig = engine.config
+        self.answering = Answering(engine)
         self._tenant_by_key = {key: name for name, key in self.config.tenants.items()}
         self.registry = CollectorRegistry()
         self.registry.register(_PoolCollector(engine))
@@ -272,8 +246,8 @@ class TestbedApp:
             last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
             vocab = self.engine.vocab
             ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
-            return await self._generate(request, GenerationRoute.CHAT, tenant, body, ids, body.requested_max_tokens,
-                                        last_user)
+            return await self.answering.respond(request, GenerationRoute.CHAT, tenant, body, ids,
+                                                body.requested_max_tokens, last_user)
         return await self._guarded("chat", request, handle)
 
     async def completions(self, request: Request) -> Response:
@@ -281,97 +255,9 @@ class TestbedApp:
             tenant = self._tenant(request)
             body = parse(CompletionRequest, await read_json(request, self.config.max_body_bytes))
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
-            return await self._generate(request, GenerationRoute.COMPLETIONS, tenant, body, ids,
-                                        body.requested_max_tokens, body.text)
+            return await self.answering.respond(request, GenerationRoute.COMPLETIONS, tenant, body, ids,
+                                                body.requested_max_tokens, body.text)
         return await self._guarded("completions", request, handle)
-
-    async def _generate(self, request: Request, route: GenerationRoute, tenant: str,
-                        body: ChatRequest | CompletionRequest, ids: TokenIds, max_tokens: int | None,
-                        instruction_text: str) -> Response:
-        cfg = self.config
-        if ids.size == 0:
-            raise HTTPProblem(400, "invalid request: the prompt is empty", "BadRequestError")
-        check_context(self.config, int(ids.size), max_tokens)
-        req = GenerationRequest(
-            request_id=uuid.uuid4().hex,
-            tenant=tenant,
-            prompt_ids=ids,
-            instruction=instruction_of(instruction_text),
-            style=body.quote_style or cfg.quote_style,
-            max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
-            cache_salt=body.cache_salt,
-            sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
-                              top_p=body.top_p or 1.0,
-                              seed=secrets.randbits(63) if body.seed is None else body.seed),
-        )
-        meta = {"id": f"{route.id_prefix}-{req.request_id}",
-                "created": int(time.time()), "model": body.model or cfg.model_name}
-        if body.stream:
-            return StreamingResponse(self._stream(route, meta, req, body.include_usage),
-                                     media_type="text/event-stream")
-        result = await anyio.to_thread.run_sync(self.engine.generate, req)
-        if await request.is_disconnected():
-            self.engine.disconnected()
-        if route is GenerationRoute.CHAT:
-            message = ({"role": "assistant", "reasoning_content": result.text, "content": REASONED}
-                       if cfg.reasoning else {"role": "assistant", "content": result.text})
-            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": result.finish_reason}
-        else:
-            choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
-        return JSONResponse({**meta, "object": route.object, "choices": [choice], "usage": _usage(result)})
-
-    async def _stream(self, route: GenerationRoute, meta: dict[str, Any], req: GenerationRequest,
-                      include_usage: bool) -> AsyncIterator[str]:
-        obj = route.chunk_object
-
-        field = "reasoning_content" if self.config.reasoning else "content"
-
-        def chunk(piece: str | None, finish: str | None, first: bool = False, said: str = field) -> str:
-            if route is GenerationRoute.CHAT:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
-                    {said: piece} if piece is not None else {})
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": piece or "", "finish_reason": finish}
-            extra = {"usage": None} if include_usage else {}
-            return _sse({**meta, "object": obj, "choices": [choice], **extra})
-
-        try:
-            result = await anyio.to_thread.run_sync(self.engine.generate, req)
-        except EngineError as exc:
-            yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
-            yield "data: [DONE]\n\n"
-            return
-        finished = False
-        try:
-            if route is GenerationRoute.CHAT:
-                yield chunk(None, None, first=True)
-            pieces = self.engine.vocab.pieces(result.text)
-            for start in range(0, len(pieces), 4):
-                yield chunk("".join(pieces[start : start + 4]), None)
-            if route is GenerationRoute.CHAT and self.config.reasoning:
-                yield chunk(REASONED, None, said="content")
-            yield chunk(None, result.finish_reason)
-            if include_usage:
-                yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
-            yield "data: [DONE]\n\n"
-            finished = True
-        finally:
-            if not finished:  # the client closed the stream (Starlette stops iterating when it hangs up)
-                self.engine.disconnected()
-
-
-def _usage(result: GenerationResult) -> dict[str, Any]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
-    }
-
-
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
 class _Server(uvicorn.Server):

@@ -23,11 +23,13 @@ from tests.support.waiting import wait_for
 
 FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "shapes": "4s", "campaign": "4s", "prefix-cache": "4s"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
-# The timing check and the cross-talk burst run once when a daemon starts: at their smallest, since these
-# daemons are about what campaigns and sentinels find (tests/test_vllm.py runs them in earnest).
+# The timing check, the cross-talk burst and the request-ID and abort-and-retry checks run once when a daemon
+# starts: at their smallest, since these daemons are about what campaigns and sentinels find (tests/test_vllm.py
+# runs them in earnest).
 # Seven samples: the fewest that can decide at the default false-alarm rate over two pairs (a looser rate would
 # let a clean engine draw a finding now and then).
-LEAN_CHECKS = {"timing": {"samples": 7, "rounds": 1, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1}}
+LEAN_CHECKS = {"timing": {"samples": 7, "rounds": 1, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1},
+               "request_ids": {"groups": 1}, "abort_retry": {"tokens": 256}}
 
 
 def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:

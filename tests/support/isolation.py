@@ -31,14 +31,15 @@ NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs 
 
 
 @asynccontextmanager
-async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path,
+async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path, *, retries: int = 0,
                    **sections: Any) -> AsyncIterator[Run]:
     """A run on the surveyed engine at `url`, with a ledger of its own: what the audit gives each target.
-    `sections`: config sections the checks read (`timing=TimingSettings(...)`)."""
+    `sections`: config sections the checks read (`timing=TimingSettings(...)`); `retries`: the transport's (an
+    audit's default is 3: llama.cpp closes a kept-alive connection after a stream as the next request goes out)."""
     ledger = open_ledger(ledger_path)
     try:
         wiring = Wiring(ledger, Minter(ledger, KEY), RunScanner([], key=KEY, tenants=TENANTS), secrets, TENANTS)
-        target = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=0)
+        target = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=retries)
         config = ProberConfig(targets=[target], tenants=[{"name": t} for t in TENANTS], **sections)
         async with Transport(target.policy()) as transport:
             context = TargetContext(target, transport, wiring)

@@ -98,7 +98,7 @@ class GemmaVocabulary:
 class GemmaPages:
     """The engine's PagedModel for Gemma: K/V tensors per pool, created on first use."""
 
-    simulates_prefill = False
+    simulates_time = False
 
     def __init__(self, model: Gemma, vocab: GemmaVocabulary) -> None:
         self.model = model

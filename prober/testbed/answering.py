@@ -1,0 +1,171 @@
+"""How the reference engine's front answers a generation request: the engine's result as one JSON body or as a
+stream of server-sent events, the request named by the client's ID where it gave one (the `X-Request-Id` header,
+SGLang's `rid`, vLLM's `request_id`), the engine told when the client hangs up, and each answer handed to the
+caller it belongs to (prober/testbed/delivery.py, where a fault hands it to others)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from prober.testbed.config import EngineConfig
+from prober.testbed.delivery import Deliveries
+from prober.testbed.engine import Engine, EngineError, GenerationResult, check_context
+from prober.testbed.generation import GenerationRequest, Sampling
+from prober.testbed.model import instruction_of
+from prober.testbed.protocol import ChatRequest, CompletionRequest
+from prober.testbed.tokenizer import TokenIds
+
+REASONED = "Done."  # a reasoning model's content, its quote in reasoning_content
+
+
+class GenerationRoute(StrEnum):
+    """The two generation routes, and how each names its answers."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+    @property
+    def id_prefix(self) -> str:
+        return "chatcmpl" if self is GenerationRoute.CHAT else "cmpl"
+
+    @property
+    def object(self) -> str:
+        return "chat.completion" if self is GenerationRoute.CHAT else "text_completion"
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self is GenerationRoute.CHAT else "text_completion"
+
+
+def client_id(request: Request, body: ChatRequest | CompletionRequest) -> str | None:
+    """The client's name for the request, as vLLM reads one (the header first) or SGLang (`rid`)."""
+    return request.headers.get("x-request-id") or body.rid or body.request_id
+
+
+class Answering:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config: EngineConfig = engine.config
+        self.deliveries: Deliveries[GenerationResult] = Deliveries(engine.config.faults.keys_requests_by_client_id)
+
+    async def respond(self, request: Request, route: GenerationRoute, tenant: str,
+                      body: ChatRequest | CompletionRequest, ids: TokenIds, max_tokens: int | None,
+                      instruction_text: str) -> Response:
+        """The answer, named after the client's ID where it gave one (as vLLM's and SGLang's are), while the
+        engine names the request uniquely all the same (vLLM's random suffix)."""
+        cfg = self.config
+        if ids.size == 0:
+            raise EngineError(400, "invalid request: the prompt is empty", "BadRequestError")
+        check_context(cfg, int(ids.size), max_tokens)
+        named = client_id(request, body)
+        unique = uuid.uuid4().hex
+        req = GenerationRequest(
+            request_id=f"{named}-{unique[:8]}" if named else unique,
+            tenant=tenant,
+            prompt_ids=ids,
+            instruction=instruction_of(instruction_text),
+            style=body.quote_style or cfg.quote_style,
+            max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
+            cache_salt=body.cache_salt,
+            sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
+                              top_p=body.top_p or 1.0,
+                              seed=secrets.randbits(63) if body.seed is None else body.seed),
+        )
+        meta = {"id": f"{route.id_prefix}-{named or unique}", "created": int(time.time()),
+                "model": body.model or cfg.model_name}
+        if body.stream:
+            return StreamingResponse(self._stream(request, route, meta, req, named, body.include_usage),
+                                     media_type="text/event-stream")
+        result = await self.deliveries.deliver(named, self._computed(request, req))
+        if route is GenerationRoute.CHAT:
+            message = ({"role": "assistant", "reasoning_content": result.text, "content": REASONED}
+                       if cfg.reasoning else {"role": "assistant", "content": result.text})
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": result.finish_reason}
+        else:
+            choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
+        return JSONResponse({**meta, "object": route.object, "choices": [choice], "usage": _usage(result)})
+
+    async def _computed(self, request: Request, req: GenerationRequest) -> GenerationResult:
+        """The engine's result.  A client that hangs up before it (a closed connection, or a stream that Starlette
+        stops) has its request aborted before the engine's next prefill chunk, and counted as an abort, as vLLM and
+        SGLang count one, so that other users' disconnects move the counters a prober reads."""
+
+        async def hang_up() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            req.cancelled.set()
+
+        watch = asyncio.ensure_future(hang_up())
+        try:
+            return await anyio.to_thread.run_sync(self.engine.generate, req, abandon_on_cancel=True)
+        except asyncio.CancelledError:
+            req.cancelled.set()
+            raise
+        finally:
+            watch.cancel()
+            if req.cancelled.is_set():
+                self.engine.disconnected()
+
+    async def _stream(self, request: Request, route: GenerationRoute, meta: dict[str, Any], req: GenerationRequest,
+                      named: str | None, include_usage: bool) -> AsyncIterator[str]:
+        obj = route.chunk_object
+
+        field = "reasoning_content" if self.config.reasoning else "content"
+
+        def chunk(piece: str | None, finish: str | None, first: bool = False, said: str = field) -> str:
+            if route is GenerationRoute.CHAT:
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
+                    {said: piece} if piece is not None else {})
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": piece or "", "finish_reason": finish}
+            extra = {"usage": None} if include_usage else {}
+            return _sse({**meta, "object": obj, "choices": [choice], **extra})
+
+        try:
+            result = await self.deliveries.deliver(named, self._computed(request, req))
+        except EngineError as exc:
+            yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
+            yield "data: [DONE]\n\n"
+            return
+        finished = False
+        try:
+            if route is GenerationRoute.CHAT:
+                yield chunk(None, None, first=True)
+            pieces = self.engine.vocab.pieces(result.text)
+            for start in range(0, len(pieces), 4):
+                yield chunk("".join(pieces[start : start + 4]), None)
+            if route is GenerationRoute.CHAT and self.config.reasoning:
+                yield chunk(REASONED, None, said="content")
+            yield chunk(None, result.finish_reason)
+            if include_usage:
+                yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
+            yield "data: [DONE]\n\n"
+            finished = True
+        finally:
+            if not finished:  # the client closed the stream (Starlette stops iterating when it hangs up)
+                self.engine.disconnected()
+
+
+def _usage(result: GenerationResult) -> dict[str, Any]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+    }
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

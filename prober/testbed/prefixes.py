@@ -1,0 +1,139 @@
+"""The reference engine's prefix caches: which page-aligned prompt prefixes it has seen, what a new prompt finds
+there, and what its prefill must then compute.
+
+The caches record hashes only (no pages are pinned): enough to report cached tokens and to skip the simulated
+prefill cost of a hit.  A healthy engine publishes a page once its KV is written and computes a hit's pages anyway
+(the stand-in for reading the cached KV, which holds the same).  Two faults make a hit read pages that nobody wrote
+for this prompt: `cache_hit_reads_stale_pages` skips computing every hit, and `publishes_before_written` publishes
+a prompt's pages when it is admitted, before any is written, so that a later hit on a page whose writer was aborted
+first (its client hung up mid-prefill) skips computing that page and every hit after it (vLLM PR #56525: the retry
+"hits the aborted request's deepest published-but-never-written boundary hash").  Positions not computed hold
+whatever the pages the request was given held: another request's KV.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from prober.testbed.config import EngineConfig
+from prober.testbed.tokenizer import TokenIds
+
+
+@dataclass(frozen=True)
+class Lookup:
+    keys: list[bytes]  # one per whole page of the prompt, each chained on the ones before
+    hits: int  # leading pages the cache holds
+    unwritten: int | None  # the first of those that was published and never written (None: all were written)
+
+
+class PrefixCache:
+    """Page hashes keyed by tenant and cache salt; by salt alone where the fault shares it (vLLM's rule: equal
+    salts, or none, share); by content alone for the storage tier.  Each remembers whether its page was written."""
+
+    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False) -> None:
+        self.page_size = page_size
+        self.capacity = capacity
+        self.shared = shared
+        self.content_only = content_only
+        self._seen: OrderedDict[bytes, bool] = OrderedDict()  # key -> its page's KV was written
+        self._lock = threading.Lock()
+
+    def _namespace(self, tenant: str, salt: str | None) -> bytes:
+        if self.content_only:
+            return b""
+        salted = b"\0" + salt.encode() if salt is not None else b""
+        return salted if self.shared else tenant.encode() + salted
+
+    def _chain(self, tenant: str, salt: str | None, ids: TokenIds) -> list[bytes]:
+        digest = hashlib.blake2b(self._namespace(tenant, salt), digest_size=16)
+        full = len(ids) // self.page_size
+        keys = []
+        for page in np.split(ids[: full * self.page_size], full) if full else []:
+            digest.update(page.tobytes())
+            keys.append(digest.copy().digest())
+        return keys
+
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds, *, publish: bool) -> Lookup:
+        """What the cache holds of the prompt; with `publish`, every page of it published now, unwritten."""
+        keys = self._chain(tenant, salt, ids) if self.capacity else []
+        with self._lock:
+            hits = 0
+            while hits < len(keys) and keys[hits] in self._seen:
+                hits += 1
+            unwritten = next((i for i in range(hits) if not self._seen[keys[i]]), None)
+            for key in keys if publish else keys[:hits]:
+                self._seen.setdefault(key, False)
+                self._seen.move_to_end(key)
+            self._evict()
+        return Lookup(keys, hits, unwritten)
+
+    def written(self, keys: Sequence[bytes]) -> None:
+        """Pages whose KV is now in the pool: published (or marked) as written."""
+        if not self.capacity:
+            return
+        with self._lock:
+            for key in keys:
+                self._seen[key] = True
+                self._seen.move_to_end(key)
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """What one prompt's prefill does: the tokens reported cached (and not charged prefill time), the positions it
+    takes as cached without computing them (`stale`, end exclusive), and the lookups whose pages it publishes as it
+    writes them."""
+
+    cached: int
+    stale: tuple[int, int]
+    lookups: tuple[tuple[PrefixCache, Lookup], ...] = ()
+
+    def computed(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of positions [start, end) the prefill computes (all but the stale ones)."""
+        low, high = self.stale
+        parts = [(start, min(end, low)), (max(start, high), end)]
+        return [(a, b) for a, b in parts if a < b]
+
+    def written(self, end: int, page_size: int) -> None:
+        """Positions below `end` are written: their whole pages, but the stale ones, published as written."""
+        low, high = self.stale
+        pages = [i for i in range(end // page_size) if (i + 1) * page_size <= low or i * page_size >= high]
+        for cache, lookup in self.lookups:
+            cache.written([lookup.keys[i] for i in pages])
+
+
+class Prefixes:
+    """The engine's own prefix cache and, with `storage_tier_ignores_salt`, a storage tier keyed by content alone,
+    consulted by every request whoever wrote the prefix."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        faults, entries, page = config.faults, config.prefix_cache_entries, config.page_size
+        self.page_size = page
+        self.faults = faults
+        self.caches = [PrefixCache(page, entries, faults.shared_prefix_cache)]
+        if faults.storage_tier_ignores_salt:
+            self.caches.append(PrefixCache(page, entries, False, content_only=True))
+
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds) -> Prefill:
+        """What the prompt finds cached, and what its prefill computes."""
+        early = self.faults.publishes_before_written
+        lookups = tuple((cache, cache.admit(tenant, salt, ids, publish=early)) for cache in self.caches)
+        best = max((lookup for _, lookup in lookups), key=lambda lookup: lookup.hits)
+        cached = min(best.hits * self.page_size, max(0, len(ids) - 1))  # never the whole prompt
+        if self.faults.cache_hit_reads_stale_pages:
+            stale = (0, cached)  # computed by nobody
+        elif early and best.unwritten is not None:
+            stale = (min(best.unwritten * self.page_size, cached), cached)
+        else:
+            stale = (0, 0)
+        return Prefill(cached, stale, lookups)
