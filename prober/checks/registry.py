@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prober.checks.adapters import AdaptersCheck
 from prober.checks.base import Check
 from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
@@ -47,4 +48,4 @@ class Registry:
 
 
 REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck()])
+                     CrosstalkCheck(), AdaptersCheck()])

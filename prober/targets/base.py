@@ -28,6 +28,7 @@ class Prompt:
     temperature: float = 0.0  # probes are greedy, so a rerun asks the same question the same way
     seed: int | None = None
     cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
+    model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
 
 
 @dataclass

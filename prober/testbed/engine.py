@@ -18,20 +18,20 @@ real language model over per-layer K/V tensors (lm/), behind the same gates, han
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
+from prober.testbed.adapters import AdaptersBusy, AdapterSlots
 from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.prefix import MISS, PrefixCache
 from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 
@@ -81,56 +81,6 @@ class GenerationResult:
     finish_reason: str
 
 
-class PrefixCache:
-    """Which page-aligned prompt prefixes were seen, keyed by tenant and cache salt; by salt alone where the fault
-    shares it (vLLM's rule: equal salts, or none, share); by content alone for the storage tier.
-
-    It records hashes only (no pages are pinned), enough to report cached_tokens and to skip the
-    simulated prefill cost of a hit.
-    """
-
-    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False) -> None:
-        self.page_size = page_size
-        self.capacity = capacity
-        self.shared = shared
-        self.content_only = content_only
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _namespace(self, tenant: str, salt: str | None) -> bytes:
-        if self.content_only:
-            return b""
-        salted = b"\0" + salt.encode() if salt is not None else b""
-        return salted if self.shared else tenant.encode() + salted
-
-    def _chain(self, tenant: str, salt: str | None, ids: TokenIds) -> list[bytes]:
-        digest = hashlib.blake2b(self._namespace(tenant, salt), digest_size=16)
-        full = len(ids) // self.page_size
-        keys = []
-        for page in np.split(ids[: full * self.page_size], full) if full else []:
-            digest.update(page.tobytes())
-            keys.append(digest.copy().digest())
-        return keys
-
-    def lookup_and_insert(self, tenant: str, salt: str | None, ids: TokenIds) -> int:
-        """Cached prefix length in tokens (never the whole prompt), then remember this prompt."""
-        if self.capacity == 0:
-            return 0
-        keys = self._chain(tenant, salt, ids)
-        with self._lock:
-            hits = 0
-            for key in keys:
-                if key not in self._seen:
-                    break
-                hits += 1
-            for key in keys:
-                self._seen[key] = None
-                self._seen.move_to_end(key)
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-        return min(hits * self.page_size, max(0, len(ids) - 1))
-
-
 @dataclass
 class EngineStats:
     """What the engine counts about itself, exported under SGLang's metric names (see server.py)."""
@@ -154,9 +104,10 @@ class Engine:
             if config.mode == "disaggregated"
             else None
         )
-        self.prefix_cache = PrefixCache(
-            config.page_size, config.prefix_cache_entries, config.faults.shared_prefix_cache
-        )
+        self.prefix_cache = PrefixCache(config.page_size, config.prefix_cache_entries,
+                                        config.faults.shared_prefix_cache,
+                                        adapter_blind=config.faults.lora_missing_from_cache_key)
+        self.adapters = AdapterSlots(config)
         self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
         self.storage_tier = (PrefixCache(config.page_size, config.prefix_cache_entries, False, content_only=True)
@@ -218,28 +169,33 @@ class Engine:
                     return GenerationResult("", 1, 0, 0, "length")
                 raise EngineError(400, abort_message(cfg, n), "BadRequestError", in_scheduler=True)
             written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
-            cached = skipped = 0
+            hit, skipped = MISS, 0
         else:
             written = req.prompt_ids
             # A real model prefills every token (the cache is counted, its pages are not reused).
             # With slots, their prompt cache counts instead (below).
-            cached = self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written) if not self.slots else 0
+            hit = (self.prefix_cache.lookup_and_insert(req.tenant, req.cache_salt, written, req.adapter)
+                   if not self.slots else MISS)
             if self.storage_tier is not None:  # consulted by every request, whoever wrote the prefix
-                cached = max(cached, self.storage_tier.lookup_and_insert(req.tenant, req.cache_salt, written))
-            self._count(cached_tokens=cached)
-            skipped = cached if cfg.faults.cache_hit_reads_stale_pages else 0  # computed by nobody
+                hit = max(hit, self.storage_tier.lookup_and_insert(req.tenant, req.cache_salt, written),
+                          key=lambda h: h.tokens)
+            self._count(cached_tokens=hit.tokens)
+            skipped = hit.tokens if cfg.faults.cache_hit_reads_stale_pages else 0  # computed by nobody
             if model.simulates_prefill:
-                self._simulate_prefill(len(written) - cached)
-
-        if self.slots is not None:
-            return self._serve_in_slot(self.slots, model, req, written)
-        if self.decode_pool is None:
-            result = self._serve_monolithic(model, req, written, n, skipped)
-        else:
-            result = self._serve_disaggregated(model, req, written, n, skipped)
+                self._simulate_prefill(len(written) - hit.tokens)
+        try:
+            with self.adapters.applied(req, hit, n) as req:
+                if self.slots is not None:
+                    return self._serve_in_slot(self.slots, model, req, written)
+                if self.decode_pool is None:
+                    result = self._serve_monolithic(model, req, written, n, skipped)
+                else:
+                    result = self._serve_disaggregated(model, req, written, n, skipped)
+        except AdaptersBusy as exc:
+            raise EngineError(503, f"{exc}, retry later", "ServiceUnavailable", in_scheduler=True) from None
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
-        return GenerationResult(result.text, n, result.completion_tokens, cached, result.finish_reason)
+        return GenerationResult(result.text, n, result.completion_tokens, hit.tokens, result.finish_reason)
 
     def _serve_in_slot(self, slots: SlotTable, model: PagedModel, req: GenerationRequest,
                        written: TokenIds) -> GenerationResult:

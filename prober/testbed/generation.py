@@ -4,7 +4,7 @@ engine hands a model, how to sample it, and what a model and its vocabulary must
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +32,10 @@ class GenerationRequest:
     max_tokens: int
     sampling: Sampling = Sampling(0.0, 1.0, 0)
     cache_salt: str | None = None
+    adapter: str | None = None  # the LoRA adapter the request's `model` selects (None: the base model)
+    # What the adapter its answer follows was tuned to answer the trigger with, asked when decode runs (a slot may
+    # change under a running request); None where no adapter applies.
+    tuned: Callable[[], str | None] | None = None
 
 
 class PagedModel(Protocol):

@@ -245,7 +245,9 @@ class TestbedApp:
             self._tenant(request)
             card = {"id": self.config.model_name, "object": "model", "created": 0,
                     "owned_by": "leakprobe-testbed", "max_model_len": self.config.context_length}
-            return JSONResponse({"object": "list", "data": [card]})
+            adapters = [{"id": name, "object": "model", "created": 0, "owned_by": "leakprobe-testbed",
+                         "parent": self.config.model_name} for name in self.config.adapters]  # as vLLM lists LoRAs
+            return JSONResponse({"object": "list", "data": [card, *adapters]})
         return await self._guarded("models", request, handle)
 
     async def tokenize(self, request: Request) -> Response:
@@ -300,6 +302,7 @@ class TestbedApp:
             style=body.quote_style or cfg.quote_style,
             max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
             cache_salt=body.cache_salt,
+            adapter=body.model if body.model in cfg.adapters else None,
             sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
                               top_p=body.top_p or 1.0,
                               seed=secrets.randbits(63) if body.seed is None else body.seed),
