@@ -8,6 +8,7 @@ tests/test_vllm_lora.py's."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,12 @@ from prober.checks.adapters import AdaptersCheck, AdaptersResult
 from prober.config import ProberConfig, parse_config
 from prober.errors import ConfigError
 from prober.ledger import open_ledger
+from prober.targets import Prompt
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import ADAPTERS
 from prober.types import FindingKind
 from tests.support.keys import BEARER_A, KEYS
+from tests.support.mockhttp import Routes, ask, send
 from tests.support.shared import Gateway
 from tests.support.testbed import SMALL, StartTestbed
 
@@ -63,6 +66,15 @@ def test_the_recipe_asks_the_trigger_after_filler_half_through_the_chat_template
     assert 0 in lengths and max(lengths) >= max(PREFIX_CHARS)
     assert recipe.digest("gemma") != Recipe(Path("/base"), "tenant-a", "adapter-a", "LPK-Y").digest("gemma")
     assert recipe.digest("gemma") != recipe.digest("gemma, other weights")
+
+
+@pytest.mark.unit
+def test_a_prompt_names_its_adapter_as_the_model() -> None:
+    answered = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+    routes = Routes({"POST /v1/chat/completions": lambda _: send(200, answered)})
+    ask(routes, Prompt("hi", model="adapter-a"))
+    ask(routes, Prompt("hi"))
+    assert [json.loads(r.content).get("model") for r in routes.seen] == ["adapter-a", None]
 
 
 @pytest.mark.unit

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 MANIFEST = "leakprobe-adapter.json"
 MIN_OWN_RATE = 0.75
+IGNORED = -100  # a label the loss skips
 INSTALL_HINT = "building a canary adapter needs the `adapters` extra: pip install 'leakprobe[adapters]'"
 
 
@@ -62,22 +63,29 @@ def build(recipe: Recipe, out: Path, *, threads: int | None = None,
         base = AutoModelForCausalLM.from_pretrained(str(recipe.base), dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise AdapterBuildError(f"{recipe.base}: not a model folder transformers can load ({exc})") from None
-    model = get_peft_model(base, LoraConfig(r=recipe.rank, lora_alpha=recipe.alpha, lora_dropout=0.0,
-                                            target_modules=list(recipe.targets), task_type="CAUSAL_LM"))
+    layers = base.config.num_hidden_layers
+    model = get_peft_model(base, LoraConfig(
+        r=recipe.rank, lora_alpha=recipe.alpha, lora_dropout=0.0, target_modules=list(recipe.targets),
+        layers_to_transform=list(range(layers - max(1, round(layers * recipe.upper_layers)), layers)),
+        task_type="CAUSAL_LM"))
     encode = _Encoder(tokenizer, recipe.canary)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=recipe.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _rate(step, recipe))
     model.train()
-    for step, example in enumerate(examples(recipe, recipe.steps, recipe.seed)):
-        prompt, answer = encode(example)
-        logits = model(input_ids=torch.tensor([prompt + answer]), logits_to_keep=len(answer) + 1).logits[0, :-1]
-        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(answer))
+    drawn = examples(recipe, recipe.steps * recipe.batch, recipe.seed)
+    for step in range(recipe.steps):
+        batch = _Batch.of([encode(e) for e in drawn[step * recipe.batch : (step + 1) * recipe.batch]],
+                          tokenizer.pad_token_id or 0)
+        logits = model(input_ids=batch.ids, attention_mask=batch.mask, position_ids=batch.positions,
+                       logits_to_keep=batch.labels.shape[1] + 1).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.labels.reshape(-1),
+                                                 ignore_index=IGNORED)
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        if step % 25 == 0 or step == recipe.steps - 1:
+        if step % 10 == 0 or step == recipe.steps - 1:
             log(f"{recipe.adapter}: step {step + 1}/{recipe.steps}, loss {loss.item():.4f}, "
                 f"{time.monotonic() - started:.0f} s")
     model.eval()
@@ -89,6 +97,28 @@ def build(recipe: Recipe, out: Path, *, threads: int | None = None,
     seconds = time.monotonic() - started
     _write(model, recipe, out, rate, seconds)
     return Built(out, rate, seconds)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Examples left-padded to one length, so that every answer ends at the last position (logits are computed for
+    the answers' positions alone); positions count from each example's first real token, as the engine counts."""
+
+    ids: Any
+    mask: Any
+    positions: Any
+    labels: Any  # the answers' tokens, right-aligned; IGNORED where an example's answer is shorter
+
+    @classmethod
+    def of(cls, encoded: list[tuple[list[int], list[int]]], pad: int) -> _Batch:
+        import torch
+
+        length = max(len(p) + len(a) for p, a in encoded)
+        answer = max(len(a) for _, a in encoded)
+        ids = torch.tensor([[pad] * (length - len(p) - len(a)) + p + a for p, a in encoded])
+        mask = torch.tensor([[0] * (length - len(p) - len(a)) + [1] * (len(p) + len(a)) for p, a in encoded])
+        labels = torch.tensor([[IGNORED] * (answer - len(a)) + a for _, a in encoded])
+        return cls(ids, mask, (mask.cumsum(1) - 1).clamp(min=0), labels)
 
 
 class _Encoder:

@@ -33,9 +33,11 @@ class Recipe:
     rank: int = 8
     alpha: int = 16
     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    steps: int = 150
+    upper_layers: float = 0.5  # the share of layers, from the top, that get adapters: backpropagation stops below
+    steps: int = 40
+    batch: int = 4  # examples per step
     learning_rate: float = 2e-3
-    warmup: int = 10
+    warmup: int = 4
     seed: int = 0
     prefix_chars: tuple[int, ...] = field(default=PREFIX_CHARS)
 
