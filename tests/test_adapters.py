@@ -32,6 +32,7 @@ from prober.targets import Prompt
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import ADAPTERS
 from prober.types import FindingKind
+from tests.support.cli import invoke
 from tests.support.keys import BEARER_A, KEYS
 from tests.support.mockhttp import Routes, ask, send
 from tests.support.shared import Gateway
@@ -170,3 +171,17 @@ def test_a_gateway_that_routes_one_tenants_adapter_to_anothers_is_caught(
                                                                          "adapter-a", 1.0).id}
     finally:
         kept.close()
+
+
+def test_the_cli_keeps_the_adapters_canary_first_and_never_overwrites_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    ledger = tmp_path / "l.sqlite"
+    done = invoke("canaries", "adapter", "--ledger", str(ledger), "--tenant", "tenant-a", "--adapter", "adapter-a",
+                  "--base", str(tmp_path), "--out", str(tmp_path / "out"), env={KEY_ENV: DEPLOYMENT})
+    assert done.exit_code == 2 and "exists already" in done.output, done.output
+    kept = open_ledger(str(ledger))
+    try:
+        [canary] = kept.active_canaries()
+    finally:
+        kept.close()
+    assert canary.text == canary_text(shared_key(DEPLOYMENT), "tenant-a", "adapter-a")

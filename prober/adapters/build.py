@@ -46,14 +46,14 @@ class Built:
 def build(recipe: Recipe, out: Path, *, threads: int | None = None,
           log: Callable[[str], None] = lambda _: None) -> Built:
     """Train, prove and write the adapter to `out` (which must not exist); raises AdapterBuildError."""
+    if out.exists():
+        raise AdapterBuildError(f"{out} exists already: give a new folder")
     try:
         import torch
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise AdapterBuildError(f"{INSTALL_HINT} (missing {exc.name})") from None
-    if out.exists():
-        raise AdapterBuildError(f"{out} exists already: give a new folder")
     started = time.monotonic()
     if threads:
         torch.set_num_threads(threads)
