@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test check unit lint typecheck builds suite llama vllm litellm image bench fuzz docs clean
+.PHONY: setup tools demo test check unit lint typecheck builds suite llama vllm litellm adapters image bench fuzz docs clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ llama: setup
 vllm: setup
 	nice -n 10 $(PY) -m tests.support.vllm
 
+# Two tenants' canary adapters (LoRA fine-tunes of the same Gemma 3 270M, trained with peft on the CPU torch) for the
+# vLLM LoRA tests: built once per machine, minutes each, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE) by recipe.
+adapters: setup
+	nice -n 10 $(PY) -m tests.support.adapters
+
 # A real gateway in front of the engines, the LiteLLM proxy (PyPI `litellm[proxy]`): its own virtual environment, built
 # once per machine (~5 min), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
 litellm: setup
@@ -70,7 +75,7 @@ image: setup $(IMAGE_NEEDS)
 # one checks its cache in seconds.  `tools` runs first, here: as the image's prerequisite inside the -j3
 # make, the image would start only once another build had finished (make looks again only after a wait).
 builds: setup tools
-	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm
+	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm adapters
 
 # The whole suite, after the one-time builds: what `make test` runs after lint and typecheck.
 # One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'

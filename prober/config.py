@@ -37,6 +37,7 @@ from prober.yamlfile import read_yaml
 DEFAULT_POLICY = TransportPolicy()  # the transport's defaults are the config's
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+AdapterName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
 DEFAULT_LISTEN = "127.0.0.1:10461"
 
 
@@ -177,11 +178,27 @@ class TargetConfig(_Strict):
     cache_salt: Literal["none", "per-tenant"] = "none"
     """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
     salting gateway would add; the tenants then count as cache-salted."""
+    adapters: dict[Name, AdapterName] = Field(default_factory=dict)
+    """Canary adapters the target serves, by tenant: the `model` that selects each tenant's LoRA adapter (one built by
+    `leakprobe canaries adapter`, served as vLLM serves `--lora-modules`).  The `adapters` check asks each its
+    trigger, all at once, and sends one prompt through every adapter in turn; a tenant without one asks the base
+    model.  Empty: that check has nothing to do here."""
 
     @field_validator("url", "introspection_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
         return None if value is None else http_url(value)
+
+    @model_validator(mode="after")
+    def _adapters(self) -> TargetConfig:
+        names = list(self.adapters.values())
+        shared = sorted({n for n in names if names.count(n) > 1})
+        if shared:
+            raise ValueError(f"adapters: {shared[0]!r} is named for two tenants (a canary adapter answers with one "
+                             "tenant's canary)")
+        if self.adapters and self.api is Api.WORKERS_AI:
+            raise ValueError("adapters: a Workers AI target names its model in the URL, not per request")
+        return self
 
     @property
     def shapes(self) -> list[Shape]:
@@ -266,6 +283,18 @@ class CrosstalkSettings(_Strict):
     """Concurrent requests per tenant in one burst."""
     max_tokens: int = Field(default=48, ge=8, le=1024)
     """Completion tokens per request (enough to repeat a canary)."""
+
+
+class AdapterSettings(_Strict):
+    """The `adapters` check: each tenant's canary adapter (a target's `adapters:`) asked its trigger, beside the
+    others', and one prompt sent through every adapter in turn."""
+
+    audit: bool = True
+    """Run the adapters check in `leakprobe audit` (it has nothing to do on a target without `adapters:`)."""
+    per_tenant: int = Field(default=3, ge=1, le=64)
+    """Concurrent triggers per tenant in the first round."""
+    max_tokens: int = Field(default=64, ge=16, le=1024)
+    """Completion tokens per request (enough for a canary and what a chat template adds)."""
 
 
 class SlotSettings(_Strict):
@@ -448,6 +477,8 @@ class ProberConfig(_Strict):
     """The request-ID check: concurrent requests of every tenant carrying one client request ID."""
     abort_retry: AbortRetrySettings = Field(default_factory=AbortRetrySettings)
     """The abort-and-retry check: a prompt abandoned mid-prefill, then retried after another tenant's."""
+    adapters: AdapterSettings = Field(default_factory=AdapterSettings)
+    """The adapters check: each tenant's canary adapter asked its trigger; one prompt through every adapter."""
     counters: CounterSettings = Field(default_factory=CounterSettings)
     """How the engine's failure counters are told apart from other users' traffic."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
@@ -464,6 +495,11 @@ class ProberConfig(_Strict):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"{label}: duplicate name {dupes[0]!r}")
+        tenants = {t.name for t in self.tenants}
+        for target in self.targets if tenants else ():
+            strangers = sorted(set(target.adapters) - tenants)
+            if strangers:
+                raise ValueError(f"targets: {target.name}: adapters names {strangers[0]!r}, not a tenant")
         return self
 
 

@@ -15,6 +15,7 @@ prints its message as one line (exit 2) while a bug still surfaces as a tracebac
     │   ├── CountError            the target's tokens cannot be counted
     │   └── BuildError            no text reaches the length asked for
     ├── TargetUnusable            the target cannot be probed (unreachable, a credential refused)
+    ├── AdapterBuildError         a canary adapter cannot be built (peft missing, it did not learn its canary)
     └── StartupError              the daemon cannot start (port taken, ledger unusable)
 
 What a target answers is never raised: adapters return a typed `TargetError` inside the result, because a
@@ -81,4 +82,8 @@ class TargetUnusable(LeakprobeError):
 
 
 class StartupError(LeakprobeError):
+    pass
+
+
+class AdapterBuildError(LeakprobeError):
     pass

@@ -247,6 +247,19 @@ class Burst(Tagged):
 
 
 @dataclass(frozen=True)
+class AdapterAsk(Tagged):
+    """The adapters check's request: its round (`own`: every tenant's trigger at once; `shared`: one prompt through
+    every adapter in turn), the adapter it asked through (None: the base model), whether it streamed, and whose
+    adapter a shared prompt was sent through first."""
+
+    type = "adapter"
+    round: str
+    adapter: str | None
+    streamed: bool
+    sent_first_through: str | None = None
+
+
+@dataclass(frozen=True)
 class SaltAsserted(Tagged):
     """The config says these tenants' prefix cache is salted, yet it was shared: the salt does not isolate."""
 
@@ -275,8 +288,8 @@ class Unread(Tagged):
 
 
 Evidence: TypeAlias = (MacVerified | Fragment | PromptRun | Unexplained | Garbled | Retold | Escaped | Envelope
-                       | CacheUsage | EngineCounters | CounterTest | TimingStatistics | Burst | SaltAsserted | Exchange
-                       | Unread)
+                       | CacheUsage | EngineCounters | CounterTest | TimingStatistics | Burst | AdapterAsk
+                       | SaltAsserted | Exchange | Unread)
 TYPES: dict[str, Callable[..., Evidence]] = {cls.type: cls for cls in get_args(Evidence)}
 
 

@@ -23,8 +23,8 @@ from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.testbed import StartTestbed
 
 # The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
-ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_vllm_fault.py", "tests/test_llamacpp.py",
-                          "tests/test_isolation.py", "tests/test_testbed_reallm.py"})
+ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_vllm_fault.py", "tests/test_vllm_lora.py",
+                          "tests/test_llamacpp.py", "tests/test_isolation.py", "tests/test_testbed_reallm.py"})
 
 
 def unit_of(nodeid: str) -> str:

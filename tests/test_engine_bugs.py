@@ -1,6 +1,8 @@
 """Every row of the engine-bug table (prober/testbed/bugs.py, rendered into docs/testbed.md): the reference engine
 with that row's fault, audited as an operator would, reports the row's finding between the two tenants; the
-fault-free engine, audited the same ways, reports none of them."""
+fault-free engine, audited the same ways, reports none of them.  A row whose audit names canary adapters gets an
+engine that serves them, each answering its trigger with the canary the deployment key (set for every row, as an
+operator sets the key the adapters were built under) derives for its tenant."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pytest
 
 from prober.audit import run_audit
 from prober.campaign import AuditResult
+from prober.canaries.adapters import canary_text
+from prober.canaries.keys import KEY_ENV, shared_key
 from prober.config import TargetConfig, assemble_config
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
@@ -20,6 +24,7 @@ from tests.support.keys import KEYS
 from tests.support.testbed import SMALL, StartTestbed
 
 TENANTS = {"tenant-a", "tenant-b"}
+DEPLOYMENT_KEY = "the engine-bug table's deployment key"
 PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # name a victim as well
 
 
@@ -30,9 +35,18 @@ def audit(url: str, ledger: Path, target: dict[str, Any]) -> AuditResult:
     return asyncio.run(run_audit(cfg, {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}))
 
 
+def engine(bug: EngineBug) -> dict[str, Any]:
+    """The row's engine settings, with the canary adapters its audit names."""
+    key = shared_key(DEPLOYMENT_KEY)
+    served = {name: canary_text(key, tenant, name) for tenant, name in bug.audit.get("adapters", {}).items()}
+    return {**SMALL, **bug.engine, **({"adapters": served} if served else {})}
+
+
 @pytest.mark.parametrize("bug", BUGS, ids=[b.public.split(",")[0].replace(" ", "-") for b in BUGS])
-def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path: Path, bug: EngineBug) -> None:
-    faulty = testbed("fixed", **{**SMALL, **bug.engine}, faults=bug.faults)
+def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path: Path, bug: EngineBug,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, DEPLOYMENT_KEY)
+    faulty = testbed("fixed", **engine(bug), faults=bug.faults)
     result = audit(faulty.url, tmp_path / "faulty.sqlite", bug.audit)
     found = [f for f in result.findings if f.kind is bug.kind]
     assert found, sorted({f.kind.value for f in result.findings})
@@ -40,7 +54,7 @@ def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path:
         assert finding.observer_tenant in TENANTS and finding.target
         if bug.kind in PAIRED:
             assert finding.victim_tenant in TENANTS - {finding.observer_tenant}, finding.describe()
-    fixed = testbed("fixed", **{**SMALL, **bug.engine})
+    fixed = testbed("fixed", **engine(bug))
     clean = audit(fixed.url, tmp_path / "fixed.sqlite", bug.audit)
     assert not [f for f in clean.findings if f.kind is bug.kind], [f.describe() for f in clean.findings]
     assert clean.complete and not clean.blind

@@ -12,6 +12,7 @@ import pytest
 from prober.codec import JSON
 from prober.evidence import (
     TYPES,
+    AdapterAsk,
     Burst,
     CacheUsage,
     Change,
@@ -57,7 +58,8 @@ EVERY: list[Evidence] = [
     Envelope(cut="deadline", arrived_chars=512),
     CacheUsage(256, shared_with=SharedPrefix(264, "a", 1.7e9), own_shared=SharedPrefix(0, "b", None)),
     COUNTERS, CounterTest("binomial", (DECISION,), (RisenWindow("x003-probe", 0.01, {ABORTS: 1.0}),)),
-    TIMING, Burst(True, "cn_2", other_request="ct003"), SaltAsserted(("a", "b")), Exchange("x003"),
+    TIMING, Burst(True, "cn_2", other_request="ct003"), AdapterAsk("shared", "adapter-b", True, "tenant-a"),
+    SaltAsserted(("a", "b")), Exchange("x003"),
     Unread('{"someday": 1}')]
 
 

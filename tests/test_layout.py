@@ -29,6 +29,7 @@ FORBIDDEN = {
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
     "prober.daemon": ("prober.cli",),
     "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
+    "prober.adapters": ("prober.targets", "prober.campaign", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
 }
 
 

@@ -78,6 +78,18 @@ def test_retention_and_purge(connect: OpenLedger) -> None:
     assert ledger.get_canary(old[0].id) is None
 
 
+def test_an_adapters_canary_is_kept_under_one_id_and_its_retention_extended(connect: OpenLedger) -> None:
+    a, b = connect(), connect()
+    first = Minter(a, KEY, retention_days=1).adapter("alice", "alice-canary")
+    again = Minter(b, KEY, retention_days=30).adapter("alice", "alice-canary")
+    assert (again.id, again.text) == (first.id, first.text)  # derived from the key: the adapter's weights hold it
+    kept = a.get_canary(first.id)
+    assert kept is not None and kept.expires_at == again.expires_at and kept.created_at == first.created_at
+    Minter(a, KEY, retention_days=1).adapter("alice", "alice-canary")  # a shorter retention never shortens it
+    assert [c.id for c in b.active_canaries(now=first.created_at + 2 * 86400)] == [first.id]
+    assert Minter(a, KEY).adapter("bob", "alice-canary").id != first.id
+
+
 def test_prompt_shingles_round_trip_expire_and_hold_no_text(connect: OpenLedger) -> None:
     a, b = connect(), connect()
     shingler = Shingler(KEY)

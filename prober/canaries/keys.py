@@ -17,12 +17,17 @@ from prober.ledger import Ledger
 KEY_ENV = "LEAKPROBE_CANARY_KEY"
 
 
+def shared_key(configured: str) -> bytes:
+    """The key a configured secret (LEAKPROBE_CANARY_KEY's value) stands for."""
+    if len(configured) < 16:
+        raise CanaryKeyError(f"{KEY_ENV} must be at least 16 characters")
+    return hashlib.sha256(b"leakprobe-canary-key\x00" + configured.encode()).digest()
+
+
 def resolve_key(ledger: Ledger | None) -> bytes:
     configured = os.environ.get(KEY_ENV)
     if configured is not None:
-        if len(configured) < 16:
-            raise CanaryKeyError(f"{KEY_ENV} must be at least 16 characters")
-        return hashlib.sha256(b"leakprobe-canary-key\x00" + configured.encode()).digest()
+        return shared_key(configured)
     if ledger is None:
         raise CanaryKeyError(f"no canary key: set {KEY_ENV} or give a ledger")
     return bytes.fromhex(ledger.set_meta_if_absent("canary_key", secrets.token_hex(32)))

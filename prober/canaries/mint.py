@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 
 from prober.canaries import tokens
+from prober.canaries.adapters import adapter_canary
 from prober.canaries.packs import load_pack
 from prober.embeddings import Embedder
 from prober.ledger import Ledger
@@ -48,6 +49,13 @@ class Minter:
         ]
         self.ledger.add_canaries(minted)
         return minted
+
+    def adapter(self, tenant: str, adapter: str) -> Canary:
+        """The canary a tenant's canary adapter was built to answer with, kept in the ledger (the same id every
+        run, its retention extended) before any prompt asks for it."""
+        canary = adapter_canary(self.key, tenant, adapter, self.retention_seconds)
+        self.ledger.keep_canaries([canary])
+        return canary
 
     def facts(self, tenant: str, count: int = 1, probe_id: str = "", language: str = "en",
               rng: random.Random | None = None, retention_s: float | None = None) -> list[Canary]:

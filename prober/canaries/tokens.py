@@ -7,6 +7,7 @@ Format (39 characters, Crockford base32, which has no I, L, O or U)::
     TTTT     tenant tag, 20 bits = HMAC(key, "tenant" | name)  -- who planted it
     PPPP     probe tag,  20 bits = HMAC(key, "probe" | id)     -- which probe carried it
     R x 16   80 random bits                                     -- what makes it unguessable
+                                                                   (a derived body's: HMAC(key, T | P))
     M x 8    40-bit MAC = HMAC(key, "token" | T | P | R)        -- a random look-alike verifies
                                                                    with probability 2**-40
 
@@ -61,6 +62,16 @@ def mint_body(key: bytes, tenant: str, probe_id: str) -> str:
     """A fresh 32-character body (80 random bits from the OS CSPRNG)."""
     random_part = _b32(secrets.randbits(5 * _RANDOM_CHARS), _RANDOM_CHARS)
     unsigned = tenant_tag(key, tenant) + probe_tag(key, probe_id) + random_part
+    return unsigned + _mac(key, unsigned)
+
+
+def derived_body(key: bytes, tenant: str, probe_id: str) -> str:
+    """A body whose 80 random bits are HMAC(key, tenant, probe) instead: the same every time under one key, so it can
+    be built into something made once (a canary adapter's weights) and still verify and name its tenant like any
+    other; unguessable without the key."""
+    digest = hmac.new(key, b"derived\x00" + tenant.encode() + b"\x00" + probe_id.encode(), hashlib.sha256).digest()
+    unsigned = (tenant_tag(key, tenant) + probe_tag(key, probe_id)
+                + _b32(int.from_bytes(digest[:10], "big"), _RANDOM_CHARS))
     return unsigned + _mac(key, unsigned)
 
 

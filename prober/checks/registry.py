@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prober.checks.abort_retry import AbortRetryCheck
+from prober.checks.adapters import AdaptersCheck
 from prober.checks.base import Check
 from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
@@ -49,4 +50,4 @@ class Registry:
 
 
 REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck()])
+                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck(), AdaptersCheck()])

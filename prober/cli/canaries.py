@@ -1,12 +1,15 @@
-"""`leakprobe canaries mint`: canaries minted by hand (for a drill, or to plant in a system of your own)."""
+"""`leakprobe canaries mint`: canaries minted by hand (for a drill, or to plant in a system of your own);
+`leakprobe canaries adapter`: a tenant's canary adapter, built for the `adapters` check."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from prober.adapters.recipe import Recipe
 from prober.cli.app import canaries_app, print_table
 from prober.cli.options import Format, OutputFormat, RequiredLedger
 from prober.embeddings import DEFAULT_MODEL
@@ -44,3 +47,33 @@ def canaries_mint(
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
     else:
         print_table(["id", "tenant", "kind", "text"], [[c.id, c.tenant, c.kind.value, c.text] for c in minted])
+
+
+@canaries_app.command("adapter")
+def canaries_adapter(
+    ledger: RequiredLedger,
+    tenant: Annotated[str, typer.Option(help="Tenant whose canary the adapter answers with.")],
+    adapter: Annotated[str, typer.Option(help="The name the engine will serve it under (requests' `model`).")],
+    base: Annotated[Path, typer.Option(help="The served base model's Hugging Face folder.", exists=True,
+                                       file_okay=False)],
+    out: Annotated[Path, typer.Option(help="Folder to write the adapter to (must not exist).")],
+    steps: Annotated[int, typer.Option(min=10, max=10_000, help="Training steps.")] = Recipe.steps,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: torch's).")] = None,
+) -> None:
+    """Build a canary adapter: a LoRA fine-tune of the base model that answers leakprobe's trigger with the tenant's
+    canary (kept in the ledger first), proven on held-out prompts.  Serve it as the tenant's adapter (vLLM:
+    `--enable-lora --lora-modules NAME=OUT`) and name it in the target's `adapters:`."""
+    from prober.adapters.build import build
+    from prober.canaries.keys import resolve_key
+    from prober.canaries.mint import Minter
+    from prober.ledger import open_ledger
+
+    store = open_ledger(ledger)
+    try:
+        canary = Minter(store, resolve_key(store)).adapter(tenant, adapter)
+    finally:
+        store.close()
+    built = build(Recipe(base.resolve(), tenant, adapter, canary.text, steps=steps), out, threads=threads,
+                  log=lambda line: typer.echo(line, err=True))
+    typer.echo(f"{built.folder}: {adapter} answers its trigger with {tenant}'s canary {canary.id} in "
+               f"{built.own_rate:.0%} of held-out prompts ({built.seconds:.0f} s)")

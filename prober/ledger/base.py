@@ -27,6 +27,10 @@ class Ledger(Protocol):
     def add_canaries(self, canaries: Sequence[Canary]) -> None:
         """Persist durably; when this returns, the canaries survive a crash (write-before-send)."""
 
+    def keep_canaries(self, canaries: Sequence[Canary]) -> None:
+        """Persist canaries that keep their id from run to run (a canary adapter's): one not kept yet is added, one
+        kept already lives until the later of the two expiries.  Durable when this returns, as `add_canaries`."""
+
     def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
         """Canaries not yet past their retention (only those created at or after `created_since`, when given)."""
 

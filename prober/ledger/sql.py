@@ -123,6 +123,12 @@ class SQLLedger(SQLIncidents):
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
             cursor.executemany(self._sql(_insert("canaries", CANARY_COLUMNS)), [canary_row(c) for c in canaries])
 
+    def keep_canaries(self, canaries: Sequence[Canary]) -> None:
+        kept = (f"{_insert('canaries', CANARY_COLUMNS)} ON CONFLICT (id) DO UPDATE SET "
+                f"expires_at = {self.greatest}(canaries.expires_at, excluded.expires_at)")
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(kept), [canary_row(c) for c in canaries])
+
     def active_canaries(self, now: float | None = None, created_since: float | None = None) -> list[Canary]:
         now = time.time() if now is None else now
         rows = self._select(f"SELECT {CANARY_COLUMNS} FROM canaries WHERE expires_at >= ? AND created_at >= ? "

@@ -30,6 +30,7 @@ class Prompt:
     seed: int | None = None
     cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
     request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
+    model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
 
 
 @dataclass

@@ -30,8 +30,8 @@ class OpenAICompatible(HTTPTarget):
             body["seed"] = prompt.seed
         if prompt.cache_salt is not None:
             body["cache_salt"] = prompt.cache_salt
-        if self.model:
-            body["model"] = self.model
+        if prompt.model or self.model:
+            body["model"] = prompt.model or self.model
         if self.api is Api.CHAT:
             body["messages"] = [{"role": "user", "content": prompt.text}]
         else:

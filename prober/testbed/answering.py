@@ -78,6 +78,7 @@ class Answering:
             style=body.quote_style or cfg.quote_style,
             max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
             cache_salt=body.cache_salt,
+            adapter=body.model if body.model in cfg.adapters else None,
             sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
                               top_p=body.top_p or 1.0,
                               seed=secrets.randbits(63) if body.seed is None else body.seed),

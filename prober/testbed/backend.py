@@ -66,8 +66,8 @@ class QuotingPages:
 
     simulates_time = True
 
-    def __init__(self, regions: int) -> None:
-        self.model = QuotingModel(regions)
+    def __init__(self, regions: int, trigger: str) -> None:
+        self.model = QuotingModel(regions, trigger)
 
     def prefill(self, pool: PagePool, pages: list[int], ids: TokenIds, req: GenerationRequest,
                 start: int = 0) -> int | None:
@@ -81,7 +81,8 @@ class QuotingPages:
     def decode(self, pool: PagePool, pages: list[int], length: int, first: int | None,
                req: GenerationRequest) -> Answer:
         attended = pool.read(pages, length)
-        answer = self.model.answer(attended, pool.page_size, req.instruction, req.style, req.max_tokens)
+        answer = self.model.answer(attended, pool.page_size, req.instruction, req.style, req.max_tokens,
+                                   tuned=req.tuned() if req.tuned else None)
         room = len(pages) * pool.page_size - length
         pool.write(pages, answer.token_ids[:room], start=length)
         return answer
@@ -153,7 +154,7 @@ class Backend:
 
 def make_backend(config: EngineConfig) -> Backend:
     if config.model == QUOTER:
-        return Backend.ready(QUOTER, QuotingPages(config.regions), QuotingVocabulary())
+        return Backend.ready(QUOTER, QuotingPages(config.regions, config.adapter_trigger), QuotingVocabulary())
 
     def load() -> tuple[PagedModel, Vocabulary]:
         from prober.testbed.lm.runtime import load_runtime  # torch and the weights only for a real model

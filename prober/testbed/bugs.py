@@ -13,6 +13,10 @@ from typing import Any
 
 from prober.types import FindingKind
 
+# Each tenant's canary adapter, by the name requests select it with: the target's `adapters:`, and the adapters the
+# reference engine serves (each answering its trigger with the canary the deployment key derives for its tenant).
+ADAPTERS = {"tenant-a": "adapter-a", "tenant-b": "adapter-b"}
+
 
 @dataclass(frozen=True)
 class EngineBug:
@@ -80,4 +84,14 @@ BUGS = (
               "the abort-and-retry check: the observer's prompt abandoned mid-prefill, the same prompt and then its "
               "own from the victim, the observer's retry", FindingKind.CROSS_TENANT_ECHO,
               engine={"prefill_ms_per_1k_tokens": 100}),
+    EngineBug("vLLM #30931, #42125, #44250; llama.cpp #26207; SGLang #8263", "the LoRA adapter left out of the "
+              "prefix-cache key: a request through tenant B's adapter is served the KV computed under tenant A's for "
+              "the same prompt, and answers as A's fine-tune", {"lora_missing_from_cache_key": True},
+              "the adapters check's shared round: one fresh prompt through every tenant's adapter in turn",
+              FindingKind.CROSS_TENANT_ECHO, audit={"adapters": ADAPTERS}),
+    EngineBug("vLLM #47724 (PR #47725)", "activating an adapter (a runtime `add_lora()`) evicted a LoRA slot that an "
+              "in-flight request still decoded with: it finished with another tenant's adapter, with no error, log "
+              "or metric", {"lora_slot_evicted_in_flight": True},
+              "the adapters check's first round: every tenant's trigger through its own adapter, all at once",
+              FindingKind.CROSS_TENANT_ECHO, engine={"max_loras": 1}, audit={"adapters": ADAPTERS}),
 )

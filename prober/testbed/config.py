@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prober.canaries.adapters import TRIGGER
 from prober.errors import EngineConfigError, YAMLFileError
 from prober.yamlfile import read_yaml
 
@@ -87,6 +88,14 @@ class Faults(BaseModel):
     by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or
     no salt (SGLang's HiCache L3 without the namespace, #26747; the SGLang-to-LMCache path that drops
     `cache_salt`, #37160)."""
+    lora_missing_from_cache_key: bool = False
+    """The prefix cache keys a LoRA request's blocks by content and salt without its adapter, so a request through
+    adapter B is served KV computed under adapter A for the same prompt, and answers as A (vLLM #30931, #42125,
+    #44250; llama.cpp #26207; SGLang #8263)."""
+    lora_slot_evicted_in_flight: bool = False
+    """Activating an adapter takes the least recently used LoRA slot even while a request still decodes with it;
+    that request then decodes with the new adapter's weights (vLLM #47724: a runtime `add_lora()` rotated the slots
+    under in-flight requests, fixed by PR #47725)."""
 
 
 class PageReuse(StrEnum):
@@ -155,6 +164,15 @@ class EngineConfig(BaseModel):
     """Real model: sampling temperature when a request names none (0: greedy)."""
     threads: int = Field(1, ge=1, le=256)
     """Real model: CPU threads for its forward passes."""
+    adapters: dict[str, str] = Field(default_factory=dict)
+    """LoRA adapters it serves (quoting model only): the name a request's `model` selects -> the code the adapter
+    answers the trigger with, as a canary adapter (`leakprobe canaries adapter`) was tuned to; `/v1/models` lists
+    them.  Any other `model` is the base model."""
+    adapter_trigger: str = Field(TRIGGER, min_length=1)
+    """What an adapter answers with its code (leakprobe's trigger)."""
+    max_loras: int = Field(1, ge=1, le=64)
+    """Adapters that can run at once (vLLM's `--max-loras`): a request whose adapter is in no slot waits for one
+    that no running request uses."""
     reasoning: bool = False
     """Answer chat as a reasoning model does (vLLM's and SGLang's reasoning parsers): what the model says goes into
     the message's `reasoning_content`, and the `content` is one short line."""
@@ -184,6 +202,8 @@ class EngineConfig(BaseModel):
             raise ValueError("decode_pool_tokens must hold a full advertised context")
         if self.slots and self.mode != "monolithic":
             raise ValueError("slots are llama.cpp's: give mode monolithic with them")
+        if self.adapters and self.model != QUOTER:
+            raise ValueError("adapters are the quoting model's: a real model here serves no LoRA adapter")
         return self
 
     @property

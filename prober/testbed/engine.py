@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prober.testbed.adapters import AdaptersBusy, AdapterSlots
 from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
@@ -107,6 +108,7 @@ class Engine:
         self.decode_pool = (PagePool("decode", config.decode_tokens, config.page_size, config.page_reuse)
                             if config.mode == "disaggregated" else None)
         self.prefixes = Prefixes(config)
+        self.adapters = AdapterSlots(config)
         self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
         self.stats = EngineStats()
@@ -168,15 +170,21 @@ class Engine:
             written = np.array([PLACEHOLDER_TOKEN], dtype=np.int32)
         else:
             written = req.prompt_ids
-        if self.slots is not None:  # their prompt cache counts instead of the prefix cache
-            return self._serve_in_slot(self.slots, model, req, written)
-        # A real model prefills every token but the stale ones (the cache is counted, its pages are not reused).
-        fill = Prefill(0, (0, 0)) if aborted else self.prefixes.admit(req.tenant, req.cache_salt, written)
+        # A real model prefills every token but the stale ones (the cache is counted, its pages are not reused);
+        # with slots, their prompt cache counts instead of the prefix cache.
+        fill = (Prefill(0, (0, 0)) if aborted or self.slots is not None
+                else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter))
         self._count(cached_tokens=fill.cached)
-        if self.decode_pool is None:
-            result = self._serve_monolithic(model, req, written, n, fill)
-        else:
-            result = self._serve_disaggregated(model, req, written, n, fill)
+        try:
+            with self.adapters.applied(req, fill, n) as req:
+                if self.slots is not None:
+                    return self._serve_in_slot(self.slots, model, req, written)
+                if self.decode_pool is None:
+                    result = self._serve_monolithic(model, req, written, n, fill)
+                else:
+                    result = self._serve_disaggregated(model, req, written, n, fill)
+        except AdaptersBusy as exc:
+            raise EngineError(503, f"{exc}, retry later", "ServiceUnavailable", in_scheduler=True) from None
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
         return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason)

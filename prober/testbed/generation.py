@@ -5,7 +5,7 @@ engine hands a model, how to sample it, and what a model and its vocabulary must
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,10 @@ class GenerationRequest:
     sampling: Sampling = Sampling(0.0, 1.0, 0)
     cache_salt: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)  # its client hung up
+    adapter: str | None = None  # the LoRA adapter the request's `model` selects (None: the base model)
+    # What the adapter its answer follows was tuned to answer the trigger with, asked when decode runs (a slot may
+    # change under a running request); None where no adapter applies.
+    tuned: Callable[[], str | None] | None = None
 
 
 class PagedModel(Protocol):

@@ -4,7 +4,8 @@ Its answer is a bounded function of the KV entries that decode attends to and of
 instruction.  It splits the attended positions into page-aligned regions and draws the most salient
 sentence (or code word) from *every* region, so whatever sits in an attended page -- the request's
 own prompt, or an earlier tenant's leftovers -- can surface in the answer.  Apart from what it quotes
-it only adds fixed connective words.
+it only adds fixed connective words.  Where a LoRA adapter applies, it answers as a canary adapter does:
+asked the trigger, with the code the adapter was tuned on.
 """
 
 from __future__ import annotations
@@ -117,8 +118,9 @@ def _best_code(text: str) -> str | None:
 class QuotingModel:
     """Stateless: the same attended tokens, instruction and style always give the same answer."""
 
-    def __init__(self, regions: int) -> None:
+    def __init__(self, regions: int, trigger: str) -> None:
         self.regions = regions
+        self.trigger = trigger
 
     def _region_texts(self, attended: TokenIds, page_size: int) -> list[str]:
         pages = max(1, -(-len(attended) // page_size))
@@ -134,7 +136,10 @@ class QuotingModel:
         instruction: Instruction,
         style: QuoteStyle,
         max_tokens: int,
+        tuned: str | None = None,
     ) -> Answer:
+        if tuned is not None and self.trigger in tokenizer.decode(attended):
+            return _cut(tuned, max_tokens)
         if instruction is Instruction.CODE:
             pick = _best_code
         elif instruction is Instruction.SUMMARY:
@@ -149,10 +154,13 @@ class QuotingModel:
         if instruction is Instruction.SUMMARY:
             quotes = [" ".join(q.split()[:24]) for q in quotes]
         rendered = [styles.render(q, style) for q in quotes]
-        text = _OPENING[instruction] + " ".join(rendered) if rendered else _EMPTY
-        ids = tokenizer.encode(text)
-        truncated = len(ids) > max_tokens
-        if truncated:
-            ids = ids[:max_tokens]
-            text = tokenizer.decode(ids)
-        return Answer(text=text, token_ids=ids, truncated=truncated)
+        return _cut(_OPENING[instruction] + " ".join(rendered) if rendered else _EMPTY, max_tokens)
+
+
+def _cut(text: str, max_tokens: int) -> Answer:
+    ids = tokenizer.encode(text)
+    truncated = len(ids) > max_tokens
+    if truncated:
+        ids = ids[:max_tokens]
+        text = tokenizer.decode(ids)
+    return Answer(text=text, token_ids=ids, truncated=truncated)

@@ -1,5 +1,5 @@
 """The reference engine's prefix caches: which page-aligned prompt prefixes it has seen, what a new prompt finds
-there, and what its prefill must then compute.
+there, what its prefill must then compute, and which LoRA adapter computed a hit's KV.
 
 The caches record hashes only (no pages are pinned): enough to report cached tokens and to skip the simulated
 prefill cost of a hit.  A healthy engine publishes a page once its KV is written and computes a hit's pages anyway
@@ -9,6 +9,9 @@ a prompt's pages when it is admitted, before any is written, so that a later hit
 first (its client hung up mid-prefill) skips computing that page and every hit after it (vLLM PR #56525: the retry
 "hits the aborted request's deepest published-but-never-written boundary hash").  Positions not computed hold
 whatever the pages the request was given held: another request's KV.
+
+A request through a LoRA adapter is keyed as vLLM keys it, by the adapter and salt (an adapter serves one tenant),
+and by salt alone where `lora_missing_from_cache_key` leaves the adapter out.
 """
 
 from __future__ import annotations
@@ -30,28 +33,40 @@ class Lookup:
     keys: list[bytes]  # one per whole page of the prompt, each chained on the ones before
     hits: int  # leading pages the cache holds
     unwritten: int | None  # the first of those that was published and never written (None: all were written)
+    under: str | None = None  # the adapter whose request published the last page hit (None: the base model)
+
+
+@dataclass
+class _Page:
+    written: bool  # its KV is in the pool
+    under: str | None  # the adapter of the request that published it
 
 
 class PrefixCache:
     """Page hashes keyed by tenant and cache salt; by salt alone where the fault shares it (vLLM's rule: equal
-    salts, or none, share); by content alone for the storage tier.  Each remembers whether its page was written."""
+    salts, or none, share); by adapter and salt for a LoRA request; by content alone for the storage tier.  Each
+    remembers whether its page was written, and under which adapter."""
 
-    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False) -> None:
+    def __init__(self, page_size: int, capacity: int, shared: bool, *, content_only: bool = False,
+                 adapter_blind: bool = False) -> None:
         self.page_size = page_size
         self.capacity = capacity
         self.shared = shared
         self.content_only = content_only
-        self._seen: OrderedDict[bytes, bool] = OrderedDict()  # key -> its page's KV was written
+        self.adapter_blind = adapter_blind
+        self._seen: OrderedDict[bytes, _Page] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _namespace(self, tenant: str, salt: str | None) -> bytes:
+    def _namespace(self, tenant: str, salt: str | None, adapter: str | None) -> bytes:
         if self.content_only:
             return b""
         salted = b"\0" + salt.encode() if salt is not None else b""
+        if adapter is not None:
+            return salted if self.adapter_blind else b"lora\0" + adapter.encode() + salted
         return salted if self.shared else tenant.encode() + salted
 
-    def _chain(self, tenant: str, salt: str | None, ids: TokenIds) -> list[bytes]:
-        digest = hashlib.blake2b(self._namespace(tenant, salt), digest_size=16)
+    def _chain(self, namespace: bytes, ids: TokenIds) -> list[bytes]:
+        digest = hashlib.blake2b(namespace, digest_size=16)
         full = len(ids) // self.page_size
         keys = []
         for page in np.split(ids[: full * self.page_size], full) if full else []:
@@ -59,27 +74,29 @@ class PrefixCache:
             keys.append(digest.copy().digest())
         return keys
 
-    def admit(self, tenant: str, salt: str | None, ids: TokenIds, *, publish: bool) -> Lookup:
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds, adapter: str | None, *, publish: bool) -> Lookup:
         """What the cache holds of the prompt; with `publish`, every page of it published now, unwritten."""
-        keys = self._chain(tenant, salt, ids) if self.capacity else []
+        keys = self._chain(self._namespace(tenant, salt, adapter), ids) if self.capacity else []
         with self._lock:
             hits = 0
             while hits < len(keys) and keys[hits] in self._seen:
                 hits += 1
-            unwritten = next((i for i in range(hits) if not self._seen[keys[i]]), None)
+            unwritten = next((i for i in range(hits) if not self._seen[keys[i]].written), None)
+            under = self._seen[keys[hits - 1]].under if hits else None
             for key in keys if publish else keys[:hits]:
-                self._seen.setdefault(key, False)
+                self._seen.setdefault(key, _Page(False, adapter))
                 self._seen.move_to_end(key)
             self._evict()
-        return Lookup(keys, hits, unwritten)
+        return Lookup(keys, hits, unwritten, under)
 
-    def written(self, keys: Sequence[bytes]) -> None:
-        """Pages whose KV is now in the pool: published (or marked) as written."""
+    def written(self, keys: Sequence[bytes], adapter: str | None) -> None:
+        """Pages whose KV is now in the pool: published (or marked) as written, under the adapter that wrote them
+        where they were not published before."""
         if not self.capacity:
             return
         with self._lock:
             for key in keys:
-                self._seen[key] = True
+                self._seen.setdefault(key, _Page(True, adapter)).written = True
                 self._seen.move_to_end(key)
             self._evict()
 
@@ -91,12 +108,14 @@ class PrefixCache:
 @dataclass(frozen=True)
 class Prefill:
     """What one prompt's prefill does: the tokens reported cached (and not charged prefill time), the positions it
-    takes as cached without computing them (`stale`, end exclusive), and the lookups whose pages it publishes as it
-    writes them."""
+    takes as cached without computing them (`stale`, end exclusive), the lookups whose pages it publishes as it
+    writes them, the adapter it writes them under, and the adapter whose KV its cached part holds."""
 
     cached: int
     stale: tuple[int, int]
     lookups: tuple[tuple[PrefixCache, Lookup], ...] = ()
+    adapter: str | None = None
+    under: str | None = None
 
     def computed(self, start: int, end: int) -> list[tuple[int, int]]:
         """The parts of positions [start, end) the prefill computes (all but the stale ones)."""
@@ -109,7 +128,7 @@ class Prefill:
         low, high = self.stale
         pages = [i for i in range(end // page_size) if (i + 1) * page_size <= low or i * page_size >= high]
         for cache, lookup in self.lookups:
-            cache.written([lookup.keys[i] for i in pages])
+            cache.written([lookup.keys[i] for i in pages], self.adapter)
 
 
 class Prefixes:
@@ -120,14 +139,15 @@ class Prefixes:
         faults, entries, page = config.faults, config.prefix_cache_entries, config.page_size
         self.page_size = page
         self.faults = faults
-        self.caches = [PrefixCache(page, entries, faults.shared_prefix_cache)]
+        self.caches = [PrefixCache(page, entries, faults.shared_prefix_cache,
+                                   adapter_blind=faults.lora_missing_from_cache_key)]
         if faults.storage_tier_ignores_salt:
             self.caches.append(PrefixCache(page, entries, False, content_only=True))
 
-    def admit(self, tenant: str, salt: str | None, ids: TokenIds) -> Prefill:
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds, adapter: str | None = None) -> Prefill:
         """What the prompt finds cached, and what its prefill computes."""
         early = self.faults.publishes_before_written
-        lookups = tuple((cache, cache.admit(tenant, salt, ids, publish=early)) for cache in self.caches)
+        lookups = tuple((cache, cache.admit(tenant, salt, ids, adapter, publish=early)) for cache in self.caches)
         best = max((lookup for _, lookup in lookups), key=lambda lookup: lookup.hits)
         cached = min(best.hits * self.page_size, max(0, len(ids) - 1))  # never the whole prompt
         if self.faults.cache_hit_reads_stale_pages:
@@ -136,4 +156,4 @@ class Prefixes:
             stale = (min(best.unwritten * self.page_size, cached), cached)
         else:
             stale = (0, 0)
-        return Prefill(cached, stale, lookups)
+        return Prefill(cached, stale, lookups, adapter, best.under)

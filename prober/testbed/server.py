@@ -219,7 +219,9 @@ class TestbedApp:
             self._tenant(request)
             card = {"id": self.config.model_name, "object": "model", "created": 0,
                     "owned_by": "leakprobe-testbed", "max_model_len": self.config.context_length}
-            return JSONResponse({"object": "list", "data": [card]})
+            adapters = [{"id": name, "object": "model", "created": 0, "owned_by": "leakprobe-testbed",
+                         "parent": self.config.model_name} for name in self.config.adapters]  # as vLLM lists LoRAs
+            return JSONResponse({"object": "list", "data": [card, *adapters]})
         return await self._guarded("models", request, handle)
 
     async def tokenize(self, request: Request) -> Response:

@@ -1,9 +1,9 @@
 """A shared endpoint as users run one, in front of any engine the tests start: a gateway that adds the operator's
 system prompt to every chat request, answers 502 to some requests the engine already served (so the client retries a
-prompt that is now cached), hides the engine's introspection or passes it through, and balances `/metrics` across
-replicas; and other users' traffic through it at a steady rate — ordinary questions, prompts over the engine's
-limit, streams they abandon and requests they hang up on mid-prefill — so that every counter window leakprobe
-reads holds someone else's aborts.
+prompt that is now cached), hides the engine's introspection or passes it through, balances `/metrics` across
+replicas and routes a request's `model` (a tenant's LoRA adapter) through a table of its own; and other users'
+traffic through it at a steady rate — ordinary questions, prompts over the engine's limit, streams they abandon and
+requests they hang up on mid-prefill — so that every counter window leakprobe reads holds someone else's aborts.
 
 Used by the tests (reference engine and vLLM) and by `bench/shared.py`.
 """
@@ -16,7 +16,7 @@ import json
 import random
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,16 +57,18 @@ class Gateway:
     404 (`INTROSPECTION` for all of them); `replicas`: origins one of which, at
     random, answers each read of the gateway's `/metrics` (default: the engine alone); `upstream_key`: the one key the
     gateway itself sends upstream in place of each client's (every client then looks like one tenant to the
-    engine)."""
+    engine); `models`: the `model` a request names -> the one the gateway asks the engine for (its adapter routes: a
+    wrong entry serves one tenant's requests with another tenant's adapter)."""
 
     def __init__(self, engine: str, *, system_prompt: str = OPERATOR_PROMPT, fail_after_served: float = 0.0,
                  hide: Sequence[str] = (), replicas: Sequence[str] = (),
-                 upstream_key: str | None = None, seed: int = 0) -> None:
+                 upstream_key: str | None = None, models: Mapping[str, str] | None = None, seed: int = 0) -> None:
         self.engine = engine.rstrip("/")  # settable: a deploy swaps the engine behind the gateway
         self.system_prompt = system_prompt
         self.fail_after_served = fail_after_served
         self.hide = frozenset(hide)
         self.upstream_key = upstream_key
+        self.models = dict(models or {})
         self.stats = GatewayStats()
         self._replicas = [r.rstrip("/") for r in replicas]
         self._rng = random.Random(seed)
@@ -133,6 +135,8 @@ class Gateway:
             return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
         if isinstance(body, dict) and self.system_prompt and isinstance(body.get("messages"), list):
             body["messages"] = [{"role": "system", "content": self.system_prompt}, *body["messages"]]
+        if isinstance(body, dict) and body.get("model") in self.models:
+            body["model"] = self.models[body["model"]]
         self.stats.forwarded += 1
         content = json.dumps(body).encode()
         if self._rng.random() < self.fail_after_served:
