@@ -29,6 +29,8 @@ FORBIDDEN = {
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
     "prober.daemon": ("prober.cli",),
     "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
+    "prober.media": ("prober.targets", "prober.campaign", "prober.checks", "prober.testbed", "prober.detect",
+                     "prober.daemon", "prober.cli", "httpx"),
 }
 
 

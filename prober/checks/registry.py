@@ -10,6 +10,7 @@ from prober.checks.base import Check
 from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
+from prober.checks.media import MediaCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapeCheck
 from prober.checks.slots import SlotsCheck
@@ -47,4 +48,4 @@ class Registry:
 
 
 REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck()])
+                     CrosstalkCheck(), MediaCheck()])

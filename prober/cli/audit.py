@@ -135,6 +135,8 @@ def audit(
         help="Run the cross-talk burst after the campaign (default on).")] = None,
     slots: Annotated[bool | None, typer.Option(
         help="Run the idle-slot check where the target has slots (default on).")] = None,
+    media: Annotated[bool | None, typer.Option(
+        help="Run the media-cache check where the target takes images (default on).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -153,7 +155,7 @@ def audit(
                           token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
-                          timing=timing, crosstalk=crosstalk, slots=slots)
+                          timing=timing, crosstalk=crosstalk, slots=slots, media=media)
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None

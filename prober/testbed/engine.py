@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from prober.testbed.backend import ModelState, make_backend
-from prober.testbed.config import EngineConfig
+from prober.testbed.config import QUOTER, EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.media import MediaCache
 from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
 
@@ -161,6 +162,9 @@ class Engine:
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
         self.storage_tier = (PrefixCache(config.page_size, config.prefix_cache_entries, False, content_only=True)
                              if config.faults.storage_tier_ignores_salt else None)
+        # A real model here is text-only, and refuses images in vLLM's words for one.
+        self.media = MediaCache(config.faults, config.media_cache_entries, refusal=None if config.model == QUOTER
+                                else f"{config.model_name} is not a multimodal model")
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
         self.started_at = time.time()
