@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prober.campaign.context import record
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Planned, Step, pairs
+from prober.campaign.events import CheckDone, PlanReady
+from prober.campaign.plan import Aim, Exchange, Plan, Planned, Step, pairs
 from prober.campaign.results import CheckResult, Sight
 from prober.campaign.routes import Route
 from prober.checks.base import Check, Run
@@ -79,6 +79,27 @@ class MediaResult(CheckResult):
         return Sight(len(own), sum(1 for s in own if s.own_echoes)) if own else None
 
 
+def _step(eid: str, role: Literal["prime", "probe"], tenant: str, probe: Probe, max_tokens: int) -> Step:
+    """A uuid alone is the one request a sound engine refuses."""
+    return Step(id=f"{eid}-{role}", role=role, tenant=tenant, length=PROMPT_TOKENS, stream=False,
+                expect_served=role == "prime" or probe != "uuid-only", boundary=f"media-{probe}",
+                max_tokens=max_tokens, aim=Aim.NONE)
+
+
+def media_plan(run: Run) -> Plan:
+    """Per ordered pair of tenants and per probe, an exchange: the victim's card (prime), the observer's image
+    (probe).  Announced before the first is sent, so that the daemon's incidents and metrics know its boundaries."""
+    plan = Plan(run.target.config.name, [], run_id=run.run_id, letter="md")
+    max_tokens = run.config.media.max_tokens
+    for victim, observer in pairs(run.target.tenants):
+        for probe in PROBES:
+            eid = f"{run.run_id}md{len(plan.exchanges) + 1:03d}-{probe}"
+            plan.exchanges.append(Exchange(id=eid, victim=victim, observer=observer,
+                                           prime=_step(eid, "prime", victim, probe, max_tokens),
+                                           probe=_step(eid, "probe", observer, probe, max_tokens)))
+    return plan
+
+
 class MediaCheck(Check):
     name = "media-cache"
     about = "another tenant's image read back: a reused media uuid, a uuid alone, a colliding digest, reshaped pixels"
@@ -100,70 +121,70 @@ class MediaCheck(Check):
         """On the chat route (beside a configured completions one): the only one that carries images."""
         ctx = run.target
         route = await ctx.routes.get(Api.CHAT)
+        plan = media_plan(run)
+        run.on_event(PlanReady(plan))
         sender = _Sender(run, route, await route.counter.count(ASK))
-        for victim, observer in pairs(ctx.tenants):
-            for probe in PROBES:
-                if sender.result.moot is None and (sender.no_uuids is None or not probe.startswith("uuid")):
-                    await sender.exchange(probe, victim, observer)
+        for exchange in plan.exchanges:
+            probe = _probe_of(exchange)
+            if sender.result.moot is None and (sender.no_uuids is None or not probe.startswith("uuid")):
+                await sender.exchange(exchange, probe)
         if sender.no_uuids is not None:
             sender.result.notes.append(f"uuid probes left out: {sender.no_uuids}")
         run.on_event(CheckDone(ctx.config.name, sender.result))
         return sender.result
 
 
+def _probe_of(exchange: Exchange) -> Probe:
+    return next(p for p in PROBES if exchange.prime.boundary == f"media-{p}")
+
+
 class _Sender:
-    """One run's exchanges: the victim's card, then the observer's image, each sent, judged and recorded; what the
-    target showed it takes (images at all, the uuid field) decides what is sent next."""
+    """One run's exchanges, each sent, judged and recorded; what the target showed it takes (images at all, the uuid
+    field) decides what is sent next."""
 
     def __init__(self, run: Run, route: Route, ask_tokens: int) -> None:
         self.run, self.route, self.ask_tokens = run, route, ask_tokens
         self.settings = run.config.media
         self.result = MediaResult(check=MediaCheck.name)
-        self.sent = 0
         self.took_images = False  # a card was served: a refusal after it is not "no images"
         self.no_uuids: str | None = None  # why the uuid probes are left out on this target
 
-    async def _card(self, tenant: str, probe: Probe, ahead: int) -> tuple[Canary, Bitmap]:
-        """A fresh canary of the tenant's for the request `ahead` of the last one sent, and its card."""
-        canary = await self.run.target.planter.canary(tenant, self._request_id(self.sent + ahead, probe))
+    async def _card(self, step: Step) -> tuple[Canary, Bitmap]:
+        """A fresh canary of the step's tenant, minted for it (in the ledger before the card exists), on a card."""
+        canary = await self.run.target.planter.canary(step.tenant, step.id)
         return canary, await asyncio.to_thread(card.draw, canary.text)
 
-    def _request_id(self, n: int, probe: Probe) -> str:
-        return f"{self.run.run_id}md{n:03d}-{probe}"
-
-    async def exchange(self, probe: Probe, victim: str, observer: str) -> None:
-        victim_canary, victim_card = await self._card(victim, probe, 1)
+    async def exchange(self, exchange: Exchange, probe: Probe) -> None:
+        victim_canary, victim_card = await self._card(exchange.prime)
         name = uuid.uuid4().hex if probe.startswith("uuid") else None
         canary: Canary | None = None
         if probe == "collision":
-            canary, plain = await self._card(observer, probe, 2)
+            canary, plain = await self._card(exchange.probe)
             bits = self.settings.hash_bits
             found = await asyncio.to_thread(colliding, plain, cut(digest(victim_card), bits), bits,
                                             self.settings.search_seconds)
             if found is None:
-                self.result.notes.append(f"collision: no card of {observer}'s agreed with {victim}'s digest in "
-                                         f"{bits} bits within {self.settings.search_seconds:g} s: not sent")
+                self.result.notes.append(f"{exchange.id}: no card of {exchange.observer}'s agreed with "
+                                         f"{exchange.victim}'s digest in {bits} bits within "
+                                         f"{self.settings.search_seconds:g} s: not sent")
                 return
             image = Media(data_url(found))
         elif probe == "uuid-reuse":
-            canary, mine = await self._card(observer, probe, 2)
+            canary, mine = await self._card(exchange.probe)
             image = Media(data_url(mine), name)
         elif probe == "uuid-only":
             image = Media(None, name)
         else:
             image = Media(data_url(card.reshaped(victim_card)))
-        if await self._send(probe, victim, "prime", Media(data_url(victim_card), name), victim_canary):
-            await self._send(probe, observer, "probe", image, canary)
+        if await self._send(exchange, exchange.prime, Media(data_url(victim_card), name), victim_canary):
+            await self._send(exchange, exchange.probe, image, canary)
 
-    async def _send(self, probe: Probe, tenant: str, role: Literal["prime", "probe"], image: Media,
-                    canary: Canary | None) -> bool:
+    async def _send(self, exchange: Exchange, step: Step, image: Media, canary: Canary | None) -> bool:
         """Whether it was served.  A victim's card refused before any was served, for want of images, makes the
         check moot; refused for its uuid, it leaves the uuid probes out; neither is judged (there is no answer)."""
         ctx, result = self.run.target, self.result
-        self.sent += 1
-        answer = await ctx.send_as(tenant, Prompt(ASK, max_tokens=self.settings.max_tokens, media=(image,)),
-                                   self.route)
-        if role == "prime" and not answer.served and answer.error is not None:
+        answer = await ctx.send_as(step.tenant, Prompt(ASK, max_tokens=step.max_tokens, media=(image,)), self.route)
+        if step.role == "prime" and not answer.served and answer.error is not None:
             if image.uuid is None and not self.took_images and (why := refuses_images(answer)):
                 result.moot = why
                 return False
@@ -171,12 +192,9 @@ class _Sender:
                 self.no_uuids = f"the target refuses a media uuid (HTTP {answer.status}: {answer.error.message[:200]})"
                 return False
         self.took_images = self.took_images or answer.served
-        step = Step(id=self._request_id(self.sent, probe), role=role, tenant=tenant, length=PROMPT_TOKENS,
-                    stream=False, expect_served=probe != "uuid-only" or role == "prime", boundary=f"media-{probe}",
-                    max_tokens=self.settings.max_tokens, aim=Aim.NONE)
         built = BuiltPrompt(text=ASK, requested=self.ask_tokens, tokens=self.ask_tokens, counted=True,
                             counter=self.route.counter.source, canaries=(canary,) if canary else ())
-        judged = await ctx.judge.answer(step, f"{self.run.run_id}md-{probe}", built, answer)
+        judged = await ctx.judge.answer(step, exchange.id, built, answer)
         usage = answer.usage.prompt_tokens if answer.usage else None
         result.other_tokens += max(0, (usage or 0) - self.ask_tokens)  # the image's tokens, as the engine counts them
         record(judged, result, self.run.on_event)
