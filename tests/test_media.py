@@ -90,7 +90,7 @@ def test_a_broken_file_is_refused_with_a_reason(mangle: object, reason: str) -> 
 
 def test_a_file_that_would_inflate_past_its_size_or_the_cap_is_refused_before_it_is_held() -> None:
     with pytest.raises(PNGError, match="more than"):
-        decode(png_of(8192, 4096, 0, [(0, b"")]))  # 32 Mpx, over MAX_PIXELS: refused before inflating
+        decode(png_of(8192, 4096, 0, [(0, b"")]))  # 32 M pixels, over MAX_PIXELS: refused before inflating
     bomb = png_of(4, 4, 0, [(0, bytes(4))] * 4 + [(0, bytes(1 << 20))])  # a megabyte past the four rows it has
     with pytest.raises(PNGError, match="inflates past the 20 bytes a 4x4 image has"):
         decode(bomb)

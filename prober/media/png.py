@@ -14,8 +14,10 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
-MAX_PIXELS = 16 * 1024 * 1024  # a 4096 x 4096 image: past it a client's file is refused before it is inflated
+MAX_PIXELS = 512 * 512  # past it a file is refused before it is inflated: its Paeth rows would take seconds
 DATA_URL_PREFIX = "data:image/png;base64,"
 CHANNELS = {0: 1, 4: 2, 2: 3, 6: 4}  # colour type -> samples per pixel (grey, grey+alpha, RGB, RGBA)
 
@@ -115,25 +117,34 @@ def _chunks(data: bytes) -> tuple[bytes, bytes]:
     return header, b"".join(idat)
 
 
-def _unfiltered(raw: bytes, height: int, stride: int, bpp: int) -> bytearray:
-    """The rows with PNG's five filters undone (None, Sub, Up, Average, Paeth)."""
-    out = bytearray(height * stride)
-    prior = bytearray(stride)
+def _unfiltered(raw: bytes, height: int, stride: int, bpp: int) -> bytes:
+    """The rows with PNG's five filters undone: None, Sub and Up at numpy's speed, Average and Paeth (whose every
+    byte waits on the one to its left) byte by byte, about a microsecond and a half each here."""
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(height, stride + 1)
+    out = np.empty((height, stride), dtype=np.uint8)
+    prior = np.zeros(stride, dtype=np.uint8)
     for y in range(height):
-        kind, row = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-        if kind > 4:
+        kind, row = int(rows[y, 0]), rows[y, 1:]
+        if kind == 0:
+            out[y] = row
+        elif kind == 1:
+            out[y] = row.reshape(-1, bpp).cumsum(axis=0, dtype=np.uint8).reshape(-1)  # wraps modulo 256
+        elif kind == 2:
+            out[y] = row + prior  # uint8: modulo 256
+        elif kind in (3, 4):
+            out[y] = _sequential(bytearray(row.tobytes()), prior.tobytes(), bpp, kind)
+        else:
             raise PNGError(f"row {y} has filter type {kind}")
-        if kind == 2:
-            row = bytearray((r + p) & 0xFF for r, p in zip(row, prior, strict=True))
-        elif kind in (1, 3, 4):
-            for i in range(stride):
-                left = row[i - bpp] if i >= bpp else 0
-                up, corner = prior[i], prior[i - bpp] if i >= bpp else 0
-                row[i] = (row[i] + (left if kind == 1 else (left + up) // 2 if kind == 3
-                                    else _paeth(left, up, corner))) & 0xFF
-        out[y * stride:(y + 1) * stride] = row
-        prior = row
-    return out
+        prior = out[y]
+    return out.tobytes()
+
+
+def _sequential(row: bytearray, prior: bytes, bpp: int, kind: int) -> bytearray:
+    for i in range(len(row)):
+        left = row[i - bpp] if i >= bpp else 0
+        up, corner = prior[i], prior[i - bpp] if i >= bpp else 0
+        row[i] = (row[i] + ((left + up) // 2 if kind == 3 else _paeth(left, up, corner))) & 0xFF
+    return row
 
 
 def _paeth(a: int, b: int, c: int) -> int:
@@ -142,10 +153,10 @@ def _paeth(a: int, b: int, c: int) -> int:
     return a if pa <= pb and pa <= pc else b if pb <= pc else c
 
 
-def _grey(rows: bytearray, channels: int) -> bytes:
-    if channels == 1:
-        return bytes(rows)
-    if channels == 2:
-        return bytes(rows[0::2])
-    r, g, b = rows[0::channels], rows[1::channels], rows[2::channels]
-    return bytes((299 * x + 587 * y + 114 * z) // 1000 for x, y, z in zip(r, g, b, strict=True))
+def _grey(pixels: bytes, channels: int) -> bytes:
+    """Grey levels: grey as it is, colour as its luminance (ITU-R 601), alpha dropped."""
+    samples = np.frombuffer(pixels, dtype=np.uint8).reshape(-1, channels)
+    if channels <= 2:
+        return samples[:, 0].tobytes()
+    r, g, b = (samples[:, i].astype(np.uint32) for i in range(3))
+    return ((299 * r + 587 * g + 114 * b) // 1000).astype(np.uint8).tobytes()
