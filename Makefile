@@ -105,6 +105,7 @@ bench: setup llama
 	$(PY) bench/prompt.py
 	$(PY) bench/llamacpp.py
 	$(PY) bench/foreign.py
+	$(PY) bench/names.py
 	$(PY) bench/soak.py
 
 # The documentation site (docs/, mkdocs.yml) into build/site, strictly: a broken link or an undescribed config key fails.

@@ -63,7 +63,7 @@ async def serve(daemon: Daemon, registry: CollectorRegistry) -> tuple[uvicorn.Se
     async def uncached(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app = make_app(daemon)
+    app = make_app(daemon.endpoints)
     app.router.routes.append(Route("/metrics-uncached", uncached, methods=["GET"]))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -21,7 +21,6 @@ from prober.embeddings import Embedder
 from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger import open_ledger
 from prober.run_secrets import scrubber_for
-from prober.scrub import Scrubber
 from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
@@ -33,11 +32,11 @@ TARGET_DEADLINE = "the audit's deadline for this target"
 
 class Auditor:
     def __init__(self, config: ProberConfig, minter: Minter, secrets: Mapping[str, Secret | None], *,
-                 on_event: Listener = ignore, dry_run: bool = False, scrubber: Scrubber | None = None,
-                 checks: Registry = REGISTRY) -> None:
-        """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with."""
+                 on_event: Listener = ignore, dry_run: bool = False, checks: Registry = REGISTRY) -> None:
+        """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with; every
+        secret (and the ledger's password) is scrubbed from whatever leaves it."""
         self.config = config
-        self.scrubber = scrubber or Scrubber()
+        self.scrubber = scrubber_for(dict(secrets), ledger=config.ledger)
         self.ledger = minter.ledger
         self.secrets = secrets
         self.minter = minter
@@ -129,7 +128,7 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
     ledger = open_ledger(config.ledger)
     try:
         auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event,
-                          dry_run=dry_run, scrubber=scrubber_for(secrets, ledger=config.ledger))
+                          dry_run=dry_run)
         return await auditor.run()
     finally:
         ledger.close()

@@ -35,6 +35,7 @@ class Severity(IntEnum):
 class FindingKind(StrEnum):
     CROSS_TENANT_ECHO = "cross_tenant_echo"  # another tenant's canary in this answer
     FOREIGN_CONTENT = "foreign_content"  # answer material that the prompt cannot explain
+    GARBLED_OUTPUT = "garbled_output"  # an answer no healthy model writes: the engine corrupted what it decoded
     BOUNDARY_ACCEPTED = "boundary_accepted"  # served a prompt a correct engine must refuse
     PLACEHOLDER_SUBSTITUTION = "placeholder_substitution"  # usage says far fewer tokens than were sent
     STREAM_ERROR = "stream_error"  # an error object inside an HTTP-200 stream, or a stream cut for not ending

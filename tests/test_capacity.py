@@ -20,6 +20,7 @@ from prober.config import CapacityHints, assemble_config
 from prober.errors import ConfigError
 from prober.ledger import open_ledger
 from prober.prompts import EndpointCounter, LocalCounter, PromptBuilder, UsageCounter, detect_counter
+from prober.prompts.costs import SegmentCosts
 from prober.targets import OpenAICompatible, Prompt, Secret, Transport, TransportPolicy
 from prober.targets.api import Api
 from prober.testbed import tokenizer
@@ -174,7 +175,7 @@ def test_a_filler_is_the_most_whole_words_that_fit_then_pads() -> None:
     """The filler a model reads is natural text up to its last word; only what no word fits into is padded.
     (Found by guesses from the tokens per word measured so far: the same text as halving, in fewer counts.)"""
     counter = LocalCounter(tokenizer.count)
-    builder = PromptBuilder(counter)
+    costs = SegmentCosts(counter)
     header = "Summarize the document.\n"
 
     def cost(text: str) -> int:
@@ -182,13 +183,13 @@ def test_a_filler_is_the_most_whole_words_that_fit_then_pads() -> None:
 
     for tokens in (*range(1, 60), 97, 256, 1_000):
         for seed in range(5):
-            filler = run(builder._filler_of(header, tokens, seed))
-            words = builder.filler.text(tokens * 8, seed).split(" ")
+            filler = run(costs.filler_of(header, tokens, seed))
+            words = costs.filler.text(tokens * 8, seed).split(" ")
             kept = 0  # the most whole words that fit, counted one by one
             while kept < len(words) and cost(" ".join(words[: kept + 1]) + "\n") <= tokens:
                 kept += 1
             line = " ".join(words[:kept])
-            assert filler == line + (builder._pad or "") * (tokens - cost(line + "\n")) + "\n"
+            assert filler == line + (run(costs.pad(header))) * (tokens - cost(line + "\n")) + "\n"
             assert cost(filler) == tokens
     assert counter.requests <= 250  # measured: 227; halving alone asked 354
 

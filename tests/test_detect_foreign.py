@@ -93,5 +93,6 @@ def test_every_detector_has_a_name_and_a_description() -> None:
         return [s for c in cls.__subclasses__() for s in (c, *subclasses(c))]
 
     found = subclasses(Detector)
-    assert {d.name for d in found} == {"exact", "fuzzy", "semantic", "fragment", "verbatim", "foreign"}
+    assert {d.name for d in found} == {"exact", "fuzzy", "semantic", "fragment", "verbatim", "foreign",
+                                         "garbled"}
     assert all(d.__doc__ and d.__doc__.strip().splitlines()[0] for d in found)

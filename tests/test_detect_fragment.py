@@ -118,14 +118,35 @@ def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
     assert shared.scan(Record("r", "tenant-b", "She was born in Brackenfold.")).findings == []
 
 
-def test_a_korean_name_and_its_romanization_count_alike(minted: dict[str, list[Canary]]) -> None:
+def test_a_korean_name_counts_with_another_value_or_alone_in_a_small_index(minted: dict[str, list[Canary]],
+                                                                         embedder: Embedder) -> None:
+    """A Korean name is short: with forty Korean facts held, a name drawn from the same syllables is one of theirs
+    by accident too often (FactPack.chance times forty is over MAX_NAME_CHANCE), so it attributes with another
+    value of its fact beside it -- in Hangul or romanized alike; alone only while the index holds a handful."""
     fact = minted["victim_ko"][0]
     spelled = dict(fact.aliases)
     slot = next(i for i, a in spelled.items() if len(a.split()) == 2)
-    scan = scanner(minted)
-    for answer in (f"{fact.slots[slot]} 씨를 기억합니다.", f"Someone called {spelled[slot]} wrote."):
-        findings = scan.scan(Record("r", "tenant-b", answer)).findings
-        assert [(f.detector, f.canary_id) for f in findings] == [("fragment", fact.id)], answer
+    other = next(v for i, v in enumerate(fact.slots) if i != slot)
+    more = Minter(open_ledger(":memory:"), KEY, embedder).facts("tenant-c", 34, language="ko", rng=random.Random(9))
+    scan = Scanner([c for group in minted.values() for c in group] + more, key=KEY, foreign=False)
+    for name in (fact.slots[slot], spelled[slot]):
+        assert scan.scan(Record("r", "tenant-b", f"Someone called {name} wrote.")).findings == []
+        findings = scan.scan(Record("r", "tenant-b", f"{name} 씨의 기록: {other}.")).findings
+        assert [(f.detector, f.canary_id) for f in findings] == [("fragment", fact.id)], name
+    alone = scanner(minted).scan(Record("r", "tenant-b", f"{fact.slots[slot]} 씨를 기억합니다."))
+    assert [f.canary_id for f in alone.findings] == [fact.id]
+
+
+def test_a_korean_name_shaped_like_a_real_one_needs_another_value() -> None:
+    """A Korean given name of two syllables is the shape of most real ones (도윤, 하린): it never counts alone, even
+    as all the index holds, and counts with another value of its fact."""
+    fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁하린 씨는 무진리에 삽니다.", pack="ko",
+                  slots=("탁하린", "무진리"), aliases=((0, "Tak Harin"), (1, "Mujinri")), expires_at=2**40)
+    scan = Scanner([fact], key=KEY, foreign=False)
+    for name in ("Tak Harin", "탁하린"):
+        assert scan.scan(Record("r", "tenant-b", f"A letter from {name} came.")).findings == []
+        findings = scan.scan(Record("r", "tenant-b", f"A letter from {name} came, from Mujinri.")).findings
+        assert [f.canary_id for f in findings] == ["cn_ko"]
 
 
 def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted: dict[str, list[Canary]]) -> None:
@@ -140,13 +161,14 @@ def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("spelled", ["Tak Yunseul", "Tahk Yoon-sul", "Yoonseul Tak", "TAK YUN SEUL", "Tak Yun-seul"])
+@pytest.mark.parametrize("spelled", ["Tak Yunseuldo", "Tahk Yoon-sul-doh", "Yoonseuldo Tak", "TAK YUN SEUL DO",
+                                     "Tak Yun-seul-do"])
 def test_a_korean_name_counts_in_every_common_spelling(spelled: str) -> None:
-    fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁윤슬 씨는 무진리에 삽니다.", pack="ko",
-                  slots=("탁윤슬", "무진리"), aliases=((0, "Tak Yunseul"), (1, "Mujinri")), expires_at=2**40)
+    fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁윤슬도 씨는 무진리에 삽니다.", pack="ko",
+                  slots=("탁윤슬도", "무진리"), aliases=((0, "Tak Yunseuldo"), (1, "Mujinri")), expires_at=2**40)
     scan = Scanner([fact], key=KEY, foreign=False)
     findings = scan.scan(Record("r", "tenant-b", f"The note was signed by {spelled} yesterday.")).findings
     assert [(f.detector, f.canary_id) for f in findings] == [("fragment", "cn_ko")]
     # Someone else whose name shares its letters: a longer name, or the given name inside another word.
-    for other in (f"Ohn {spelled} Kim", f"{spelled}ah", "Takyunseulio"):
+    for other in (f"Ohn {spelled} Kim", f"{spelled}ah", "Takyunseuldoio"):
         assert scan.scan(Record("r", "tenant-b", f"The note was signed by {other} yesterday.")).findings == []

@@ -28,6 +28,7 @@ def daemon(
 
     Exit 0 after SIGTERM, 2 when it cannot start (bad config, missing credential, unusable ledger or port)."""
     from prober.daemon import load_settings, open_daemon
+    from prober.daemon.serving import serve
     from prober.ledger import masked
 
     flags: dict[str, Any] = {"listen": listen, "ledger": ledger.given if ledger else None}
@@ -45,4 +46,4 @@ def daemon(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # its skipped runs are counted as job skips
     service = open_daemon(config, flags)
-    raise typer.Exit(asyncio.run(service.run()))
+    raise typer.Exit(asyncio.run(serve(service)))

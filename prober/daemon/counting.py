@@ -41,22 +41,22 @@ class RunCounter:
             case CheckDone(result=TimingResult() as timing):
                 for decision in timing.decisions:
                     s = decision.samples
-                    m.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
-                    m.timing_rounds.labels(self.target, s.victim, s.observer).set(decision.rounds)
-                    m.timing_undecided.labels(self.target, s.victim, s.observer).set(int(decision.unclear))
+                    m.checks.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
+                    m.checks.timing_rounds.labels(self.target, s.victim, s.observer).set(decision.rounds)
+                    m.checks.timing_undecided.labels(self.target, s.victim, s.observer).set(int(decision.unclear))
                     for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
                         if ttfts:
-                            m.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))
+                            m.checks.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))
             case CheckDone(result=ShapeResult(choice=ShapeChoice() as choice)):
                 for trial in choice.trials:
                     name = trial.shape.name
-                    m.shape_chosen.labels(self.target, name).set(int(trial.shape == choice.chosen))
+                    m.checks.shape_chosen.labels(self.target, name).set(int(trial.shape == choice.chosen))
                     if trial.controls:
-                        m.shape.labels(self.target, name).set(trial.echoed / len(trial.controls))
+                        m.checks.shape.labels(self.target, name).set(trial.echoed / len(trial.controls))
             case CheckDone(result=CrosstalkResult() as burst):
                 for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
                                        ("unanswered", burst.requests - burst.answered)):
-                    m.burst_answers.labels(self.target, outcome).inc(count)
+                    m.checks.burst_answers.labels(self.target, outcome).inc(count)
             case TargetFailed() | CheckDone():
                 pass  # a job's failure is its outcome's (JobRecords); other checks' results are their steps
             case _:

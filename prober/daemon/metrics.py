@@ -129,39 +129,14 @@ class Metrics:
         build.labels(__version__, platform.python_version()).set(1)
         self.links = Gauge("leakprobe_links_info", "Always 1; labels are where a page links to (daemon.links): "
                            "the Grafana base URL and this daemon's /status.", ["grafana", "status"], registry=registry)
-        pair = ["target", "victim", "observer"]
-        self.timing_p = Gauge("leakprobe_cache_timing_p_value", "Last timing check's Holm-adjusted p-value that the "
-                              "observer's would-be cache hits on the victim's prompts came back sooner than misses "
-                              "(a finding at or below timing.false_alarm / timing.rounds).", pair, registry=registry)
-        self.timing_rounds = Gauge("leakprobe_cache_timing_rounds", "Rounds of samples the last timing check took "
-                                   "for this pair (at most timing.rounds; a pair still unclear then is undecided: "
-                                   "leakprobe_cache_timing_undecided).", pair, registry=registry)
-        self.timing_undecided = Gauge("leakprobe_cache_timing_undecided", "1 where the last timing check ended "
-                                      "neither finding this pair's prompts faster nor clearly no faster.", pair,
-                                      registry=registry)
-        self.timing_ttft = Gauge("leakprobe_cache_timing_ttft_seconds", "Last timing check's median time to first "
-                                 "token of the observer's would-be hits and of its misses.", [*pair, "prompts"],
-                                 registry=registry)
-        self.burst_answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own "
-                                     "canary came back), foreign (another request's canary), unanswered.",
-                                     ["target", "outcome"], registry=registry)
-        self.blind = Gauge("leakprobe_probes_blind", "1 when the job's last run got answers and none repeated its own "
-                           "tenant's canary: its content checks could not have seen a leak; 0 when some did.",
-                           target_job, registry=registry)
-        self.shape = Gauge("leakprobe_probe_shape_own_echo_ratio", "Of the last probe-shape choice's control prompts "
-                           "in each shape tried, the share that brought their own canary back.", ["target", "shape"],
-                           registry=registry)
-        self.shape_chosen = Gauge("leakprobe_probe_shape_info", "1 for the probe shape a target's requests take "
-                                  "(route and layout, measured before each campaign).", ["target", "shape"],
-                                  registry=registry)
+        self.checks = CheckMetrics(registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
         self._per_target: list[Counter | Gauge | Histogram] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.requests_cut, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
             self.input_limit, self.verdict, self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run,
-            self.last_success, self.interval, self.timing_p, self.timing_rounds, self.timing_undecided,
-            self.timing_ttft, self.burst_answers, self.blind, self.shape, self.shape_chosen]
+            self.last_success, self.interval, *self.checks.per_target]
 
     def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:
         """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health
@@ -225,3 +200,39 @@ class Metrics:
     def set_links(self, links: Links) -> None:
         self.links.clear()
         self.links.labels(links.grafana or "", links.status or "").set(1)
+
+
+class CheckMetrics:
+    """What particular checks decide beyond their requests: timing's statistics, the burst's answers, each job's
+    sight, the probe shape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        target_job = ["target", "job"]
+        pair = ["target", "victim", "observer"]
+        self.timing_p = Gauge("leakprobe_cache_timing_p_value", "Last timing check's Holm-adjusted p-value that the "
+                              "observer's would-be cache hits on the victim's prompts came back sooner than misses "
+                              "(a finding at or below timing.false_alarm / timing.rounds).", pair, registry=registry)
+        self.timing_rounds = Gauge("leakprobe_cache_timing_rounds", "Rounds of samples the last timing check took "
+                                   "for this pair (at most timing.rounds; a pair still unclear then is undecided: "
+                                   "leakprobe_cache_timing_undecided).", pair, registry=registry)
+        self.timing_undecided = Gauge("leakprobe_cache_timing_undecided", "1 where the last timing check ended "
+                                      "neither finding this pair's prompts faster nor clearly no faster.", pair,
+                                      registry=registry)
+        self.timing_ttft = Gauge("leakprobe_cache_timing_ttft_seconds", "Last timing check's median time to first "
+                                 "token of the observer's would-be hits and of its misses.", [*pair, "prompts"],
+                                 registry=registry)
+        self.burst_answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own "
+                                     "canary came back), foreign (another request's canary), unanswered.",
+                                     ["target", "outcome"], registry=registry)
+        self.blind = Gauge("leakprobe_probes_blind", "1 when the job's last run got answers and none repeated its own "
+                           "tenant's canary: its content checks could not have seen a leak; 0 when some did.",
+                           target_job, registry=registry)
+        self.shape = Gauge("leakprobe_probe_shape_own_echo_ratio", "Of the last probe-shape choice's control prompts "
+                           "in each shape tried, the share that brought their own canary back.", ["target", "shape"],
+                           registry=registry)
+        self.shape_chosen = Gauge("leakprobe_probe_shape_info", "1 for the probe shape a target's requests take "
+                                  "(route and layout, measured before each campaign).", ["target", "shape"],
+                                  registry=registry)
+        self.per_target: list[Counter | Gauge | Histogram] = [
+            self.timing_p, self.timing_rounds, self.timing_undecided, self.timing_ttft, self.burst_answers, self.blind,
+            self.shape, self.shape_chosen]

@@ -80,7 +80,7 @@ class JobRecords:
         status.last_run = now
         self.metrics.last_run.labels(target, job).set(now)
         if outcome.blind is not None:
-            self.metrics.blind.labels(target, job).set(int(outcome.blind))
+            self.metrics.checks.blind.labels(target, job).set(int(outcome.blind))
             if outcome.blind:
                 log.warning("%s %s: blind: no answer repeated its own canary, so none could show another tenant's",
                             job, target)

@@ -1,30 +1,26 @@
 """`leakprobe daemon`: one asyncio process running the job scheduler and a small ASGI server on one loop.
 
-Per target its jobs (preflight, sentinel, campaign) run on their own intervals; a job whose plan would exceed
-the day's token budget is skipped and counted, never half-run.  Faults never stop the daemon: a target that is
-down, slow or answers garbage fails that run (counted by reason) and is tried again at its next slot.  A
+Per target its jobs (the preflight and one per registered check) run on their own intervals; a job whose plan
+would exceed the day's token budget is skipped and counted, never half-run.  Faults never stop the daemon: a
+target that is down, slow or answers garbage fails that run (counted by reason) and is tried again at its next slot.  A
 ledger that cannot be written makes the daemon not ready and stops probing, because a canary that cannot be
 recorded must not be sent.  SIGHUP or `POST /-/reload` reloads the config (a bad one keeps the old running);
 SIGTERM stops scheduling, lets in-flight requests finish within the grace period, and exits 0.
 
 `Daemon` takes what it works with (settings, ledger, canary key, embedder, registry, clock), so tests drive
-it in-process; `open_daemon` does the I/O of a real start.
+it in-process; `open_daemon` does the I/O of a real start, and prober/daemon/serving.py puts it behind a socket
+and the signals.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-import socket
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from prober.campaign.plan import pairs
@@ -32,12 +28,12 @@ from prober.campaign.scanning import RunScanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.config import ProberConfig, listen_address
+from prober.config import ProberConfig
 from prober.daemon import housekeeping
 from prober.daemon.budget import TokenBudget
 from prober.daemon.exposition import CachedExposition
 from prober.daemon.housekeeping import Housekeeper
-from prober.daemon.http import Access, make_app
+from prober.daemon.http import Access
 from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
@@ -45,7 +41,7 @@ from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import JobScheduler, first_run
 from prober.daemon.settings import Settings, load_settings
 from prober.daemon.status import redact, status_document
-from prober.daemon.turns import Turns
+from prober.daemon.turns import InFlight, Turns
 from prober.embeddings import Embedder, make_embedder
 from prober.errors import LeakprobeError, StartupError
 from prober.ledger import Ledger, open_ledger
@@ -78,7 +74,7 @@ class Daemon:
         self.ledger = ledger
         self.clock = clock
         self.metrics = Metrics(registry)
-        self._exposition = CachedExposition(registry)
+        self.exposition = CachedExposition(registry)
         self.health = LedgerHealth(ledger, self.metrics)
         self.records = JobRecords(ledger, self.metrics, clock, self.health.failed)
         self.housekeeper = Housekeeper(self.health, self.metrics, clock)
@@ -91,7 +87,7 @@ class Daemon:
         self.sessions: dict[str, TargetSession] = {}
         self.scanner: RunScanner | None = None
         self.scheduler: JobScheduler | None = None
-        self._running: set[asyncio.Task[Any]] = set()
+        self.in_flight = InFlight()
         self._background: set[asyncio.Future[Any]] = set()
         self.metrics.reloaded(settings.loaded_at, attempt=False)
 
@@ -99,32 +95,10 @@ class Daemon:
     def config(self) -> ProberConfig:
         return self.settings.config
 
-    # -- the HTTP endpoints (prober.daemon.http.Endpoints) --------------------------------------
-    async def exposition(self) -> bytes:
-        return await self._exposition.render()
-
-    def unready(self) -> str | None:
-        ledger = self.health.unready()
-        if ledger is not None:
-            return ledger
-        if self.scheduler is None or not self.scheduler.running or self.stopping.is_set():
-            return "starting or stopping"
-        return None
-
-    def status(self, redacted: bool = False) -> dict[str, Any]:
-        document = status_document(settings=self.settings, sessions=self.sessions, records=self.records,
-                                   scheduler=self.scheduler, incidents=self.metrics.incidents.incidents,
-                                   tokens_left=self.housekeeper.tokens_left, health=self.health,
-                                   unready=self.unready(), last_reload_error=self.last_reload_error,
-                                   started=self.started, now=self.clock())
-        return redact(document) if redacted else document
-
-    def access(self) -> Access:
-        daemon = self.config.daemon
-        return Access(self.settings.token, daemon.http_reload, daemon.status)
-
-    def refused(self, endpoint: str, status: int) -> None:
-        self.metrics.http_refused.labels(endpoint, str(status)).inc()
+    @property
+    def endpoints(self) -> DaemonEndpoints:
+        """What its HTTP app serves (prober/daemon/http.py `make_app`)."""
+        return DaemonEndpoints(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -143,30 +117,6 @@ class Daemon:
         await self._apply(self.settings)
         self.scheduler.start()
 
-    async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT; raises StartupError when the listen address cannot be bound."""
-        sock = bind(self.config.daemon.listen)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(self.log_filter)
-        await self.start()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
-        loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
-        server = _QuietServer(uvicorn.Config(make_app(self), log_level="warning", access_log=False,
-                                             lifespan="off"))
-        serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
-        host, port = sock.getsockname()[:2]
-        log.info("leakprobe daemon listening on http://%s:%d (targets: %s; ledger %s)",
-                 f"[{host}]" if ":" in host else host, port, ", ".join(t.name for t in self.config.targets),
-                 self.ledger.description)
-        await self.stopping.wait()
-        await self.shutdown()
-        server.should_exit = True
-        await asyncio.gather(serving, return_exceptions=True)
-        log.info("stopped")
-        return 0
-
     def stop(self) -> None:
         if not self.stopping.is_set():
             log.info("stopping: no new runs; in-flight requests get %.0f s", self.config.daemon.shutdown_grace)
@@ -177,14 +127,9 @@ class Daemon:
         self.stopping.set()
         if self.scheduler is not None:
             self.scheduler.shutdown()
-        running = set(self._running)
-        if running:
-            _, late = await asyncio.wait(running, timeout=self.config.daemon.shutdown_grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-            if late:
-                log.warning("%d job(s) cancelled after the %.0f s grace", len(late), self.config.daemon.shutdown_grace)
+        late = await self.in_flight.finish(self.config.daemon.shutdown_grace)
+        if late:
+            log.warning("%d job(s) cancelled after the %.0f s grace", late, self.config.daemon.shutdown_grace)
         for session in self.sessions.values():
             await session.retire()
         self.health.unready()  # a ledger file deleted or replaced just now is recovered before it is closed
@@ -192,7 +137,8 @@ class Daemon:
         await asyncio.to_thread(self.ledger.close)
 
     # -- configuration --------------------------------------------------------------------------
-    def _reload_in_background(self) -> None:
+    def reload_in_background(self) -> None:
+        """SIGHUP's: a reload the signal handler does not wait for."""
         task = asyncio.ensure_future(self.reload())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -205,7 +151,7 @@ class Daemon:
         except LeakprobeError as exc:
             why = str(exc)
         self.metrics.reloaded(None if why else fresh.loaded_at)
-        self._exposition.stale()
+        self.exposition.stale()
         self.last_reload_error = why
         if why is not None:
             log.error("config reload refused, the old config keeps running: %s", why)
@@ -249,19 +195,15 @@ class Daemon:
 
         Registered as running from its first line, so a shutdown waits for it; cancelled after the grace, it
         ends quietly (its requests were abandoned, nothing recorded is lost), not as a scheduler error."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._running.add(task)
-        try:
-            session = self.sessions.get(target)
-            if session is not None and not self.stopping.is_set():
-                await self.turns.run(session, job, self.config.daemon, self.settings.timetable.interval(job))
-        except asyncio.CancelledError:
-            log.info("%s %s: cancelled at shutdown", job, target)
-        finally:
-            self._exposition.stale()
-            if task is not None:
-                self._running.discard(task)
+        with self.in_flight.tracked():
+            try:
+                session = self.sessions.get(target)
+                if session is not None and not self.stopping.is_set():
+                    await self.turns.run(session, job, self.config.daemon, self.settings.timetable.interval(job))
+            except asyncio.CancelledError:
+                log.info("%s %s: cancelled at shutdown", job, target)
+            finally:
+                self.exposition.stale()
 
     # -- housekeeping ---------------------------------------------------------------------------
     async def housekeep(self) -> None:
@@ -273,31 +215,39 @@ class Daemon:
             await self.housekeeper.refresh_canaries(self.scanner)
 
 
-BACKLOG = 2048  # uvicorn's
+class DaemonEndpoints:
+    """The daemon as its HTTP app sees it (prober.daemon.http.Endpoints): views of what it holds, and reload."""
 
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
 
-def bind(listen: str) -> socket.socket:
-    """The listening socket (raises StartupError when the address cannot be bound)."""
-    host, port = listen_address(listen)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Inherited by every accepted connection: without it a response written in two parts waits for
-        # the client's delayed ACK (measured: 44 ms per /metrics request instead of under 1 ms).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((host, port))
-        # Listening from here, before the HTTP task runs and the address is logged: a client that reads the log
-        # line may connect at once, and is then queued (a bound socket that does not listen refuses it).
-        sock.listen(BACKLOG)
-    except OSError as exc:
-        sock.close()
-        raise StartupError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    return sock
+    async def exposition(self) -> bytes:
+        return await self.daemon.exposition.render()
 
+    def unready(self) -> str | None:
+        d = self.daemon
+        ledger = d.health.unready()
+        if ledger is not None:
+            return ledger
+        if d.scheduler is None or not d.scheduler.running or d.stopping.is_set():
+            return "starting or stopping"
+        return None
 
-class _QuietServer(uvicorn.Server):
-    """uvicorn on the daemon's loop without its own signal handlers: the daemon owns SIGTERM and SIGHUP."""
+    async def reload(self) -> tuple[bool, str]:
+        return await self.daemon.reload()
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    def status(self, redacted: bool = False) -> dict[str, Any]:
+        d = self.daemon
+        document = status_document(settings=d.settings, sessions=d.sessions, records=d.records,
+                                   scheduler=d.scheduler, incidents=d.metrics.incidents.incidents,
+                                   tokens_left=d.housekeeper.tokens_left, health=d.health,
+                                   unready=self.unready(), last_reload_error=d.last_reload_error,
+                                   started=d.started, now=d.clock())
+        return redact(document) if redacted else document
+
+    def access(self) -> Access:
+        daemon = self.daemon.config.daemon
+        return Access(self.daemon.settings.token, daemon.http_reload, daemon.status)
+
+    def refused(self, endpoint: str, status: int) -> None:
+        self.daemon.metrics.http_refused.labels(endpoint, str(status)).inc()

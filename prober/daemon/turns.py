@@ -4,10 +4,14 @@ recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from prober.campaign.events import Event, FindingRecorded
 from prober.checks import PREFLIGHT
@@ -76,3 +80,33 @@ class Turns:
             await evidence.finish(outcome is not None and outcome.ok and job != PREFLIGHT,
                                   session.context.tenants)
         await self.records.concluded(target, job, outcome, started)
+
+
+class InFlight:
+    """The job runs going on: a shutdown lets them finish within its grace, then cancels the rest."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @contextmanager
+    def tracked(self) -> Iterator[None]:
+        """Around a run, from its first line: a shutdown that begins meanwhile waits for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def finish(self, grace: float) -> int:
+        """Wait up to `grace` seconds; cancel what is still running then, and say how many were."""
+        running = set(self._tasks)
+        if not running:
+            return 0
+        _, late = await asyncio.wait(running, timeout=grace)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        return len(late)

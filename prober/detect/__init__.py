@@ -5,6 +5,7 @@ from prober.detect.exact import ExactDetector
 from prober.detect.foreign import ForeignContentDetector
 from prober.detect.fragment import FragmentDetector
 from prober.detect.fuzzy import FuzzyDetector
+from prober.detect.garbled import GarbledOutputDetector
 from prober.detect.scanner import Scanner, ScanResult
 from prober.detect.semantic import SemanticDetector
 from prober.detect.verbatim import VerbatimDetector
@@ -16,6 +17,7 @@ __all__ = [
     "ForeignContentDetector",
     "FragmentDetector",
     "FuzzyDetector",
+    "GarbledOutputDetector",
     "Hit",
     "ScanResult",
     "Scanner",

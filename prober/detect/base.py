@@ -12,7 +12,7 @@ from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.hangul import NOUN_ENDINGS, is_hangul
 from prober.canaries.tokens import VerifiedToken
-from prober.types import Canary, CanaryKind, Record, Severity
+from prober.types import Canary, CanaryKind, FindingKind, Record, Severity
 
 SENTENCE_ENDS = ".!?。\n"
 BATCH = 64  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many
@@ -53,7 +53,7 @@ class Hit:
     canary: Canary | None = None  # a canary of this ledger
     verified: VerifiedToken | None = None  # a MAC-verified token this ledger never saw
     tenant: str | None = None  # the owner, where neither says it (a probe's tag: details["probe_id"])
-    foreign: bool = False  # answer material that the prompt cannot explain
+    kind: FindingKind | None = None  # a finding about the answer itself, not a canary's: foreign, garbled
     severity: Severity | None = None  # where it differs from the detector's
     details: dict[str, object] = field(default_factory=dict)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from prober.canaries.hangul import is_hangul
 from prober.canaries.tokens import PREFIX as TOKEN_PREFIX
 from prober.detect.base import Detector, Hit
-from prober.types import Record, Severity
+from prober.types import FindingKind, Record, Severity
 
 MIN_CONTENT_WORDS = 5
 UNSUPPORTED_SHARE = 0.6  # a sentence is foreign when at least this share of its content words is
@@ -127,7 +127,7 @@ class ForeignContentDetector(Detector):
                 continue
             unsupported, identifiers = judged
             start = match.start() + len(sentence) - len(sentence.lstrip())
-            hits.append(Hit(self.name, round(unsupported, 4), start, match.end(), foreign=True,
+            hits.append(Hit(self.name, round(unsupported, 4), start, match.end(), kind=FindingKind.FOREIGN_CONTENT,
                             details={"unsupported_words": round(unsupported, 3), "new_identifiers": identifiers}))
             if len(hits) == MAX_HITS_PER_RECORD:
                 break

@@ -19,22 +19,31 @@ A token body is four 8-character groups: tag, two random groups (80 bits), MAC. 
   pack's made-up syllables is as rare as a number and survives retelling;
 * **a made-up word name of a fact** (warning): a place or pet name of one word, long enough to be rare
   (`values.MIN_WORD_NAME`), under the same rules: real models retell a fact with its place alone.
+
+A name is rare, not unique: a text that draws names from the pack's syllables writes a given one with probability
+`FactPack.chance`, and a real Korean name is as likely to be anyone's.  So a name alone attributes only while that
+chance, times the names of its kind (person or word, per language) the index holds, is at most MAX_NAME_CHANCE:
+the chance that any name a text writes is one of ours by accident.  Past that (a Korean name in a ledger of more
+than a few, a pet's three syllables) the name counts with another value of its fact beside it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from prober.canaries import tokens
+from prober.canaries import hangul, tokens
 from prober.canaries.compact import compact, original_span
+from prober.canaries.packs import load_pack
 from prober.detect.base import CanarySet, Detector, Hit, whole_word
 from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex
 from prober.detect.values import SlotValues
+from prober.errors import PackError
 from prober.types import Record, Severity
 
 GROUPS = tokens.BODY_LEN // GROUP
+MAX_NAME_CHANCE = 1e-5  # that a name a text writes is one of the index's by accident, for a name to count alone
 SLACK = 2  # compact characters a model may add or drop between two groups it copied
 _TAG = 0
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)[\s-]+$")
@@ -58,6 +67,8 @@ class FragmentDetector(Detector):
         self.patterns = patterns or PatternIndex(canaries)
         self.values = values or SlotValues(canaries)
         self._name_owners = _name_owners(canaries, self.values)
+        self._held = Counter(self._kind(index, slot) for index, slot in self.values.names)
+        self._chances: dict[tuple[int, int], float] = {}  # weighed when a name is first seen in an answer
         self._lock = threading.Lock()
         self._prompt: tuple[str | None, str] = (None, "")
 
@@ -114,6 +125,9 @@ class FragmentDetector(Detector):
                 owners = self._name_owners[_canonical(canary.slots[value.slot])]
                 if owners != {canary.tenant} or record.tenant in owners:
                     continue  # facts of several tenants (or of the observer) have it: it attributes nothing
+                if self.accidental(index, value.slot) > MAX_NAME_CHANCE and \
+                        all(other.slot == value.slot for other in values):
+                    continue  # a name anyone may write by accident, without another value of its fact
                 if compacted[value.start : value.end] in prompt or compact(canary.slots[value.slot]) in prompt:
                     continue  # the answer's own prompt holds it: the model read it there
                 start, stop = original_span(record.text, value.start, value.end)
@@ -123,6 +137,25 @@ class FragmentDetector(Detector):
                                       severity=Severity.WARNING if word else None,
                                       details={"fragment": "fact_word_name" if word else "fact_name"})
         return list(hits.values())
+
+    def accidental(self, index: int, slot: int) -> float:
+        """The chance that a text writes this name by accident, times the names of its kind the index holds: a
+        bound on how often one of those allowed alone is attributed by accident."""
+        chance = self._chances.get((index, slot))
+        if chance is None:
+            canary = self.canaries.canaries[index]
+            try:
+                chance = load_pack(self._kind(index, slot)[0]).chance(canary.slots[slot])
+            except PackError:
+                chance = 1.0  # a pack this version does not ship: nothing says how rare its names are
+            self._chances[(index, slot)] = chance
+        return chance * self._held[self._kind(index, slot)]
+
+    def _kind(self, index: int, slot: int) -> tuple[str, bool]:
+        """(language, one-word name?): names of one kind are written by accident alike."""
+        canary = self.canaries.canaries[index]
+        language = canary.pack or ("ko" if hangul.is_hangul(canary.slots[slot]) else "en")
+        return language, (index, slot) in self.values.word_names
 
     def _compact_prompt(self, prompt: str | None) -> str:
         """The compact prompt, computed once per prompt (a long answer is scanned in windows against it)."""

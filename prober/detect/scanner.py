@@ -4,7 +4,8 @@ A canary is a finding only when its owner (victim) differs from the tenant that 
 (observer); one's own canary echoed back is a positive control, counted but not reported.  Each
 canary is reported once per answer, by the strongest detector that saw it (exact > fuzzy > semantic >
 fragment); a probe's tag or a run of its prompt is not reported where one of that probe's canaries is.
-Foreign-content hits that overlap a canary hit are dropped: the canary explains them.
+Foreign-content hits that overlap a canary hit are dropped: the canary explains them.  An answer is garbled
+(one finding, whatever else it holds) where the garbled-output detector says no healthy model wrote it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from prober.detect.exact import ExactDetector
 from prober.detect.foreign import MAX_HITS_PER_RECORD, ForeignContentDetector
 from prober.detect.fragment import FragmentDetector
 from prober.detect.fuzzy import FuzzyDetector
+from prober.detect.garbled import GarbledOutputDetector
 from prober.detect.patterns import PatternIndex
 from prober.detect.semantic import SemanticDetector
 from prober.detect.values import SlotValues
@@ -68,7 +70,9 @@ class Scanner:
         redact: bool = True,
         prompts: Sequence[PromptShingles] = (),
     ) -> None:
-        """`prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key)."""
+        """`prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key).  `foreign`:
+        also judge the answer itself -- content its prompt cannot explain, garbled output -- which needs no
+        canary (a runner with two scanners over one answer judges it in one)."""
         self.canary_set = CanarySet(canaries, key=key, tenants=tenants)
         self.embedder = embedder
         self.redact = redact
@@ -83,7 +87,7 @@ class Scanner:
         if prompts and key is not None:
             self.detectors.append(VerbatimDetector(prompts, key))
         if foreign:
-            self.detectors.append(ForeignContentDetector())
+            self.detectors += [ForeignContentDetector(), GarbledOutputDetector()]
         self._by_name = {d.name: d for d in self.detectors}
 
     def __reduce__(self) -> tuple[Callable[..., Scanner], tuple[object, ...]]:
@@ -128,7 +132,7 @@ class Scanner:
         result = ScanResult()
         best: dict[str, Hit] = {}
         for hit in hits:
-            if hit.foreign:
+            if hit.kind is not None:
                 continue
             if hit.key not in best or self._by_name[hit.detector].rank < self._by_name[best[hit.key].detector].rank:
                 best[hit.key] = hit
@@ -147,9 +151,11 @@ class Scanner:
         echoed = [(h.start, h.end) for h in best.values()]
         foreign: dict[tuple[int, int], Hit] = {}
         for hit in hits:
-            if hit.foreign and not any(s < hit.end and hit.start < e for s, e in echoed):
+            if hit.kind is FindingKind.FOREIGN_CONTENT and not any(s < hit.end and hit.start < e for s, e in echoed):
                 foreign.setdefault((hit.start, hit.end), hit)
-        result.findings += [self._foreign_finding(record, h) for h in list(foreign.values())[:MAX_HITS_PER_RECORD]]
+        result.findings += [self._answer_finding(record, h) for h in list(foreign.values())[:MAX_HITS_PER_RECORD]]
+        garbled = [h for h in hits if h.kind is FindingKind.GARBLED_OUTPUT]
+        result.findings += [self._answer_finding(record, h) for h in garbled[:1]]  # once per answer, its windows too
         return result
 
     def _excerpt(self, text: str, start: int, end: int) -> str:
@@ -175,10 +181,12 @@ class Scanner:
             redacted=self.redact, details=details,
         )
 
-    def _foreign_finding(self, record: Record, hit: Hit) -> Finding:
+    def _answer_finding(self, record: Record, hit: Hit) -> Finding:
+        """A finding about the answer itself (foreign, garbled): no victim, its text masked (it may be someone's)."""
+        assert hit.kind is not None
         span = record.text[hit.start : hit.end]
         return Finding(
-            record_id=record.id, kind=FindingKind.FOREIGN_CONTENT, detector=hit.detector,
+            record_id=record.id, kind=hit.kind, detector=hit.detector,
             severity=self._by_name[hit.detector].severity, score=hit.score, observer_tenant=record.tenant,
             start=hit.start, end=hit.end, excerpt=(mask(span) if self.redact else span)[:MAX_EXCERPT],
             excerpt_sha256=hashlib.sha256(span.encode()).hexdigest(), redacted=self.redact,

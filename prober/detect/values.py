@@ -27,8 +27,9 @@ from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Recent
 
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
-# A one-word made-up name (a place, a pet) this long or longer is as rare as a person's name: "Brackenfold" is one
-# of 4,000 places a pack can make, a pet of three syllables one of 27,000; two syllables ("Morwen") are too few.
+# A one-word made-up name (a place, a pet) this long or longer may be as rare as a person's name: a place is one of
+# 41 million a pack makes, a pet one of 110,592; two syllables ("Morwen") are too few.  Whether a name is rare enough
+# to attribute alone, given how many the index holds, is the fragment detector's to weigh (`FactPack.chance`).
 MIN_WORD_NAME = 8
 MIN_KEY = 3  # a romanization key shorter than this matches too much to look for
 AROUND = 2  # words before or after a given name where its family name may be

@@ -39,7 +39,9 @@ from prober.shingles import PromptShingles
 from prober.types import Canary, Finding
 
 
-class SQLLedger(ABC):
+class SQLBase(ABC):
+    """How a backend reaches its database: a transaction, a read, its parameter mark and its max and min."""
+
     description: str
     mark: ClassVar[str] = "?"  # the driver's parameter mark
     greatest: ClassVar[str] = "max"  # SQLite's scalar max(); PostgreSQL calls it GREATEST
@@ -66,6 +68,56 @@ class SQLLedger(ABC):
             cursor.execute(self._sql(sql), params)
             return cursor.fetchone() if cursor.description else cursor.rowcount
 
+
+class SQLIncidents(SQLBase):
+    """Incidents: grouped findings, the checks that found each and re-checked it clean, operators' acknowledgements."""
+
+    def incidents(self) -> list[Incident]:
+        rows = self._select(f"SELECT {INCIDENT_KEY}, severity, first_seen, last_seen, count "
+                            "FROM incidents ORDER BY severity DESC, first_seen")
+        incidents = [incident_of(row) for row in rows]
+        by_key = {i.key: i for i in incidents}
+        for row in self._select(f"SELECT {CHECK_COLUMNS} FROM incident_checks ORDER BY last_found"):
+            if (incident := by_key.get(key_of(row))) is not None:
+                incident.checks.append(check_of(row))
+        for row in self._select(f"SELECT {ACK_COLUMNS} FROM incident_acks ORDER BY acked_at, id"):
+            if (incident := by_key.get(key_of(row))) is not None:
+                incident.ack = ack_of(row)  # the latest one wins
+        return incidents
+
+    def record_checks(self, checks: RunChecks, at: float) -> None:
+        """In one transaction: the checks that found incidents in this run, then the re-checks it made.  A re-check
+        sets `last_clean` only where none came after the last finding: the first clean re-check closes the
+        incident, and later ones leave its closing time (and so its resolved notice) where it was.  A run that
+        could not see content (no answer carried its own canary) re-checks only what the envelope shows."""
+        g = self.greatest
+        blind_kinds = ", ".join(f"'{kind.value}'" for kind in sorted(CONTENT_KINDS))
+        with self._transaction() as conn, closing(conn.cursor()) as cursor:
+            cursor.executemany(self._sql(
+                f"INSERT INTO incident_checks ({CHECK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+                f"ON CONFLICT ({INCIDENT_KEY}, job, boundary) DO UPDATE SET "
+                "prompt_tokens = CASE WHEN excluded.last_found >= incident_checks.last_found "
+                "THEN excluded.prompt_tokens ELSE incident_checks.prompt_tokens END, "
+                f"last_found = {g}(incident_checks.last_found, excluded.last_found)"),
+                [(*key_row(s.key), checks.job, s.boundary, s.prompt_tokens, s.found_at) for s in checks.sightings])
+            cursor.executemany(self._sql(
+                "UPDATE incident_checks SET last_clean = ? "
+                "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
+                "AND last_found < ? AND (last_clean IS NULL OR last_clean <= last_found) "
+                f"AND (? OR kind NOT IN ({blind_kinds}))"),
+                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started, o.sighted)
+                 for o in sorted(checks.observations, key=lambda o: (o.boundary, o.observer, o.other))])
+
+    def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
+        """Record an operator's acknowledgement; False (nothing written) when there is no such incident."""
+        added: int = self._execute(
+            f"INSERT INTO incident_acks ({ACK_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+            "incidents WHERE target = ? AND kind = ? AND victim = ? AND observer = ?)",
+            (*key_row(key), ack.at, ack.by, ack.note, *key_row(key)))
+        return added > 0
+
+
+class SQLLedger(SQLIncidents):
     # -- canaries -------------------------------------------------------------------------------
     def add_canaries(self, canaries: Sequence[Canary]) -> None:
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
@@ -114,50 +166,6 @@ class SQLLedger(ABC):
 
     def findings(self) -> list[Finding]:
         return [finding_of(row) for row in self._select(f"SELECT {FINDING_COLUMNS} FROM findings ORDER BY id")]
-
-    def incidents(self) -> list[Incident]:
-        rows = self._select(f"SELECT {INCIDENT_KEY}, severity, first_seen, last_seen, count "
-                            "FROM incidents ORDER BY severity DESC, first_seen")
-        incidents = [incident_of(row) for row in rows]
-        by_key = {i.key: i for i in incidents}
-        for row in self._select(f"SELECT {CHECK_COLUMNS} FROM incident_checks ORDER BY last_found"):
-            if (incident := by_key.get(key_of(row))) is not None:
-                incident.checks.append(check_of(row))
-        for row in self._select(f"SELECT {ACK_COLUMNS} FROM incident_acks ORDER BY acked_at, id"):
-            if (incident := by_key.get(key_of(row))) is not None:
-                incident.ack = ack_of(row)  # the latest one wins
-        return incidents
-
-    def record_checks(self, checks: RunChecks, at: float) -> None:
-        """In one transaction: the checks that found incidents in this run, then the re-checks it made.  A re-check
-        sets `last_clean` only where none came after the last finding: the first clean re-check closes the
-        incident, and later ones leave its closing time (and so its resolved notice) where it was.  A run that
-        could not see content (no answer carried its own canary) re-checks only what the envelope shows."""
-        g = self.greatest
-        blind_kinds = ", ".join(f"'{kind.value}'" for kind in sorted(CONTENT_KINDS))
-        with self._transaction() as conn, closing(conn.cursor()) as cursor:
-            cursor.executemany(self._sql(
-                f"INSERT INTO incident_checks ({CHECK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
-                f"ON CONFLICT ({INCIDENT_KEY}, job, boundary) DO UPDATE SET "
-                "prompt_tokens = CASE WHEN excluded.last_found >= incident_checks.last_found "
-                "THEN excluded.prompt_tokens ELSE incident_checks.prompt_tokens END, "
-                f"last_found = {g}(incident_checks.last_found, excluded.last_found)"),
-                [(*key_row(s.key), checks.job, s.boundary, s.prompt_tokens, s.found_at) for s in checks.sightings])
-            cursor.executemany(self._sql(
-                "UPDATE incident_checks SET last_clean = ? "
-                "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
-                "AND last_found < ? AND (last_clean IS NULL OR last_clean <= last_found) "
-                f"AND (? OR kind NOT IN ({blind_kinds}))"),
-                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started, o.sighted)
-                 for o in sorted(checks.observations, key=lambda o: (o.boundary, o.observer, o.other))])
-
-    def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
-        """Record an operator's acknowledgement; False (nothing written) when there is no such incident."""
-        added: int = self._execute(
-            f"INSERT INTO incident_acks ({ACK_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
-            "incidents WHERE target = ? AND kind = ? AND victim = ? AND observer = ?)",
-            (*key_row(key), ack.at, ack.by, ack.note, *key_row(key)))
-        return added > 0
 
     # -- token spend ----------------------------------------------------------------------------
     def spend_tokens(self, target: str, day: str, tokens: int, limit: int) -> bool:

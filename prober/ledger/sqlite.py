@@ -59,7 +59,7 @@ class SQLiteLedger(SQLLedger):
         self._in_memory = str(path) == ":memory:"
         try:
             if not self._in_memory and path.exists():
-                self._check_identity()
+                refuse_foreign(path)
             if not self._in_memory:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self._db = self._connect()
@@ -115,11 +115,11 @@ class SQLiteLedger(SQLLedger):
                 if not keep_aside:
                     return None
                 aside = self.path.with_name(f"{self.path.name}.orphaned-{int(time.time())}")
-                self._copy_to(aside)
+                copy_to(self._db, aside)
                 return f"{self.path} was replaced by another file; what this process recorded is saved in {aside}"
             restoring = self.path.with_name(f"{self.path.name}.restoring-{os.getpid()}")
             try:
-                self._copy_to(restoring)
+                copy_to(self._db, restoring)
                 os.replace(restoring, self.path)
                 fresh = self._connect()
             except (OSError, sqlite3.Error) as exc:
@@ -128,34 +128,7 @@ class SQLiteLedger(SQLLedger):
             self._db, self._identity = fresh, self._file_identity()
             return f"{self.path} was deleted while open; restored from the copy this process held"
 
-    def _copy_to(self, path: Path) -> None:
-        copy = sqlite3.connect(path)
-        try:
-            self._db.backup(copy)
-            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (WAL again once reopened)
-        finally:
-            copy.close()
-        with open(path, "rb") as written:
-            os.fsync(written.fileno())
-
     # -- schema ---------------------------------------------------------------------------------
-    def _check_identity(self) -> None:
-        """Read-only: refuse a file another program wrote, or a newer schema, before touching it."""
-        uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        probe = sqlite3.connect(uri, uri=True)
-        try:
-            app_id = probe.execute("PRAGMA application_id").fetchone()[0]
-            version = probe.execute("PRAGMA user_version").fetchone()[0]
-            tables = probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        finally:
-            probe.close()
-        if app_id != APPLICATION_ID and (app_id != 0 or tables):
-            raise LedgerError(f"{self.path}: this SQLite file belongs to another program "
-                              f"(application_id {app_id:#x}); refusing to use it as a ledger")
-        if version > SCHEMA_VERSION:
-            raise LedgerError(f"{self.path}: ledger schema {version} is newer than this leakprobe "
-                              f"understands ({SCHEMA_VERSION}); upgrade leakprobe")
-
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
@@ -211,3 +184,33 @@ class SQLiteLedger(SQLLedger):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def refuse_foreign(path: Path) -> None:
+    """Read-only: refuse a file another program wrote, or a newer schema, before touching it."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    probe = sqlite3.connect(uri, uri=True)
+    try:
+        app_id = probe.execute("PRAGMA application_id").fetchone()[0]
+        version = probe.execute("PRAGMA user_version").fetchone()[0]
+        tables = probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    finally:
+        probe.close()
+    if app_id != APPLICATION_ID and (app_id != 0 or tables):
+        raise LedgerError(f"{path}: this SQLite file belongs to another program "
+                          f"(application_id {app_id:#x}); refusing to use it as a ledger")
+    if version > SCHEMA_VERSION:
+        raise LedgerError(f"{path}: ledger schema {version} is newer than this leakprobe "
+                          f"understands ({SCHEMA_VERSION}); upgrade leakprobe")
+
+
+def copy_to(db: sqlite3.Connection, path: Path) -> None:
+    """The open database as one self-contained file at `path`, on disk before it returns."""
+    copy = sqlite3.connect(path)
+    try:
+        db.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (WAL again once reopened)
+    finally:
+        copy.close()
+    with open(path, "rb") as written:
+        os.fsync(written.fileno())

@@ -18,21 +18,17 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from prober.canaries.filler import load_filler
 from prober.canaries.tokens import lookalike
 from prober.errors import BuildError
+from prober.prompts.costs import SegmentCosts
 from prober.prompts.counter import TokenCounter
 from prober.types import Canary
 
-PAD_CANDIDATES = (" the", " and", " a", " of", " to")
 FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."
 CUE = CANARY_SENTENCE.split("{code}", 1)[0].rstrip()  # the same sentence, left for the model to finish
 CANARY_SAMPLES = 4
 VERIFY_ROUNDS = 6
-# A filler's next guess aims a little short of what the tokens per word measured so far say, so that it seldom
-# overshoots.
-INTERPOLATION_UNDERSHOOT = 0.97
 
 MintCanaries = Callable[[int], Awaitable[Sequence[Canary]]]  # persisted before it returns
 
@@ -89,64 +85,12 @@ class _Body:
 
 
 class PromptBuilder:
-    """One per target (its tokenizer); caches every segment cost it measures."""
+    """One per target (its tokenizer); what segments cost is measured once (`SegmentCosts`)."""
 
     def __init__(self, counter: TokenCounter, *, language: str = "en") -> None:
         self.counter = counter
-        self.filler = load_filler(language)
-        self._counts: dict[str, int] = {}
-        self._pad: str | None = None
-        self._tokens_per_word = 1.3  # the filler's, as last measured through this counter
+        self.costs = SegmentCosts(counter, language)
         self._lookalikes = [lookalike() for _ in range(CANARY_SAMPLES)]
-
-    async def _count(self, text: str) -> int:
-        if text not in self._counts:
-            self._counts[text] = await self.counter.count(text)
-        return self._counts[text]
-
-    async def _cost(self, header: str, segment: str) -> int:
-        return await self._count(header + segment) - await self._count(header)
-
-    async def pad(self, header: str) -> str:
-        """A word that costs exactly one token, also when repeated."""
-        if self._pad is None:
-            for word in PAD_CANDIDATES:
-                # Measured after one pad word: a chat template that trims the message (Gemma's) drops the
-                # header's final line break from a count that ends there.
-                if await self._cost(header + word, word) == 1 and await self._cost(header + word, word * 16) == 16:
-                    self._pad = word
-                    break
-            else:
-                raise BuildError(f"no single-token pad word among {PAD_CANDIDATES!r} for this tokenizer")
-        return self._pad
-
-    async def _filler_of(self, header: str, tokens: int, seed: int) -> str:
-        """Filler sentences costing exactly `tokens`: the most whole words that fit, then pad words.  Each count is
-        a request, so the next guess comes from the tokens per word measured so far, and halving only follows a
-        guess that overshot.  The text is the same as halving alone finds (a model reads it), in fewer counts."""
-        pad = await self.pad(header)
-        if tokens <= 0:
-            return ""
-        words = self.filler.text(tokens * 8, seed).split(" ")
-        fits, cost, over = 0, 0, min(len(words), tokens) + 1  # words[:fits] costs `cost`; words[:over] does not fit
-        overshot = False
-        while over - fits > 1 and cost < tokens:  # a word costs a token or more: at `tokens`, no other fits
-            if overshot:  # the estimate was high: halve what is left
-                guess = (fits + over) // 2
-            else:
-                guess = fits + max(1, int(INTERPOLATION_UNDERSHOOT * (tokens - cost) / self._tokens_per_word))
-            guess = min(guess, over - 1)
-            measured = await self._cost(header, _line(words[:guess]))
-            self._tokens_per_word = max(1.0, measured / guess)
-            overshot = measured > tokens
-            if overshot:
-                over = guess
-            else:
-                fits, cost = guess, measured
-        text = _line(words[:fits])
-        if not fits:  # the line break alone
-            cost = await self._cost(header, text)
-        return text.removesuffix("\n") + pad * (tokens - cost) + "\n"
 
     async def build(self, tokens: int, *, instruction: str, mint: MintCanaries | None = None,
                     facts: Facts | None = None, page_size: int | None = None, seed: int = 0,
@@ -178,8 +122,8 @@ class PromptBuilder:
                 unit_of += [index for index, _ in planted]
         if mint is None or lead:
             room = budget - round(sum(costs))
-            block = await self._filler_of(header, min(FILLER_BLOCK_TOKENS, room), seed) if room > 0 else ""
-            block_cost = float(await self._cost(header, block)) if block else 0.0
+            block = await self.costs.filler_of(header, min(FILLER_BLOCK_TOKENS, room), seed) if room > 0 else ""
+            block_cost = float(await self.costs.cost(header, block)) if block else 0.0
             blocks = int(room // block_cost) if block_cost else 0
             parts, costs = parts + [block] * blocks, costs + [block_cost] * blocks
         pads = budget - round(sum(costs))
@@ -205,17 +149,18 @@ class PromptBuilder:
     async def _frame(self, instruction: str, cue: bool, nonce: str | None) -> tuple[str, str, int, str, int]:
         """What every prompt of this instruction has: header, pad word, the header's cost, ending and its cost."""
         header = (f"{nonce} " if nonce else "") + instruction.strip() + "\n"
-        pad = await self.pad(header)
-        overhead = await self._count(header + pad) - 1  # with a word after it, for the same reason as the pad's
+        pad = await self.costs.pad(header)
+        overhead = await self.costs.count(header + pad) - 1  # with a word after it, for the same reason as the pad's
         ending = "\n" + CUE if cue else ""
-        tail = await self._cost(header + pad, ending) if ending else 0
+        tail = await self.costs.cost(header + pad, ending) if ending else 0
         return header, pad, overhead, ending, tail
 
     async def shortest(self, instruction: str, *, cue: bool = False, nonce: str | None = None) -> int:
         """The fewest tokens a prompt of one token canary can have, as this counter counts (with a usage-calibrated
         counter that includes what the path to the engine adds in front)."""
         header, _, overhead, _, tail = await self._frame(instruction, cue, nonce)
-        canary = max([await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes])
+        canary = max([await self.costs.cost(header, CANARY_SENTENCE.format(code=code) + "\n")
+                      for code in self._lookalikes])
         return overhead + tail + canary + 1
 
     async def _canary_body(self, header: str, budget: int, overhead: int, mint: MintCanaries, page: int,
@@ -225,24 +170,24 @@ class PromptBuilder:
         enough to give way to a fact where facts are planted; as many as fit, or at most `units`."""
         # Costs measured on look-alikes, so that only canaries that go into the prompt are minted (a short
         # sentinel prompt holds one) and a repeated build reuses the measurements.
-        costs = [await self._cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes]
+        costs = [await self.costs.cost(header, CANARY_SENTENCE.format(code=code) + "\n") for code in self._lookalikes]
         canary_cost = max(costs) + 1  # headroom for canaries that tokenize a little longer than the sample
         fact_room = 0
         if facts is not None and facts.share > 0:
-            fact_costs = [await self._cost(header, text.strip() + "\n") for text in facts.samples]
+            fact_costs = [await self.costs.cost(header, text.strip() + "\n") for text in facts.samples]
             fact_room = max(fact_costs) + max(fact_costs) // 4  # facts vary more than tokens do
         pages = max(1, -(-(2 * canary_cost + fact_room - 1) // page))
         period = pages * page
         unit = period - canary_cost + 1  # canary starts at most this far apart
-        filler = await self._filler_of(header, unit - canary_cost, seed)
-        filler_cost = await self._cost(header, filler) if filler else 0
+        filler = await self.costs.filler_of(header, unit - canary_cost, seed)
+        filler_cost = await self.costs.cost(header, filler) if filler else 0
         mean_unit = filler_cost + sum(costs) / len(costs)
         count = int(budget // mean_unit) if units is None else min(units, int(budget // mean_unit))
         if count == 0:  # shorter than one unit (a sentinel): one canary after a shorter lead-in
             if budget < canary_cost:
                 raise BuildError(f"{budget + overhead} tokens leave no room for a canary (one costs ~{canary_cost})")
-            filler = await self._filler_of(header, budget - canary_cost, seed)
-            filler_cost = await self._cost(header, filler) if filler else 0
+            filler = await self.costs.filler_of(header, budget - canary_cost, seed)
+            filler_cost = await self.costs.cost(header, filler) if filler else 0
             mean_unit, count = filler_cost + sum(costs) / len(costs), 1
         minted = tuple(await mint(count))
         parts = [filler + CANARY_SENTENCE.format(code=c.text) + "\n" for c in minted]
@@ -257,11 +202,11 @@ class PromptBuilder:
         # only a fact longer than every sample is counted, and left out if it does not fit.
         room = body.fact_room
         longest = max(len(text) for text in facts.samples)
-        shorter = await self._filler_of(header, body.filler_cost - room, seed) if body.filler_cost > room else ""
+        shorter = await self.costs.filler_of(header, body.filler_cost - room, seed) if body.filler_cost > room else ""
         planted = []
         for index, fact in zip(chosen, minted, strict=False):
             sentence = fact.text.strip() + "\n"
-            if len(sentence) > longest and await self._cost(header, sentence) > room:
+            if len(sentence) > longest and await self.costs.cost(header, sentence) > room:
                 continue
             body.parts[index] = sentence + shorter + body.parts[index][len(body.filler):]
             planted.append((index, fact))
@@ -278,7 +223,3 @@ def _unique_at(text: str, nonce: str | None, canaries: tuple[Canary, ...]) -> in
 
 def _kept(canaries: tuple[Canary, ...], unit_of: list[int], units: int) -> tuple[Canary, ...]:
     return tuple(c for c, unit in zip(canaries, unit_of, strict=True) if unit < units)
-
-
-def _line(words: Sequence[str]) -> str:
-    return " ".join(words) + "\n"

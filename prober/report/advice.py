@@ -29,6 +29,10 @@ WHAT_TO_DO: dict[FindingKind, str] = {
                                     "the gateway's response routing before another tenant's answer is mixed in.",
     FindingKind.FOREIGN_CONTENT: "Read the masked excerpt: data that is not a canary (another tenant's real text), or "
                                  "a model wandering; a leak at the same boundary makes the first likely.",
+    FindingKind.GARBLED_OUTPUT: "The engine corrupted what the model read or wrote (KV restored from an offload tier "
+                                "before its copy landed, tokens handed to the wrong request): compare with the same "
+                                "prompt with offloading and speculative decoding off; its answers can carry other "
+                                "requests' data.",
     FindingKind.ENGINE_ERROR: "The engine fails at this length or concurrency instead of answering or refusing (a "
                               "5xx, or an answer that would not end): read its logs, and the gateway's, at that time.",
     FindingKind.STREAM_ERROR: "An error inside an HTTP-200 stream, or a stream that would not end: clients that check "

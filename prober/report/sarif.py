@@ -12,6 +12,8 @@ from prober.types import FindingKind, Severity
 RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, security-severity)
     FindingKind.CROSS_TENANT_ECHO: ("LEAK001", "Another tenant's canary in an answer", "9.5"),
     FindingKind.FOREIGN_CONTENT: ("LEAK002", "Answer content that its own prompt cannot explain", "5.0"),
+    FindingKind.GARBLED_OUTPUT: ("API006", "An answer no healthy model writes: the engine corrupted what it "
+                                           "decoded", "4.0"),
     FindingKind.BOUNDARY_ACCEPTED: ("CAP001", "Prompt above the KV capacity served instead of refused", "8.0"),
     FindingKind.PLACEHOLDER_SUBSTITUTION: ("CAP002", "Prompt replaced by a placeholder before processing", "8.0"),
     FindingKind.STREAM_ERROR: ("API001", "Error inside an HTTP-200 stream, or a stream that would not end", "3.0"),

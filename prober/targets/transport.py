@@ -15,7 +15,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,26 @@ class TransportPolicy:
     max_body_bytes: int = 64 * 1024 * 1024
     max_redirects: int = 3
     verify_tls: bool = True
+
+    def client(self, http: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+        """The httpx client this policy implies (redirects are followed by hand: same origin only)."""
+        return httpx.AsyncClient(
+            transport=http,
+            timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+            follow_redirects=False,
+            verify=self.verify_tls,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            headers={"User-Agent": "leakprobe", "Accept-Encoding": ACCEPTED},
+        )
+
+    def delay(self, attempt: int, retry_after: str | None) -> float | None:
+        """Before the next attempt: what Retry-After asks (None: longer than we wait), else jittered backoff."""
+        if retry_after:
+            wait = _parse_retry_after(retry_after)
+            if wait is not None:
+                return None if wait > self.retry_after_max_s else wait
+        backoff: float = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+        return backoff * random.uniform(0.8, 1.2)
 
 
 @dataclass
@@ -114,15 +134,7 @@ class Transport:
         self.policy = policy or TransportPolicy()
         self.scrubber = scrubber or Scrubber()
         self.outbox = Outbox()  # what went out through this transport (the adapters record their prompts)
-        p = self.policy
-        self.client = httpx.AsyncClient(
-            transport=http,
-            timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
-            follow_redirects=False,
-            verify=p.verify_tls,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=KEEPALIVE_EXPIRY_S),
-            headers={"User-Agent": "leakprobe", "Accept-Encoding": ACCEPTED},
-        )
+        self.client = self.policy.client(http)
 
     async def __aenter__(self) -> Transport:
         return self
@@ -155,14 +167,14 @@ class Transport:
                 return await self._with_retries(call)
         except TimeoutError:
             call.latest.attempts = max(1, call.latest.attempts)
-            return self._cut(call.latest, TargetError(ErrorKind.TIMEOUT, why, cut=cut), call.started)
+            return _cut(call.latest, TargetError(ErrorKind.TIMEOUT, why, cut=cut), call.started, self.scrubber)
 
     async def _with_retries(self, call: _Call) -> HTTPExchange:
         """Attempts until one is final: answered, refused for good, or out of retries."""
         attempt = 0
         while True:
             attempt += 1
-            result = await self._following_redirects(call, attempt)
+            result = await _following_redirects(call, attempt, self._once, self.policy.max_redirects)
             status = result.status
             # A peer that hung up before any response (a keep-alive connection it had just closed, a worker
             # restart) saw at most a request it never answered: sent again like a refused connection.
@@ -171,42 +183,12 @@ class Transport:
                 kind is ErrorKind.TRUNCATED and status is None)
             if not retryable or attempt > self.policy.retries:
                 return result
-            delay = self._delay(attempt, result.headers.get("retry-after"))
+            delay = self.policy.delay(attempt, result.headers.get("retry-after"))
             if delay is None:
                 return _failed(result, ErrorKind.RATE_LIMITED if status == 429 else ErrorKind.SERVER_ERROR,
                                f"Retry-After {result.headers.get('retry-after')} is beyond "
                                f"{self.policy.retry_after_max_s:.0f} s")
             await asyncio.sleep(delay)
-
-    async def _following_redirects(self, call: _Call, attempt: int) -> HTTPExchange:
-        """One attempt: the request, sent on where same-origin redirects say (the call keeps the last place)."""
-        redirects = 0
-        while True:
-            call.latest = HTTPExchange(None, attempts=attempt)
-            result = await self._once(call)
-            result.attempts = attempt
-            if result.status not in REDIRECT_STATUSES or result.error is not None:
-                return result
-            location = result.headers.get("location")
-            if not location:
-                return _failed(result, ErrorKind.MALFORMED, "redirect without a Location header")
-            target = httpx.URL(call.url).join(location)
-            if _origin(target) != _origin(httpx.URL(call.url)):
-                return _failed(result, ErrorKind.REDIRECT,
-                               f"redirected to another origin ({_origin(target)}); credentials not sent")
-            redirects += 1
-            if redirects > self.policy.max_redirects:
-                return _failed(result, ErrorKind.REDIRECT, f"more than {self.policy.max_redirects} redirects")
-            call.url = str(target)
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float | None:
-        p = self.policy
-        if retry_after:
-            wait = _parse_retry_after(retry_after)
-            if wait is not None:
-                return None if wait > p.retry_after_max_s else wait
-        backoff: float = min(p.backoff_max_s, p.backoff_s * 2 ** (attempt - 1))
-        return backoff * random.uniform(0.8, 1.2)
 
     async def _once(self, call: _Call) -> HTTPExchange:
         result, started = call.latest, call.started
@@ -223,10 +205,10 @@ class Transport:
         except TimeoutError:
             if not clock.expired():
                 raise
-            return self._cut(result, TargetError(
+            return _cut(result, TargetError(
                 ErrorKind.TIMEOUT, f"answer still arriving {answer_s:.1f} s after its first byte: once it answers, "
                 f"{call.size.describe()} may take {call.size.answer_rule(self.policy.timeout_s)}", cut=Cut.DEADLINE),
-                started)
+                started, self.scrubber)
         except DecodingError as exc:
             kind, message = ErrorKind.MALFORMED, f"undecodable content encoding: {exc}"
         except httpx.TimeoutException as exc:
@@ -254,8 +236,8 @@ class Transport:
             cap, over = needed, f"over the {needed:,} bytes {call.size.describe()} needs"
         declared = response.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > cap:
-            return self._cut(result, TargetError(ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes is "
-                                                 f"{over}", cut=Cut.OVERLONG), started)
+            return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes is "
+                                                 f"{over}", cut=Cut.OVERLONG), started, self.scrubber)
         try:
             decoder = BoundedDecoder(response.headers.get("content-encoding"))
         except DecodingError as exc:
@@ -270,24 +252,47 @@ class Transport:
                 begun()
             received += len(raw)
             if received > cap:
-                return self._cut(result, TargetError(ErrorKind.TOO_LARGE, f"body {over}", cut=Cut.OVERLONG), started)
+                return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"body {over}", cut=Cut.OVERLONG), started,
+                            scrub)
             for chunk in decoder.feed(raw):
                 if stop := body.take(chunk):
-                    return self._cut(result, stop, started)
+                    return _cut(result, stop, started, self.scrubber)
         for chunk in decoder.flush():
             if stop := body.take(chunk):
-                return self._cut(result, stop, started)
+                return _cut(result, stop, started, self.scrubber)
         result.body = scrub.bytes(result.body)
         result.total_s = time.monotonic() - started
         return result
 
-    def _cut(self, result: HTTPExchange, error: TargetError, started: float) -> HTTPExchange:
-        """Ended before its body did: what arrived is kept, scrubbed, and the error says why."""
-        scrub = self.scrubber
-        result.body = scrub.bytes(result.body)
-        result.total_s = time.monotonic() - started
-        result.error = TargetError(error.kind, scrub.text(error.message), result.status, result.snippet(), error.cut)
-        return result
+async def _following_redirects(call: _Call, attempt: int, once: Callable[[_Call], Awaitable[HTTPExchange]],
+                               most: int) -> HTTPExchange:
+    """One attempt: the request, sent on where same-origin redirects say (the call keeps the last place)."""
+    redirects = 0
+    while True:
+        call.latest = HTTPExchange(None, attempts=attempt)
+        result = await once(call)
+        result.attempts = attempt
+        if result.status not in REDIRECT_STATUSES or result.error is not None:
+            return result
+        location = result.headers.get("location")
+        if not location:
+            return _failed(result, ErrorKind.MALFORMED, "redirect without a Location header")
+        target = httpx.URL(call.url).join(location)
+        if _origin(target) != _origin(httpx.URL(call.url)):
+            return _failed(result, ErrorKind.REDIRECT,
+                           f"redirected to another origin ({_origin(target)}); credentials not sent")
+        redirects += 1
+        if redirects > most:
+            return _failed(result, ErrorKind.REDIRECT, f"more than {most} redirects")
+        call.url = str(target)
+
+
+def _cut(result: HTTPExchange, error: TargetError, started: float, scrub: Scrubber) -> HTTPExchange:
+    """Ended before its body did: what arrived is kept, scrubbed, and the error says why."""
+    result.body = scrub.bytes(result.body)
+    result.total_s = time.monotonic() - started
+    result.error = TargetError(error.kind, scrub.text(error.message), result.status, result.snippet(), error.cut)
+    return result
 
 
 class _Body:

@@ -14,9 +14,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 
+import numpy as np
+
 from prober.testbed import tokenizer
 from prober.testbed.config import QUOTER, EngineConfig
-from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
+from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary, torn
 from prober.testbed.kvpool import PagePool
 from prober.testbed.model import Answer, QuotingModel
 from prober.testbed.protocol import Message, render_chat
@@ -83,6 +85,13 @@ class QuotingPages:
         room = len(pages) * pool.page_size - length
         pool.write(pages, answer.token_ids[:room], start=length)
         return answer
+
+    def tear(self, pool: PagePool, pages: list[int], length: int, seed: int) -> None:
+        ids = pool.read(pages, length)
+        where = torn(length, pool.page_size)
+        points = np.random.default_rng(seed).integers(0x20, 0x10000 - 0x800, size=len(where))
+        ids[where] = -(points + 0x800 * (points >= 0xD800))  # any code point of the plane but a surrogate
+        pool.write(pages, ids)
 
 
 class ModelState(StrEnum):

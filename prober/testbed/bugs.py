@@ -57,6 +57,10 @@ BUGS = (
               "request held the first one's KV, with no error anywhere", {"frees_pages_while_written": True},
               "the cross-talk burst: every tenant's short requests at once, each answer checked for the others' "
               "canaries", FindingKind.CROSS_TENANT_ECHO),
+    EngineBug("vLLM #45704, #47282", "KV pages restored from the CPU offload tier before their copy landed (load and "
+              "store not ordered with compute): no error or crash, the answers turn to mixed-script salad",
+              {"offload_restore_unsynced": True},
+              "every answer, judged by itself: the garbled-output detector", FindingKind.GARBLED_OUTPUT),
     EngineBug("llama.cpp #27148, #27624", "a fresh request for an unrelated prompt served from a slot that still "
               "holds an earlier, finished conversation, with 0 tokens reported cached",
               {"idle_slot_keeps_conversation": True},

@@ -66,6 +66,12 @@ class Faults(BaseModel):
     """A request's KV pages go back to the pool while its write is still in flight (50 ms here), so a request
     running beside it is handed the same pages, and each reads what the other wrote (SGLang #24527, #35049,
     #38961: decode freed pages during a prefill write; the next request held the first one's KV, with no error)."""
+    offload_restore_unsynced: bool = False
+    """A request's KV pages make a round trip through a CPU offload tier between prefill and decode, and the
+    restore is not ordered after the store: decode reads the second half of every page before its copy has
+    landed, entries nobody wrote (vLLM #45704, #47282: no error, garbled answers under load).  The quoting model
+    reads such an entry as a random character of the Basic Multilingual Plane (its token ids are code points), a
+    real model as keys and values of noise at its pages' scale."""
     storage_tier_ignores_salt: bool = False
     """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
     by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or

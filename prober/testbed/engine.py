@@ -329,6 +329,8 @@ class Engine:
 
     def _decode(self, model: PagedModel, pool: PagePool, pages: list[int], req: GenerationRequest, n: int,
                 first: int | None) -> GenerationResult:
+        if self.config.faults.offload_restore_unsynced:
+            model.tear(pool, pages, n, req.sampling.seed)  # restored from the offload tier before the copy landed
         answer = model.decode(pool, pages, n, first, req)
         reason = "length" if answer.truncated else "stop"
         return GenerationResult(answer.text, n, len(answer.token_ids), 0, reason)

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from prober.testbed.config import QuoteStyle
 from prober.testbed.kvpool import PagePool
 from prober.testbed.model import Answer, Instruction
@@ -51,6 +54,15 @@ class PagedModel(Protocol):
                req: GenerationRequest) -> Answer:
         """Answer attending over positions 0..length-1 of the page table, whatever they hold, and write the
         answer's own entries after them."""
+
+    def tear(self, pool: PagePool, pages: list[int], length: int, seed: int) -> None:
+        """Overwrite the `torn` positions of the first `length` with entries nobody wrote (seeded)."""
+
+
+def torn(length: int, page_size: int) -> npt.NDArray[np.intp]:
+    """Positions a restore read before its copy landed: the second half of every page, below `length`."""
+    positions = np.arange(length)
+    return positions[positions % page_size >= page_size // 2]
 
 
 class Vocabulary(Protocol):

@@ -60,7 +60,7 @@ def scenario(daemon: Daemon, body: Callable[[httpx.AsyncClient], Awaitable[None]
     async def run() -> None:
         await daemon.start()
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(make_app(daemon)),
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(make_app(daemon.endpoints)),
                                          base_url="http://daemon") as client:
                 await body(client)
         finally:

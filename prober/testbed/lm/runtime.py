@@ -22,7 +22,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from prober.testbed.config import EngineConfig
-from prober.testbed.generation import GenerationRequest, Sampling
+from prober.testbed.generation import GenerationRequest, Sampling, torn
 from prober.testbed.kvpool import PagePool
 from prober.testbed.lm import weights
 from prober.testbed.lm.gemma import Gemma, PagedKV, RequestKV
@@ -143,6 +143,17 @@ class GemmaPages:
             answer.take(self._step([answer.next], kv))
         return Answer(text=self.vocab.decode(answer.tokens), token_ids=np.asarray(answer.tokens, dtype=np.int32),
                       truncated=answer.truncated)
+
+    def tear(self, pool: PagePool, pages: list[int], length: int, seed: int) -> None:
+        store = self.store(pool)
+        slots = store.slots(pages)[:length]
+        where = slots[torch.as_tensor(torn(length, pool.page_size))]
+        generator = torch.Generator().manual_seed(seed)
+        with self._lock:
+            for tensor in (store.k, store.v):
+                for layer in range(tensor.shape[0]):
+                    scale = tensor[layer, slots].std()
+                    tensor[layer, where] = torch.randn((len(where), tensor.shape[2]), generator=generator) * scale
 
 
 class Decoding:
