@@ -297,6 +297,23 @@ class AdapterSettings(_Strict):
     """Completion tokens per request (enough for a canary and what a chat template adds)."""
 
 
+class MediaSettings(_Strict):
+    """The media-cache check: each tenant's canary drawn in an image, then another tenant's image sent under the same
+    uuid, by uuid alone, with a digest that agrees in its low bits, and as the same pixels reshaped."""
+
+    audit: bool = True
+    """Run the media-cache check in `leakprobe audit` (moot where the target takes no images)."""
+    max_tokens: int = Field(default=48, ge=8, le=1024)
+    """Completion tokens per request (enough to read a canary back)."""
+    image_tokens: int = Field(default=256, ge=1, le=16_384)
+    """What one image costs in prompt tokens on the target's model, for budgets (Gemma 3: 256; Qwen2-VL: 64 for a
+    448 x 112 card)."""
+    hash_bits: int = Field(default=16, ge=1, le=24)
+    """The digest width the collision probe matches (LMCache cut image hashes to 16 bits)."""
+    search_seconds: float = Field(default=30.0, gt=0, le=600)
+    """Most time the collision probe spends finding a colliding image (2**hash_bits tries expected: about a
+    second for 16 bits); past it that probe is left out, and said so."""
+
 class SlotSettings(_Strict):
     """Idle slots (llama.cpp #27148): each tenant's conversations left in every slot, then another tenant's cold
     prompts, one at a time and all at once."""
@@ -479,6 +496,8 @@ class ProberConfig(_Strict):
     """The abort-and-retry check: a prompt abandoned mid-prefill, then retried after another tenant's."""
     adapters: AdapterSettings = Field(default_factory=AdapterSettings)
     """The adapters check: each tenant's canary adapter asked its trigger; one prompt through every adapter."""
+    media: MediaSettings = Field(default_factory=MediaSettings)
+    """The media-cache check: another tenant's image features served for a reused uuid or a colliding image."""
     counters: CounterSettings = Field(default_factory=CounterSettings)
     """How the engine's failure counters are told apart from other users' traffic."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
@@ -535,7 +554,8 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
                     "model": ("detection", "model"), "timing": ("timing", "audit"),
                     "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit"),
-                    "request_ids": ("request_ids", "audit"), "abort_retry": ("abort_retry", "audit")}
+                    "request_ids": ("request_ids", "audit"), "abort_retry": ("abort_retry", "audit"),
+                    "media": ("media", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

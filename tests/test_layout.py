@@ -30,6 +30,8 @@ FORBIDDEN = {
     "prober.daemon": ("prober.cli",),
     "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.adapters": ("prober.targets", "prober.campaign", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
+    "prober.media": ("prober.targets", "prober.campaign", "prober.checks", "prober.testbed", "prober.detect",
+                     "prober.daemon", "prober.cli", "httpx"),
 }
 
 

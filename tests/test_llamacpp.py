@@ -99,6 +99,8 @@ def _audit(server: LlamaServer, ledger: Path, *, complete: bool = True, api: Api
                           target_deadline="30m")  # the derived deadline assumes an accelerator
     result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete is complete, result.targets[0].errors
+    media = result.targets[0].result("media-cache")  # Gemma 3 270M is text-only: llama.cpp has no projector for it
+    assert media is not None and media.moot is not None and "image input is not supported" in media.moot, media
     steps = {s.step.boundary: s for s in result.targets[0].steps if s.step.role == "probe"}
     assert steps["advertised"].outcome == "refused" and steps["advertised"].answer.status == 400
     assert steps["advertised-1"].outcome == "served"

@@ -27,6 +27,8 @@ from prober.canaries.mint import Minter
 from prober.detect import Scanner
 from prober.ledger import open_ledger
 from prober.ledger.base import Ledger
+from prober.media.card import draw
+from prober.media.png import data_url
 from prober.prompts import PromptBuilder
 from prober.prompts.builder import BuiltPrompt
 from prober.prompts.counter import LocalCounter
@@ -227,6 +229,18 @@ def test_tokenize_counts_what_usage_reports_with_gemmas_tokenizer(engine: Callab
     plain_answer = httpx.post(server.url + "/v1/completions", headers=BEARER_A, timeout=600,
                               json={**body, "stream": False}).json()["choices"][0]["text"]
     assert "".join(streamed) == plain_answer and len([s for s in streamed if s]) > 1
+
+
+def test_a_text_only_model_refuses_images_as_vllm_does(engine: Callable[..., TestbedServer]) -> None:
+    """Gemma 3 270M reads no images: an image part is a 400 in vLLM's words, which makes the media-cache check moot
+    (tests/test_media.py), and nothing is generated."""
+    server = engine("fixed", context_length=512, pool_tokens=256)
+    card = data_url(draw("LPK-0123ABCD-EFGHJKMN-PQRSTVWX-YZ456789"))
+    answer = httpx.post(server.url + "/v1/chat/completions", headers=BEARER_A, timeout=600, json={
+        "max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is the code word written in the image?"},
+            {"type": "image_url", "image_url": {"url": card}}]}]})
+    assert answer.status_code == 400 and answer.json()["message"] == f"{GEMMA} is not a multimodal model"
 
 
 # -- the audit and the command line ----------------------------------------------------------------

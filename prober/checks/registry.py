@@ -12,6 +12,7 @@ from prober.checks.base import Check
 from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
+from prober.checks.media import MediaCheck
 from prober.checks.request_ids import RequestIdCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapeCheck
@@ -50,4 +51,4 @@ class Registry:
 
 
 REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck(), AdaptersCheck()])
+                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck(), AdaptersCheck(), MediaCheck()])

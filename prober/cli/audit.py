@@ -139,6 +139,8 @@ def audit(
         help="Run the request-ID check: every tenant's requests at once under one client ID (default on).")] = None,
     abort_retry: Annotated[bool | None, typer.Option(
         help="Run the abort-and-retry check: a prompt abandoned mid-prefill, then retried (default on).")] = None,
+    media: Annotated[bool | None, typer.Option(
+        help="Run the media-cache check where the target takes images (default on).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -158,7 +160,7 @@ def audit(
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
                           timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
-                          abort_retry=abort_retry)
+                          abort_retry=abort_retry, media=media)
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None

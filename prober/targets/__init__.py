@@ -3,12 +3,12 @@ and its policy, credentials, the engine's own metrics, and a record of every pro
 canaries or detection."""
 
 from prober.targets.api import Api
-from prober.targets.base import HTTPTarget, Prompt, Target
+from prober.targets.base import HTTPTarget, Media, Prompt, Target
 from prober.targets.credentials import CredentialSource, Secret
 from prober.targets.openai import OpenAICompatible
 from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.targets.transport import Transport, TransportPolicy
 from prober.targets.workers_ai import WorkersAI
 
-__all__ = ["Api", "Completion", "CredentialSource", "ErrorKind", "HTTPTarget", "OpenAICompatible",
+__all__ = ["Api", "Completion", "CredentialSource", "ErrorKind", "HTTPTarget", "Media", "OpenAICompatible",
            "Prompt", "Secret", "Target", "TargetError", "Transport", "TransportPolicy", "Usage", "WorkersAI"]

@@ -22,6 +22,15 @@ from prober.targets.transport import ERROR_BODY_CAP, HTTPExchange, Transport
 
 
 @dataclass(frozen=True)
+class Media:
+    """An image part of a chat prompt: its URL (a `data:` URL carries the image itself) and vLLM's `uuid`, the
+    client's name for it that vLLM caches its features under; no URL with a uuid refers to an image sent before."""
+
+    url: str | None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
 class Prompt:
     text: str
     max_tokens: int = 64
@@ -31,6 +40,7 @@ class Prompt:
     cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
     request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
     model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
+    media: tuple[Media, ...] = ()  # images after the text (chat only)
 
 
 @dataclass
@@ -58,6 +68,11 @@ class HTTPTarget(Target):
         self.name = name
         self.transport = transport
 
+    @property
+    def takes_media(self) -> bool:
+        """Whether its API carries images (OpenAI's chat does)."""
+        return False
+
     @abstractmethod
     def endpoint(self) -> str: ...
 
@@ -77,6 +92,8 @@ class HTTPTarget(Target):
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
         """The answer read as what arrived: a stream as a stream, JSON as JSON, whichever was asked for (a
         mismatch is named in the error of an answer that failed)."""
+        if prompt.media and not self.takes_media:
+            raise ValueError(f"{type(self).__name__} on this API takes no images")
         with self.transport.outbox.sending(secret, prompt.text):
             stream = _StreamReader(self, max_tokens=prompt.max_tokens,
                                    idle_s=min(self.transport.policy.timeout_s, ANSWER_BASE_S))

@@ -20,6 +20,10 @@ class OpenAICompatible(HTTPTarget):
         self.api = api
         self.model = model
 
+    @property
+    def takes_media(self) -> bool:
+        return self.api is Api.CHAT
+
     def endpoint(self) -> str:
         return f"{self.base_url}/{'chat/completions' if self.api is Api.CHAT else 'completions'}"
 
@@ -33,7 +37,7 @@ class OpenAICompatible(HTTPTarget):
         if prompt.model or self.model:
             body["model"] = prompt.model or self.model
         if self.api is Api.CHAT:
-            body["messages"] = [{"role": "user", "content": prompt.text}]
+            body["messages"] = [{"role": "user", "content": _content(prompt)}]
         else:
             body["prompt"] = prompt.text
         if prompt.stream:
@@ -70,6 +74,16 @@ class OpenAICompatible(HTTPTarget):
             delta = choice.get("delta") or {}
             return Piece(delta.get("content") or "", choice.get("finish_reason"), usage, other=beside_content(delta))
         return Piece(choice.get("text") or "", choice.get("finish_reason"), usage)
+
+
+def _content(prompt: Prompt) -> str | list[dict[str, Any]]:
+    """The text alone, or OpenAI's content parts: the text, then each image (`uuid` beside `image_url`, as vLLM
+    takes it; `image_url: null` names an image by its uuid alone)."""
+    if not prompt.media:
+        return prompt.text
+    images = [{"type": "image_url", "image_url": {"url": m.url} if m.url is not None else None,
+               **({"uuid": m.uuid} if m.uuid is not None else {})} for m in prompt.media]
+    return [{"type": "text", "text": prompt.text}, *images]
 
 
 def beside_content(message: dict[str, Any]) -> str:

@@ -94,4 +94,17 @@ BUGS = (
               "or metric", {"lora_slot_evicted_in_flight": True},
               "the adapters check's first round: every tenant's trigger through its own adapter, all at once",
               FindingKind.CROSS_TENANT_ECHO, engine={"max_loras": 1}, audit={"adapters": ADAPTERS}),
+    EngineBug("vLLM #55547, #55439, PR #53471", "a client's media uuid the sole key of the processed-media cache: "
+              "another tenant's image sent under that uuid, or the uuid alone, is answered with the first tenant's "
+              "image", {"media_cache_trusts_uuid": True},
+              "the media-cache check: the observer's own card under the victim's uuid, then the uuid alone",
+              FindingKind.CROSS_TENANT_ECHO),
+    EngineBug("LMCache #3301, #4086", "image hashes cut to 16 bits: a different image whose hash agrees in those bits "
+              "is answered with the first one's features", {"media_hash_truncated": True},
+              "the media-cache check: a card of the observer's whose digest agrees with the victim's in 16 bits, "
+              "found by search", FindingKind.CROSS_TENANT_ECHO),
+    EngineBug("Dynamo PR #8340", "an image hash that leaves the shape out: the same pixel bytes as 448 x 112 and as "
+              "112 x 448 share one cache entry", {"media_hash_ignores_shape": True},
+              "the media-cache check: the victim's pixel bytes with width and height swapped",
+              FindingKind.CROSS_TENANT_ECHO),
 )

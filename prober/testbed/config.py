@@ -96,6 +96,16 @@ class Faults(BaseModel):
     """Activating an adapter takes the least recently used LoRA slot even while a request still decodes with it;
     that request then decodes with the new adapter's weights (vLLM #47724: a runtime `add_lora()` rotated the slots
     under in-flight requests, fixed by PR #47725)."""
+    media_cache_trusts_uuid: bool = False
+    """The media cache keys an image's features by the client's `uuid` alone where a request gives one: a later
+    image under that uuid, whatever its pixels, is served the features cached first, and a uuid-only part
+    (`image_url: null`) gets them whoever sends it (vLLM #55547, #55439; PR #53471)."""
+    media_hash_truncated: bool = False
+    """The media cache keys an image by the low 16 bits of its digest (LMCache's `hex_hash_to_int16`, #3301,
+    #4086): two different images whose digests agree there share one entry."""
+    media_hash_ignores_shape: bool = False
+    """The media cache's digest covers an image's pixel bytes but not its width and height (Dynamo PR #8340): the
+    same bytes read as 448 x 112 and as 112 x 448 share one entry."""
 
 
 class PageReuse(StrEnum):
@@ -157,6 +167,9 @@ class EngineConfig(BaseModel):
     (0: no slots)."""
     prefix_cache_entries: int = Field(65_536, ge=0)
     """Page-aligned prefixes the prefix cache remembers (0: no prefix cache)."""
+    media_cache_entries: int = Field(4_096, ge=0)
+    """Images whose processed features (what the stand-in vision encoder read) the media cache remembers (0: none;
+    every image is read afresh, and a uuid-only image part is refused)."""
     page_reuse: PageReuse = PageReuse.IN_ORDER
     """Where freed pages land in the next page table: `in_order` (at their own positions) or `reversed`
     (at other positions; with a real model, stale keys then carry rotations for other positions)."""

@@ -22,15 +22,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from prober.testbed.adapters import AdaptersBusy, AdapterSlots
 from prober.testbed.backend import ModelState, make_backend
-from prober.testbed.config import EngineConfig
+from prober.testbed.config import QUOTER, EngineConfig
 from prober.testbed.generation import GenerationRequest, PagedModel, Vocabulary
 from prober.testbed.kvpool import PagePool, PoolExhausted
+from prober.testbed.media import MediaCache
 from prober.testbed.prefixes import Prefill, Prefixes
 from prober.testbed.slots import SlotTable
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN, TokenIds
@@ -90,6 +91,12 @@ class EngineStats:
     running: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
 
 
 def _sleep(seconds: float) -> None:
@@ -111,19 +118,16 @@ class Engine:
         self.adapters = AdapterSlots(config)
         self.slots = (SlotTable(config.slots, min_reuse=config.page_size,
                                 keep_on_miss=config.faults.idle_slot_keeps_conversation) if config.slots else None)
+        # A real model here is text-only, and refuses images in vLLM's words for one.
+        self.media = MediaCache(config.faults, config.media_cache_entries, refusal=None if config.model == QUOTER
+                                else f"{config.model_name} is not a multimodal model")
         self.stats = EngineStats()
-        self._stats_lock = threading.Lock()
         self.started_at = time.time()
 
     def disconnected(self) -> None:
         """A client hung up before its answer was complete: counted as an abort, as vLLM and SGLang count one, so
         that other users' disconnects move the counters a prober reads."""
-        self._count(aborted=1)
-
-    def _count(self, **deltas: int) -> None:
-        with self._stats_lock:
-            for name, delta in deltas.items():
-                setattr(self.stats, name, getattr(self.stats, name) + delta)
+        self.stats.add(aborted=1)
 
     # -- the model ------------------------------------------------------------------------------
     def _not_ready(self) -> EngineError:
@@ -148,18 +152,18 @@ class Engine:
 
     # -- serving --------------------------------------------------------------------------------
     def generate(self, req: GenerationRequest) -> GenerationResult:
-        self._count(running=1)
+        self.stats.add(running=1)
         try:
             return self._generate(req)
         finally:
-            self._count(running=-1)
+            self.stats.add(running=-1)
 
     def _generate(self, req: GenerationRequest) -> GenerationResult:
         cfg = self.config
         model = self.model
         n = len(req.prompt_ids)
         aborted = n >= cfg.max_req_input_len
-        self._count(prompt_tokens=n, aborted=int(aborted))
+        self.stats.add(prompt_tokens=n, aborted=int(aborted))
         if aborted:
             # Gate 2 (scheduler): replace the prompt by one token to skip the long prefill.
             forwarded = cfg.mode == "disaggregated" and cfg.faults.abort_flag_unsynced
@@ -174,7 +178,7 @@ class Engine:
         # with slots, their prompt cache counts instead of the prefix cache.
         fill = (Prefill(0, (0, 0)) if aborted or self.slots is not None
                 else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter))
-        self._count(cached_tokens=fill.cached)
+        self.stats.add(cached_tokens=fill.cached)
         try:
             with self.adapters.applied(req, fill, n) as req:
                 if self.slots is not None:
@@ -195,7 +199,7 @@ class Engine:
         front of the prompt, with nothing counted for it."""
         try:
             with slots.take(written, self.config.pool_wait_seconds) as lease:
-                self._count(cached_tokens=lease.cached)
+                self.stats.add(cached_tokens=lease.cached)
                 attended = np.concatenate([lease.carried, written]) if lease.carried.size else written
                 carried = Prefill(len(lease.carried), (0, 0))  # what the slot held costs no prefill time
                 result = self._serve_monolithic(model, req, attended, len(attended), carried)
@@ -279,7 +283,7 @@ class Engine:
         expected = decode.pages_for(n)
         with self._held(decode, reserved, req) as racing:
             if sent != expected:
-                self._count(transfer_failed=1)
+                self.stats.add(transfer_failed=1)
                 if not self.config.faults.decode_skips_page_check:
                     raise EngineError(500, f"KV transfer incomplete for request {req.request_id}: received {sent} "
                                       f"of {expected} pages", "InternalServerError", in_scheduler=True)

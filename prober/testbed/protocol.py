@@ -17,14 +17,39 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    url: str
+
+
+class ImagePart(BaseModel):
+    """OpenAI's image part, with vLLM's `uuid` beside it: the client's name for the image, which vLLM caches its
+    features under (and a part with `image_url: null` refers to an image cached earlier under that name)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image_url"]
+    image_url: ImageURL | None = None
+    uuid: str | None = Field(None, min_length=1, max_length=256)
+
+
+Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[TextPart]
+    content: str | list[Part]
 
     @property
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        """Its text parts (an image becomes text only once the engine has seen it: Engine.see)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        return [] if isinstance(self.content, str) else [p for p in self.content if isinstance(p, ImagePart)]
 
 
 class StreamOptions(BaseModel):
@@ -59,7 +84,7 @@ class ChatRequest(_Generation):
     @field_validator("messages")
     @classmethod
     def _some_text(cls, value: list[Message]) -> list[Message]:
-        if not any(m.text.strip() for m in value):
+        if not any(m.text.strip() or m.images for m in value):
             raise ValueError("all messages are empty")
         return value
 

@@ -31,6 +31,7 @@ from prober.testbed.answering import Answering, GenerationRoute
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
 from prober.testbed.engine import Engine, EngineError
+from prober.testbed.media import MediaRefused
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
 
 M = TypeVar("M", bound=BaseModel)
@@ -182,6 +183,8 @@ class TestbedApp:
             response = problem.response()
         except EngineError as exc:
             response = HTTPProblem(exc.status, exc.message, exc.err_type).response()
+        except MediaRefused as exc:
+            response = HTTPProblem(400, str(exc), "BadRequestError").response()
         self._requests.labels(route, str(response.status_code)).inc()
         return response
 
@@ -245,9 +248,10 @@ class TestbedApp:
         async def handle(request: Request) -> Response:
             tenant = self._tenant(request)
             body = parse(ChatRequest, await read_json(request, self.config.max_body_bytes))
-            last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
             vocab = self.engine.vocab
-            ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(body.messages))
+            messages = await anyio.to_thread.run_sync(self.engine.media.see, tenant, body.messages)
+            last_user = next((m.text for m in reversed(messages) if m.role == "user"), "")
+            ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(messages))
             return await self.answering.respond(request, GenerationRoute.CHAT, tenant, body, ids,
                                                 body.requested_max_tokens, last_user)
         return await self._guarded("chat", request, handle)
