@@ -266,7 +266,8 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
 
     config = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     assert config["additionalProperties"] is False
-    for section in ("audit", "detection", "timing", "crosstalk", "slots", "request_ids", "abort_retry"):
+    for section in ("audit", "detection", "timing", "crosstalk", "slots", "request_ids", "abort_retry", "adapters",
+                    "media"):
         keys(config["properties"][section], ProberConfig.model_fields[section].annotation)  # type: ignore[arg-type]
     keys(config["properties"]["daemon"], ProberConfig.model_fields["daemon"].annotation,  # type: ignore[arg-type]
          skip=("listen",))
