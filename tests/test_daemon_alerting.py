@@ -210,7 +210,8 @@ def test_check_config_exits_2_when_a_key_variable_is_unset(tmp_path: Path, monke
 def test_check_config_warns_where_a_job_cannot_recheck_within_the_hold(tmp_path: Path) -> None:
     path = write_config(tmp_path, schedule={"preflight": "5m", "sentinel": "1m", "campaign": "6h", "timing": "30m",
                                             "crosstalk": "5m", "shapes": "30m", "prefix-cache": "30m",
-                                            "idle-slots": "off", "request-ids": "30m", "abort-retry": "off"},
+                                            "idle-slots": "off", "request-ids": "30m", "abort-retry": "off",
+                                            "adapters": "30m", "media-cache": "off"},
                         incident_hold="1h")
     result = invoke("daemon", "--config", str(path), "--check-config")
     assert result.exit_code == 0, result.output

@@ -206,7 +206,10 @@ def test_behind_litellm_a_gateway_users_run(testbed: StartTestbed, tmp_path: Pat
     tenant's traffic through it; leakprobe reads the engine's own routes at `introspection_url`, as an operator on
     the inside points it.  With a cache salt per tenant (the proxy passes `cache_salt` on) the healthy engine is
     clean; without one, one upstream key means one prefix cache for every tenant: `cross_tenant_cache_hit` naming
-    both tenants, never a phantom hit; the incident behind it is an echo between the two tenants."""
+    both tenants, never a phantom hit; the incident behind it is an echo between the two tenants.  One upstream key
+    also makes the engine's media cache one for every tenant: an image one tenant sent under a uuid, the other can
+    reference by that uuid alone (vLLM's `image_url: null`), which no cache salt closes (the gateway must strip or
+    scope `uuid`), and the media-cache check says so either way."""
     # One pool for prefill and decode (so the phantom check is on) that holds the longest prompt and its answer.
     fixed = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
                     tenants=TENANTS, mode="monolithic")
@@ -219,16 +222,24 @@ def test_behind_litellm_a_gateway_users_run(testbed: StartTestbed, tmp_path: Pat
         shared = litellm_audit(proxy.url, fixed.url, "fixed", tmp_path / "shared")
         leaked = litellm_audit(proxy.url, leaky.url, "leaky", tmp_path / "leaky")
     code, doc = salted
-    assert code == 0 and serious(doc) == [], (code, doc["verdict"], serious(doc))
+    crossed = {kind for kind, _, _ in uuid_only(doc)}
+    assert code == 1 and crossed == {"cross_tenant_echo", "boundary_accepted"} and serious(doc) == uuid_only(doc), (
+        code, doc["verdict"], serious(doc))
     assert min(doc["targets"][0]["paths"][0]["by_tenant"]["tenant-a"]) > 100  # the hook's system prompt, measured
     code, doc = shared
     hits = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"]
             if f["kind"] == "cross_tenant_cache_hit"}
     assert hits == PAIRS and not [f for f in doc["findings"] if f["kind"] == "phantom_cache_hit"], serious(doc)
-    assert {kind for kind, _, _ in serious(doc)} == {"cross_tenant_cache_hit"}, serious(doc)
+    assert {f for f in serious(doc) if f[0] != "cross_tenant_cache_hit"} == set(uuid_only(doc)), serious(doc)
     code, doc = leaked
     echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
     assert code == 1 and echoes == PAIRS, (code, echoes)
+
+
+def uuid_only(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The serious findings of another tenant's uuid answered alone: served where a correct engine refuses, with that
+    tenant's card."""
+    return [f for f in serious(doc) if f[1].endswith("-uuid-only-probe")]
 
 
 def litellm_audit(proxy: str, engine: str, model: str, folder: Path, **target: str) -> tuple[int, dict[str, Any]]:

@@ -92,8 +92,7 @@ class RequestIdCheck(Check):
                           boundary=BOUNDARY, aim=Aim.NONE,
                           stream=streaming == "stream" or (streaming == "both" and (group + i) % 2 == 1))
                      for n in range(1, settings.per_tenant + 1) for i, tenant in enumerate(ctx.tenants)]
-            # Its canaries first: a model asked to quote reaches them within `max_tokens`, whatever comes after.
-            built = [await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=page, cue=cue, lead=True,
+            built = [await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=page, cue=cue, lead=cue,
                                               nonce=token_hex(6)) for step in steps]
             sent = await asyncio.gather(*(ctx.send(step, prompt, route, request_id=shared)
                                           for step, prompt in zip(steps, built, strict=True)))
