@@ -10,7 +10,8 @@ from prober.testbed.config import (
     build_config,
     load_config_file,
 )
-from prober.testbed.engine import Engine, EngineError
+from prober.testbed.engine import Engine
+from prober.testbed.paging import EngineError
 from prober.testbed.server import TestbedServer
 
 __all__ = [

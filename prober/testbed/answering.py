@@ -20,9 +20,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from prober.testbed.config import EngineConfig
 from prober.testbed.delivery import Deliveries
-from prober.testbed.engine import Engine, EngineError, GenerationResult, check_context
+from prober.testbed.engine import Engine, check_context
 from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
+from prober.testbed.paging import EngineError, GenerationResult
 from prober.testbed.protocol import ChatRequest, CompletionRequest
 from prober.testbed.tokenizer import TokenIds
 

@@ -30,8 +30,9 @@ from prober.malloc import cap_arenas
 from prober.testbed.answering import Answering, GenerationRoute
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
-from prober.testbed.engine import Engine, EngineError
+from prober.testbed.engine import Engine
 from prober.testbed.media import MediaRefused
+from prober.testbed.paging import EngineError
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
 
 M = TypeVar("M", bound=BaseModel)
@@ -86,7 +87,7 @@ class _PoolCollector(Collector):
         yield started
 
     def _counted(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stats, usage = self.engine.stats, self.engine.prefill_pool.usage()
+        stats, usage = self.engine.stats, self.engine.paging.prefill_pool.usage()
         values = {"aborted": stats.aborted, "transfer_failed": stats.transfer_failed,
                   "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
                   "running": stats.running, "kv_usage": usage.tokens_used / usage.tokens_total}
@@ -102,7 +103,7 @@ class _PoolCollector(Collector):
                                   labels=["pool"])
         used = GaugeMetricFamily("leakprobe_testbed_kv_pool_used_tokens", "KV tokens held by requests",
                                  labels=["pool"])
-        for pool in (self.engine.prefill_pool, self.engine.decode_pool):
+        for pool in (self.engine.paging.prefill_pool, self.engine.paging.decode_pool):
             if pool is not None:
                 usage = pool.usage()
                 total.add_metric([pool.name], usage.tokens_total)
