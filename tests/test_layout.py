@@ -1,7 +1,7 @@
 """The package's shape, checked on its source: no import cycle (between modules or between packages), the
-dependency directions the design names, and no class or constructor that has grown past what one reader
-holds in mind (modules, classes, constructors' parameters).  Imports are read with `ast`, type-checking-only ones included: a cycle there is a cycle in
-the design even when Python can run it."""
+dependency directions the design names, and no module, class or constructor that has grown past what one reader
+holds in mind.  Imports are read with `ast`, type-checking-only ones included: a cycle there is a cycle in the
+design even when Python can run it."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prober.incidents import Acknowledgement, Check, Incident, IncidentKey
+from prober.incidents import Acknowledgement, Incident, IncidentKey, Recheck
 from prober.ledger import details
 from prober.shingles import PromptShingles
 from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
@@ -65,8 +65,8 @@ def incident_of(row: Sequence[Any]) -> Incident:
     return Incident(key_of(row), Severity(row[4]), row[5], row[6], row[7])
 
 
-def check_of(row: Sequence[Any]) -> Check:
-    return Check(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
+def check_of(row: Sequence[Any]) -> Recheck:
+    return Recheck(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
                  last_found=row[7], last_clean=row[8])
 
 

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from prober.testbed.config import EngineConfig
 from prober.testbed.delivery import Deliveries
-from prober.testbed.engine import Engine, check_context
+from prober.testbed.engine import ReferenceEngine, check_context
 from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
 from prober.testbed.paging import EngineError, GenerationResult
@@ -55,7 +55,7 @@ def client_id(request: Request, body: ChatRequest | CompletionRequest) -> str | 
 
 
 class Answering:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ReferenceEngine) -> None:
         self.engine = engine
         self.config: EngineConfig = engine.config
         self.deliveries: Deliveries[GenerationResult] = Deliveries(engine.config.faults.keys_requests_by_client_id)

@@ -56,7 +56,7 @@ def abort_message(config: EngineConfig, n: int) -> str:
             "Use a shorter input or enable --allow-auto-truncate.")
 
 
-class Engine:
+class ReferenceEngine:
     """Thread-safe: requests run concurrently in worker threads; the pools serialise allocation."""
 
     def __init__(self, config: EngineConfig) -> None:
