@@ -22,13 +22,13 @@ FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, sco
 
 
 def canary_row(c: Canary) -> tuple[Any, ...]:
-    return (c.id, c.tenant, c.kind.value, c.text, c.probe_id, c.pack, json.dumps(list(c.slots)), c.created_at,
+    return (c.id, c.tenant, c.kind.value, c.text, c.probe_id, c.pack, json.dumps(list(c.values)), c.created_at,
             c.expires_at, c.embedding, c.embedding_model, json.dumps([list(a) for a in c.aliases]))
 
 
 def canary_of(row: Sequence[Any]) -> Canary:
     return Canary(id=row[0], tenant=row[1], kind=CanaryKind(row[2]), text=row[3], probe_id=row[4], pack=row[5],
-                  slots=tuple(json.loads(row[6])), created_at=row[7], expires_at=row[8],
+                  values=tuple(json.loads(row[6])), created_at=row[7], expires_at=row[8],
                   embedding=bytes(row[9]) if row[9] is not None else None, embedding_model=row[10],
                   aliases=tuple((int(i), str(a)) for i, a in json.loads(row[11])))
 
