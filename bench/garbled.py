@@ -223,14 +223,14 @@ def generate(args: argparse.Namespace) -> None:
 def quoter_faults(items: list[Prompt]) -> Iterator[dict[str, Any]]:
     """The reference engine (quoting model, pages of 16 tokens) with the fault, over each prompt as a chat."""
     from prober.testbed.config import build_config
-    from prober.testbed.engine import Engine
+    from prober.testbed.engine import ReferenceEngine
     from prober.testbed.generation import GenerationRequest, Sampling
     from prober.testbed.model import instruction_of
     from prober.testbed.protocol import Message
 
     config = build_config("fixed", {"context_length": 16_384, "pool_tokens": 4_096, "page_size": PAGE,
                                     "prefill_ms_per_1k_tokens": 0, "faults": {"offload_restore_unsynced": True}})
-    engine = Engine(config)
+    engine = ReferenceEngine(config)
     for prompt in items:
         ids = engine.vocab.encode_chat([Message(role="user", content=prompt.probe)])
         result = engine.generate(GenerationRequest(prompt.id, "tenant-a", ids, instruction_of(prompt.probe),

@@ -99,7 +99,7 @@ def ledger(pack: FactPack, count: int, seed: int) -> list[Canary]:
     for i in range(count):
         fact = pack.mint(rng)
         out.append(Canary(id=f"cn_{pack.language}_{i}", tenant=TENANTS[i % len(TENANTS)], kind=CanaryKind.FACT,
-                          text=fact.text, pack=pack.language, slots=fact.distinctive, aliases=fact.aliases,
+                          text=fact.text, pack=pack.language, values=fact.distinctive, aliases=fact.aliases,
                           expires_at=2**40))
     return out
 
@@ -115,7 +115,7 @@ def answers(pack: FactPack, kind: str, count: int, seed: int) -> Iterator[tuple[
         if kind == "ko-en":
             if fact.template not in KO_TO_EN:
                 continue
-            canary = Canary(id="x", tenant=OBSERVER, kind=CanaryKind.FACT, text=fact.text, slots=fact.distinctive,
+            canary = Canary(id="x", tenant=OBSERVER, kind=CanaryKind.FACT, text=fact.text, values=fact.distinctive,
                             aliases=fact.aliases)
             text = korean_in_english(canary, fact.slots, fact.template, rng)
             names |= {alias.lower() for _, alias in fact.aliases}
@@ -138,7 +138,7 @@ def rule_before() -> Iterator[None]:
 
 def same_pool(packs: dict[str, FactPack], facts: int, count: int) -> None:
     canaries = [c for n, language in enumerate(("en", "ko")) for c in ledger(packs[language], facts, 100 + n)]
-    held = {c.slots[i].lower() for c in canaries for i, _ in enumerate(c.slots)} | \
+    held = {value.lower() for c in canaries for value in c.values} | \
            {a.lower() for c in canaries for _, a in c.aliases}
     scanner = Scanner(canaries, key=KEY, foreign=False)
     for kind, language in (("en", "en"), ("ko", "ko"), ("ko-en", "ko")):
@@ -164,7 +164,7 @@ def live(facts: int) -> None:
         alone = [key for key in mine if detector.accidental(*key) <= fragment.MAX_NAME_CHANCE]
         caught = 0
         for i, s in mine:
-            record = Record("leak", OBSERVER, f"I remember {canaries[i].slots[s]} from somewhere.")
+            record = Record("leak", OBSERVER, f"I remember {canaries[i].values[s]} from somewhere.")
             caught += any(f.canary_id == canaries[i].id for f in scanner.scan(record).findings)
         print(f"  {language}: {len(alone)} of {len(mine)} names may attribute alone; a name alone in an answer "
               f"attributed {caught} of {len(mine)}")

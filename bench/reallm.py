@@ -25,7 +25,7 @@ Corpus, under --out (default $LEAKPROBE_CACHE/reallm-corpus, i.e. ~/.cache/leakp
     answers.jsonl   {id, tenant, text, prompt}: `leakprobe scan answers.jsonl --ledger ledger.sqlite` reads it
                     (tenant: the observer; prompt: what the observer sent)
     truth.jsonl     per id, for an oracle that knows nothing of the detectors: condition, victim, observer,
-                    `stale` (the victim canaries in the attended stale pages: id, kind, text, slots, complete),
+                    `stale` (the victim canaries in the attended stale pages: id, kind, text, values, complete),
                     `stale_text` (the victim text those pages hold), `own` (the observer's canaries in its
                     prompt), tokens, finish reason, seconds (the answer's share of its group's wall time)
 
@@ -188,7 +188,7 @@ class Corpus:
         """The victim tokens the attended pages hold (slot 0 of the table now holds the placeholder)."""
         held = {page * PAGE + offset for page in pages for offset in range(PAGE)} - {overwritten}
         held &= set(range(len(victim_ids)))
-        stale = [{"id": c.id, "kind": c.kind.value, "text": c.text, "slots": list(c.slots),
+        stale = [{"id": c.id, "kind": c.kind.value, "text": c.text, "values": list(c.values),
                   "complete": where <= held}
                  for c, where in spans.values() if where & held]
         text = self.vocab.decode([victim_ids[i] for i in sorted(held)])
@@ -270,7 +270,7 @@ def canary_tokens(vocab: GemmaVocabulary, built: BuiltPrompt) -> dict[str, tuple
 
 
 def canary_list(canaries: Sequence[Canary]) -> list[dict[str, Any]]:
-    return [{"id": c.id, "kind": c.kind.value, "text": c.text, "slots": list(c.slots)} for c in canaries]
+    return [{"id": c.id, "kind": c.kind.value, "text": c.text, "values": list(c.values)} for c in canaries]
 
 
 _WORD = re.compile(r"[\w'-]+")
@@ -288,13 +288,13 @@ def material(answer: str, truth: dict[str, Any], prompt: str) -> dict[str, bool]
     facts = [c for c in truth["stale"] if c["kind"] == CanaryKind.FACT.value]
     group = any(g in upper for c in tokens for g in c["text"].split("-")[1:] if len(g) == 8)
     lower = answer.lower()
-    value = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["slots"] if len(v) >= 4)
+    value = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["values"] if len(v) >= 4)
     runs = _runs(answer, RUN_WORDS) & _runs(truth["stale_text"], RUN_WORDS)
     verbatim = bool(runs - _runs(prompt, RUN_WORDS))
     # A fact retold with its made-up one-word name alone (a place, a pet) and nothing else of the victim's.
-    words = {v.lower() for c in facts for v in c["slots"] if v.isalpha() and len(v) >= 8}
+    words = {v.lower() for c in facts for v in c["values"] if v.isalpha() and len(v) >= 8}
     named = any(re.search(rf"\b{re.escape(w)}\b", lower) for w in words)
-    others = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["slots"]
+    others = any(re.search(rf"\b{re.escape(v.lower())}\b", lower) for c in facts for v in c["values"]
                  if len(v) >= 4 and v.lower() not in words)
     return {"token_group": group, "fact_value": value, "verbatim_run": verbatim,
             "name_only": named and not group and not others}

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from prober.campaign import PreflightResult, TargetContext
+from prober.campaign import Survey, TargetContext
 from prober.campaign.scanning import RunScanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
@@ -111,7 +111,7 @@ def daily_tokens() -> None:
                            dict.fromkeys(tenants), Scrubber())
         context = TargetContext(config.targets[0], Transport(config.targets[0].policy()), wiring)  # sends nothing
         for label, capacity in capacities.items():
-            context.surveyed = PreflightResult("t", "http://t/v1", capacity)
+            context.surveyed = Survey("t", "http://t/v1", capacity)
             run = Run(context, config)
             for overhead in (0, 300):
                 day = {}

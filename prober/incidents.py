@@ -41,9 +41,9 @@ class IncidentKey:
 
 
 @dataclass(frozen=True)
-class Check:
-    """A check (a daemon job at a boundary) that found an incident, and when it last found and last
-    re-checked it clean."""
+class Recheck:
+    """A check at one boundary (a daemon job) that found an incident and must come back clean there to close it:
+    when it last found it, and when it last came back clean."""
 
     job: str
     boundary: str
@@ -80,7 +80,7 @@ class Resolution:
 
     how: Closure
     at: float
-    check: Check | None = None  # the re-check that cleared it last
+    check: Recheck | None = None  # the re-check that cleared it last
     ack: Acknowledgement | None = None
 
     def describe(self) -> str:
@@ -102,7 +102,7 @@ class Incident:
     last_seen: float
     count: int
     findings: list[Finding] = field(default_factory=list)  # when grouped from findings at hand
-    checks: list[Check] = field(default_factory=list)  # as the ledger keeps them
+    checks: list[Recheck] = field(default_factory=list)  # as the ledger keeps them
     ack: Acknowledgement | None = None  # the latest acknowledgement
 
     def add(self, finding: Finding) -> None:
@@ -129,7 +129,7 @@ class Incident:
         closed = self.resolution(hold)
         return closed is None or now < closed.at
 
-    def pending(self) -> list[Check]:
+    def pending(self) -> list[Recheck]:
         """The checks whose re-check it still waits for."""
         return [p for p in self.checks if not p.cleared]
 

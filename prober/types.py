@@ -81,8 +81,8 @@ class Canary:
     created_at: float = 0.0
     expires_at: float = 0.0
     pack: str = ""  # fact pack (language) it was minted from
-    slots: tuple[str, ...] = ()  # the distinctive values that attribute a paraphrase
-    aliases: tuple[tuple[int, str], ...] = ()  # (slot index, another spelling): how it reads in another script
+    values: tuple[str, ...] = ()  # a fact's distinctive values, which attribute a paraphrase
+    aliases: tuple[tuple[int, str], ...] = ()  # (index into `values`, another spelling): how it reads in another script
     embedding: bytes | None = field(default=None, repr=False)  # float32, for facts
     embedding_model: str = ""
 

@@ -60,7 +60,7 @@ def abandoned_then_retried(server: TestbedServer) -> dict[str, Any]:
     aborted = engine.stats.aborted
     prompt = document("LPK-ALPHA")
     assert chat(server, "tenant-a", prompt, hang_up_s=1.5) is None
-    wait_for(lambda: engine.stats.aborted > aborted and not engine.prefill_pool.usage().pages_used,
+    wait_for(lambda: engine.stats.aborted > aborted and not engine.paging.prefill_pool.usage().pages_used,
              "the engine to abort the request and free its pages")
     other = chat(server, "tenant-b", document("LPK-BRAVO"))
     assert other is not None and "LPK-BRAVO" in other["text"]

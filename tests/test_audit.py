@@ -169,7 +169,7 @@ def test_dry_run_sends_no_prompt(testbed: StartTestbed, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "plan (" in result.stdout and "DRY RUN" in result.stdout and "pool+1" in result.stdout
     assert "summarize" in result.stdout and "1 in 4 canary units also carries a fact" in result.stdout
-    assert server.engine.prefill_pool.usage().tokens_used == 0  # nothing reached the KV pool
+    assert server.engine.paging.prefill_pool.usage().tokens_used == 0  # nothing reached the KV pool
     scrape = httpx.get(server.url + "/metrics").text
     assert not re.search(r'route="(chat|completions)"', scrape)
 

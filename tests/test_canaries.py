@@ -90,7 +90,7 @@ def test_filler_never_matches_a_canary() -> None:
     for language in ("en", "ko"):
         pack = load_pack(language)
         canaries += [Canary(id=f"f{language}{i}", tenant="a", kind=CanaryKind.FACT, text=f.text,
-                            slots=f.distinctive) for i, f in enumerate(pack.mint(rng) for _ in range(100))]
+                            values=f.distinctive) for i, f in enumerate(pack.mint(rng) for _ in range(100))]
     detectors = [ExactDetector(CanarySet(canaries)), FuzzyDetector(CanarySet(canaries))]
     for language in ("en", "ko"):
         text = load_filler(language).text(200_000)

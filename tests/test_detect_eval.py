@@ -67,9 +67,9 @@ OWN_FACTS = ("Reportedly, appointment with Selsia Quistbrook is set for chamber 
 def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]], own: str = "") -> Scanner:
     """The victim's fact in the ledger, and (`own`) the observer's fact the answer quotes, whose values it shares."""
     canary = Canary(id="cn_victim", tenant="tenant-b", kind=CanaryKind.FACT, text=fact[0], pack="en",
-                    slots=fact[1], created_at=0, expires_at=2**40)
+                    values=fact[1], created_at=0, expires_at=2**40)
     observer = [Canary(id="cn_own", tenant="tenant-a", kind=CanaryKind.FACT, text=own, pack="en",
-                       slots=tuple(v for v in fact[1] if v in own), created_at=0, expires_at=2**40)] if own else []
+                       values=tuple(v for v in fact[1] if v in own), created_at=0, expires_at=2**40)] if own else []
     return Scanner([canary, *observer], embedder=embedder, foreign=False)
 
 

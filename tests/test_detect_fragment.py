@@ -88,7 +88,7 @@ def test_look_alikes_and_tags_outside_a_token_never_attribute(minted: dict[str, 
 
 def test_one_full_name_of_a_fact_is_a_high_finding(minted: dict[str, list[Canary]]) -> None:
     fact = minted["victim_facts"][0]
-    name = next(v for v in fact.slots if len(v.split()) == 2)
+    name = next(v for v in fact.values if len(v.split()) == 2)
     given, family = name.split()
     scan = scanner(minted)
     for answer in (f"I remember {name} from somewhere.", f"{family} {given} was mentioned."):
@@ -104,7 +104,7 @@ def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
     tenant's fact, long enough to be rare, is attributed at warning; a short one, the observer's own, one in the
     answer's prompt, or one two tenants' facts share is not."""
     def fact(cid: str, tenant: str, place: str, pet: str) -> Canary:
-        return Canary(id=cid, tenant=tenant, kind=CanaryKind.FACT, slots=(place, pet), expires_at=2**40,
+        return Canary(id=cid, tenant=tenant, kind=CanaryKind.FACT, values=(place, pet), expires_at=2**40,
                       text=f"The shipment is booked on barge KX-417 to {place}, with a lynx called {pet} aboard.")
     victim, own = fact("cn_v", "tenant-a", "Brackenfold", "Quilbra"), fact("cn_o", "tenant-b", "Ashvenwick", "Kenthal")
     scan = Scanner([victim, own], key=KEY, foreign=False)
@@ -127,14 +127,14 @@ def test_a_korean_name_counts_with_another_value_or_alone_in_a_small_index(minte
     fact = minted["victim_ko"][0]
     spelled = dict(fact.aliases)
     slot = next(i for i, a in spelled.items() if len(a.split()) == 2)
-    other = next(v for i, v in enumerate(fact.slots) if i != slot)
+    other = next(v for i, v in enumerate(fact.values) if i != slot)
     more = Minter(open_ledger(":memory:"), KEY, embedder).facts("tenant-c", 34, language="ko", rng=random.Random(9))
     scan = Scanner([c for group in minted.values() for c in group] + more, key=KEY, foreign=False)
-    for name in (fact.slots[slot], spelled[slot]):
+    for name in (fact.values[slot], spelled[slot]):
         assert scan.scan(Record("r", "tenant-b", f"Someone called {name} wrote.")).findings == []
         findings = scan.scan(Record("r", "tenant-b", f"{name} 씨의 기록: {other}.")).findings
         assert [(f.detector, f.canary_id) for f in findings] == [("fragment", fact.id)], name
-    alone = scanner(minted).scan(Record("r", "tenant-b", f"{fact.slots[slot]} 씨를 기억합니다."))
+    alone = scanner(minted).scan(Record("r", "tenant-b", f"{fact.values[slot]} 씨를 기억합니다."))
     assert [f.canary_id for f in alone.findings] == [fact.id]
 
 
@@ -142,7 +142,7 @@ def test_a_korean_name_shaped_like_a_real_one_needs_another_value() -> None:
     """A Korean given name of two syllables is the shape of most real ones (도윤, 하린): it never counts alone, even
     as all the index holds, and counts with another value of its fact."""
     fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁하린 씨는 무진리에 삽니다.", pack="ko",
-                  slots=("탁하린", "무진리"), aliases=((0, "Tak Harin"), (1, "Mujinri")), expires_at=2**40)
+                  values=("탁하린", "무진리"), aliases=((0, "Tak Harin"), (1, "Mujinri")), expires_at=2**40)
     scan = Scanner([fact], key=KEY, foreign=False)
     for name in ("Tak Harin", "탁하린"):
         assert scan.scan(Record("r", "tenant-b", f"A letter from {name} came.")).findings == []
@@ -152,11 +152,11 @@ def test_a_korean_name_shaped_like_a_real_one_needs_another_value() -> None:
 
 def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted: dict[str, list[Canary]]) -> None:
     fact = minted["victim_facts"][1]
-    name = next(v for v in fact.slots if len(v.split()) == 2)
+    name = next(v for v in fact.values if len(v.split()) == 2)
     scan = scanner(minted)
     assert scan.scan(Record("r", "tenant-b", f"{name} again.", prompt=f"Quote: {name} lives here.")).findings == []
     twin = Canary(id="cn_twin", tenant="tenant-c", kind=CanaryKind.FACT, text=f"{name} owns a boat.",
-                  slots=(name,), expires_at=2**40)
+                  values=(name,), expires_at=2**40)
     shared = Scanner([fact, twin], key=KEY, foreign=False)
     assert shared.scan(Record("r", "tenant-b", f"{name} again.")).findings == []
 
@@ -166,7 +166,7 @@ def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted:
                                      "Tak Yun-seul-do"])
 def test_a_korean_name_counts_in_every_common_spelling(spelled: str) -> None:
     fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁윤슬도 씨는 무진리에 삽니다.", pack="ko",
-                  slots=("탁윤슬도", "무진리"), aliases=((0, "Tak Yunseuldo"), (1, "Mujinri")), expires_at=2**40)
+                  values=("탁윤슬도", "무진리"), aliases=((0, "Tak Yunseuldo"), (1, "Mujinri")), expires_at=2**40)
     scan = Scanner([fact], key=KEY, foreign=False)
     findings = scan.scan(Record("r", "tenant-b", f"The note was signed by {spelled} yesterday.")).findings
     assert [(f.detector, f.canary_id) for f in findings] == [("fragment", "cn_ko")]

@@ -12,11 +12,11 @@ import pytest
 
 from prober.incidents import (
     Acknowledgement,
-    Check,
     Closure,
     Incident,
     IncidentKey,
     Observation,
+    Recheck,
     RunChecks,
     Sighting,
 )
@@ -29,20 +29,20 @@ KEY = IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob")
 HOLD = 600.0
 
 
-def incident(*checks: Check, last_seen: float = 1_000.0, ack: Acknowledgement | None = None) -> Incident:
+def incident(*checks: Recheck, last_seen: float = 1_000.0, ack: Acknowledgement | None = None) -> Incident:
     return Incident(KEY, Severity.CRITICAL, 900.0, last_seen, 3, checks=list(checks), ack=ack)
 
 
 @pytest.mark.unit
 def test_an_incident_stays_open_until_every_check_that_found_it_is_clean() -> None:
-    found = Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)
-    also = Check("campaign", "pool+page", last_found=990.0)
+    found = Recheck("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)
+    also = Recheck("campaign", "pool+page", last_found=990.0)
     assert incident(found, also).resolution(HOLD) is None
     assert incident(found, also).is_open(10**9, HOLD)  # whatever the clock says
-    one_clean = incident(found, Check("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
+    one_clean = incident(found, Recheck("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
     assert one_clean.resolution(HOLD) is None and [p.boundary for p in one_clean.pending()] == ["pool+1"]
-    both = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=7_000.0),
-                    Check("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
+    both = incident(Recheck("campaign", "pool+1", last_found=1_000.0, last_clean=7_000.0),
+                    Recheck("campaign", "pool+page", last_found=990.0, last_clean=5_000.0))
     closed = both.resolution(HOLD)
     assert closed is not None and closed.how is Closure.RECHECKED and closed.at == 7_000.0
     assert closed.check is not None and closed.check.boundary == "pool+1"
@@ -52,7 +52,7 @@ def test_an_incident_stays_open_until_every_check_that_found_it_is_clean() -> No
 
 @pytest.mark.unit
 def test_the_hold_is_a_floor() -> None:
-    early = incident(Check("sentinel", "sentinel", last_found=1_000.0, last_clean=1_060.0))
+    early = incident(Recheck("sentinel", "sentinel", last_found=1_000.0, last_clean=1_060.0))
     closed = early.resolution(HOLD)
     assert closed is not None and closed.at == 1_000.0 + HOLD
     assert early.is_open(1_500.0, HOLD) and not early.is_open(1_600.0, HOLD)
@@ -61,17 +61,17 @@ def test_the_hold_is_a_floor() -> None:
 
 @pytest.mark.unit
 def test_a_clean_recheck_older_than_the_last_finding_does_not_count() -> None:
-    assert incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=1_000.0)).resolution(HOLD) is None
+    assert incident(Recheck("campaign", "pool+1", last_found=1_000.0, last_clean=1_000.0)).resolution(HOLD) is None
 
 
 @pytest.mark.unit
 def test_an_acknowledgement_closes_it_until_a_newer_finding() -> None:
     ack = Acknowledgement("oncall-ana", 2_000.0, "engine drained, ticket SEC-1")
-    acked = incident(Check("campaign", "pool+1", last_found=1_000.0), ack=ack)
+    acked = incident(Recheck("campaign", "pool+1", last_found=1_000.0), ack=ack)
     closed = acked.resolution(HOLD)
     assert closed is not None and closed.how is Closure.ACKNOWLEDGED and not acked.is_open(2_000.0, HOLD)
     assert closed.describe().startswith("acknowledged by oncall-ana at ") and "SEC-1" not in closed.describe()
-    again = incident(Check("campaign", "pool+1", last_found=2_500.0), last_seen=2_500.0, ack=ack)
+    again = incident(Recheck("campaign", "pool+1", last_found=2_500.0), last_seen=2_500.0, ack=ack)
     assert again.resolution(HOLD) is None
 
 
@@ -80,17 +80,17 @@ def test_a_finding_no_daemon_check_made_closes_with_the_hold() -> None:
     uncovered = incident()  # an audit's finding, or one recorded just before a crash
     closed = uncovered.resolution(HOLD)
     assert closed is not None and closed.how is Closure.HELD and closed.at == 1_000.0 + HOLD
-    stale_check = incident(Check("campaign", "pool+1", last_found=900.0, last_clean=950.0))  # the newest is not its
+    stale_check = incident(Recheck("campaign", "pool+1", last_found=900.0, last_clean=950.0))  # the newest is not its
     held = stale_check.resolution(HOLD)
     assert held is not None and held.how is Closure.HELD
 
 
 @pytest.mark.unit
 def test_the_status_form_says_what_it_waits_for_and_why_it_closed() -> None:
-    waiting = incident(Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).state_json(HOLD, 2_000.0)
+    waiting = incident(Recheck("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)).state_json(HOLD, 2_000.0)
     assert waiting["state"] == "open" and waiting["waiting_for"] == ["boundary pool+1 (campaign job)"]
     assert waiting["closed"] is None
-    done = incident(Check("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).state_json(HOLD, 9_500.0)
+    done = incident(Recheck("campaign", "pool+1", last_found=1_000.0, last_clean=9_000.0)).state_json(HOLD, 9_500.0)
     assert done["state"] == "closed" and done["waiting_for"] == []
     assert isinstance(done["closed"], dict) and done["closed"]["how"] == "rechecked"
     assert incident().to_json() == {k: v for k, v in incident().state_json(HOLD, 2_000.0).items()
@@ -111,7 +111,7 @@ def test_checks_rechecks_and_acks_are_shared_by_every_handle(connect: OpenLedger
     accepted = Sighting(IncidentKey("sglang", FindingKind.BOUNDARY_ACCEPTED, "", "bob"), "pool+1", 1_010.0, 4_097)
     a.record_checks(checks(990.0, pool, accepted, observed=(Observation("pool+1", "bob", "alice"),)), 1_020.0)
     (leak,) = [i for i in b.incidents() if i.key == KEY]
-    assert leak.checks == [Check("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)]  # found in this run
+    assert leak.checks == [Recheck("campaign", "pool+1", last_found=1_000.0, prompt_tokens=4_097)]  # found in this run
     # A later campaign observes bob at pool+1 in an exchange with carol: alice's leak is not re-checked by it,
     # the incident that names no victim is.
     b.record_checks(checks(2_000.0, observed=(Observation("pool+1", "bob", "carol"),)), 2_050.0)

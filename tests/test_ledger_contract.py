@@ -31,7 +31,7 @@ KEY = b"k" * 32
 def test_canaries_round_trip_with_every_field(connect: OpenLedger) -> None:
     a, b = connect(), connect()
     fact = Canary(id="cn_f", tenant="alice", kind=CanaryKind.FACT, text="탁윤슬 씨는 무진리에 삽니다.",
-                  probe_id="p1", pack="ko", slots=("탁윤슬", "무진리"), created_at=100.0, expires_at=2e9,
+                  probe_id="p1", pack="ko", values=("탁윤슬", "무진리"), created_at=100.0, expires_at=2e9,
                   embedding=np.arange(4, dtype=np.float32).tobytes(), embedding_model="m",
                   aliases=((0, "Tak Yunseul"), (1, "Mujinri")))
     a.add_canaries([fact])

@@ -14,8 +14,8 @@ import pytest
 
 from prober.campaign.results import CheckResult
 from prober.checks.request_ids import BOUNDARY, RequestIdResult
-from prober.config import RequestIdSettings
 from prober.evidence import Exchange, find
+from prober.settings import RequestIdSettings
 from prober.targets import Completion, OpenAICompatible, Prompt, Transport
 from prober.targets.request_ids import RequestId
 from prober.types import FindingKind

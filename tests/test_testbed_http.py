@@ -133,8 +133,8 @@ def test_many_tenants_concurrently_keep_pool_bookkeeping_intact(testbed: StartTe
         t.join()
     assert not failures
     server.engine.check_invariants()
-    assert server.engine.prefill_pool.usage().pages_used == 0
-    assert server.engine.decode_pool is not None and server.engine.decode_pool.usage().pages_used == 0
+    assert server.engine.paging.prefill_pool.usage().pages_used == 0
+    assert server.engine.paging.decode_pool is not None and server.engine.paging.decode_pool.usage().pages_used == 0
 
 
 def test_stop_closes_a_connection_whose_client_stopped_reading(testbed: StartTestbed) -> None:

@@ -21,9 +21,10 @@ from prober.checks.timing import (
     smallest_p,
     stouffer,
 )
-from prober.config import TargetConfig, TenantConfig, TimingSettings
+from prober.config import TargetConfig, TenantConfig
 from prober.errors import PlanError
 from prober.evidence import SaltAsserted, TimingStatistics
+from prober.settings import TimingSettings
 from prober.types import DetectorName, FindingKind, Severity
 
 pytestmark = pytest.mark.unit

@@ -26,9 +26,10 @@ from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
-from prober.config import AbortRetrySettings, RequestIdSettings, parse_config
+from prober.config import parse_config
 from prober.evidence import EngineCounters, SaltAsserted, TimingStatistics
 from prober.prompts import PromptBuilder, detect_counter
+from prober.settings import AbortRetrySettings, RequestIdSettings
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
 from prober.targets.credentials import Secret

@@ -15,8 +15,27 @@ from prober.campaign.events import (
 )
 from prober.campaign.plan import Plan, cache_plan, make_plan, sentinel_plan
 from prober.campaign.results import AuditResult, CheckResult, StepResult, TargetReport
-from prober.campaign.survey import PreflightResult, preflight, survey
+from prober.campaign.survey import Survey, preflight, survey
 
-__all__ = ["AuditResult", "CheckDone", "CheckResult", "Event", "FindingRecorded", "Listener", "Plan", "PlanReady",
-           "PreflightResult", "StepDone", "StepResult", "SurveyDone", "TargetContext", "TargetFailed", "TargetReport",
-           "cache_plan", "make_plan", "preflight", "sentinel_plan", "survey"]
+__all__ = [
+    "AuditResult",
+    "CheckDone",
+    "CheckResult",
+    "Event",
+    "FindingRecorded",
+    "Listener",
+    "Plan",
+    "PlanReady",
+    "StepDone",
+    "StepResult",
+    "Survey",
+    "SurveyDone",
+    "TargetContext",
+    "TargetFailed",
+    "TargetReport",
+    "cache_plan",
+    "make_plan",
+    "preflight",
+    "sentinel_plan",
+    "survey",
+]

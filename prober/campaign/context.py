@@ -19,7 +19,7 @@ from prober.campaign.planting import Planter
 from prober.campaign.results import CheckResult, ShapeChoice, StepResult
 from prober.campaign.routes import Route, Routes
 from prober.campaign.salts import salted_tenants, tenant_salts
-from prober.campaign.survey import PreflightResult, survey
+from prober.campaign.survey import Survey, survey
 from prober.campaign.wiring import Wiring
 from prober.capacity import Capacity, origin_of, reachability
 from prober.config import TargetConfig
@@ -43,7 +43,7 @@ class TargetContext:
             route.api, route.counter, self.tenants, lambda tenant, prompt: self.send_as(tenant, prompt, route)))
         self.planter = Planter(wiring)
         self.cached = CacheExplainer(transport.outbox, wiring.secrets)
-        self.surveyed: PreflightResult | None = None
+        self.surveyed: Survey | None = None
         self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing check
         self._want_telemetry = telemetry
         self.telemetry: EngineTelemetry | None = None  # the engine's counters, where it exposes them
@@ -62,7 +62,7 @@ class TargetContext:
             raise PlanError("survey the target before planning")
         return self.surveyed.capacity
 
-    async def survey(self, on_event: Listener = ignore, *, bisect_budget: int = 0) -> PreflightResult:
+    async def survey(self, on_event: Listener = ignore, *, bisect_budget: int = 0) -> Survey:
         """Reachability with every tenant's credential, then capacity and token counting (raises
         TargetUnusable).  Checks after it build their prompts with what this learned."""
         pairs(self.tenants)  # fails early, with the reason, when there are fewer than two tenants

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prober.config import CounterSettings
 from prober.evidence import CounterDecision, CounterTest, RisenWindow
+from prober.settings import CounterSettings
 from prober.targets.telemetry import FAILURES, Background, EngineTelemetry, Window
 from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 

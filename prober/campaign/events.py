@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from prober.campaign.plan import Plan
 from prober.campaign.results import CheckResult, StepResult
-from prober.campaign.survey import PreflightResult
+from prober.campaign.survey import Survey
 from prober.types import Finding
 
 
 @dataclass(frozen=True)
 class SurveyDone:
-    result: PreflightResult
+    result: Survey
 
 
 @dataclass(frozen=True)

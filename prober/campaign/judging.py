@@ -7,7 +7,7 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from prober.campaign.checks import check_answer
+from prober.campaign.envelope import check_answer
 from prober.campaign.events import FindingRecorded, Listener, ignore
 from prober.campaign.plan import Step
 from prober.campaign.results import StepResult

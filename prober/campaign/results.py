@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Planned, Step
-from prober.campaign.survey import PreflightResult
+from prober.campaign.survey import Survey
 from prober.incidents import Incident, group
 from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
@@ -245,7 +245,7 @@ class ShapeResult(CheckResult):
 class TargetReport:
     name: str
     url: str
-    survey: PreflightResult | None = None  # capacity, verdicts, tokenizer: learned before the first prompt
+    survey: Survey | None = None  # capacity, verdicts, tokenizer: learned before the first prompt
     results: list[CheckResult] = field(default_factory=list)  # one per check run, in order
     planned: dict[str, Planned] = field(default_factory=dict)  # what each check was to send, by check
     paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used

@@ -25,7 +25,10 @@ UNKNOWN_ENGINE = ("engine unknown (its introspection is hidden or unlike any eng
 
 
 @dataclass
-class PreflightResult:
+class Survey:
+    """What leakprobe learned of a target before planning (the preflight step): its capacity and the verdicts on
+    it, the tokenizer, what the path adds."""
+
     target: str
     url: str
     capacity: Capacity = field(default_factory=Capacity)
@@ -52,10 +55,10 @@ class PreflightResult:
 
 
 async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
-                 measure_as: str | None = None) -> tuple[PreflightResult, TokenCounter | None]:
+                 measure_as: str | None = None) -> tuple[Survey, TokenCounter | None]:
     """`measure_as`: also measure what the path adds on the configured route, as this tenant (with `secret`): two
     short generation requests of one answer token each (prober/campaign/path.py)."""
-    result = PreflightResult(config.name, config.url)
+    result = Survey(config.name, config.url)
     problem = await reachability(transport, config.url, secret) if config.api.openai_routes else None
     if problem:
         result.error = problem
@@ -86,7 +89,7 @@ async def survey(transport: Transport, config: TargetConfig, secret: Secret | No
 
 
 async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
-                    scrubber: Scrubber | None = None, tenant: str | None = None) -> PreflightResult:
+                    scrubber: Scrubber | None = None, tenant: str | None = None) -> Survey:
     """`tenant`: whose `secret` it is; given, the path's overhead is measured as that tenant."""
     async with Transport(config.policy(), scrubber) as transport:
         result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget, measure_as=tenant)

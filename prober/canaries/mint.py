@@ -67,7 +67,7 @@ class Minter:
         created, expires = self._stamp(retention_s)
         minted = [
             Canary(id=new_id(), tenant=tenant, kind=CanaryKind.FACT, text=fact.text, probe_id=probe_id,
-                   created_at=created, expires_at=expires, pack=language, slots=fact.distinctive,
+                   created_at=created, expires_at=expires, pack=language, values=fact.distinctive,
                    aliases=fact.aliases,
                    embedding=vector.tobytes(), embedding_model=self.embedder.name)
             for fact, vector in zip(drawn, vectors, strict=True)

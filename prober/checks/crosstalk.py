@@ -22,9 +22,10 @@ from prober.campaign.plan import Planned, Streaming
 from prober.campaign.results import CheckResult, Sight
 from prober.checks.base import Check, Run
 from prober.checks.timing import Send
-from prober.config import CrosstalkSettings, ProberConfig
+from prober.config import ProberConfig
 from prober.detect.scanner import ScanResult
 from prober.evidence import Burst
+from prober.settings import CrosstalkSettings
 from prober.targets.base import Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion

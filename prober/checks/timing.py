@@ -40,10 +40,11 @@ from prober.campaign.plan import Planned, acceptance_limit, pairs
 from prober.campaign.results import CheckResult
 from prober.campaign.salts import salt_asserted
 from prober.checks.base import Check, Run
-from prober.config import ProberConfig, TimingSettings
+from prober.config import ProberConfig
 from prober.errors import PlanError
 from prober.evidence import EngineCounters, TimingStatistics
 from prober.prompts.counter import TokenCounter
+from prober.settings import TimingSettings
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window

@@ -42,7 +42,7 @@ def canaries_mint(
     finally:
         store.close()
     rows = [{"id": c.id, "tenant": c.tenant, "kind": c.kind.value, "text": c.text, "probe_id": c.probe_id,
-             "expires_at": c.expires_at, **({"slots": list(c.slots)} if c.slots else {})} for c in minted]
+             "expires_at": c.expires_at, **({"values": list(c.values)} if c.values else {})} for c in minted]
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
     else:

@@ -17,9 +17,9 @@ import typer
 
 from prober.cli.app import app, print_table
 from prober.cli.options import Format, Ledger, OutputFormat
-from prober.config import parse_duration
 from prober.errors import ConfigError
 from prober.incidents import Acknowledgement, Incident, IncidentKey
+from prober.settings import parse_duration
 from prober.types import FindingKind
 
 incidents_app = typer.Typer(help="Incidents in the ledger: list them, acknowledge one.", no_args_is_help=True)

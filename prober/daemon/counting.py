@@ -10,7 +10,7 @@ from typing import assert_never
 
 from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
 from prober.campaign.results import ShapeChoice, ShapeResult, StepResult
-from prober.campaign.survey import PreflightResult
+from prober.campaign.survey import Survey
 from prober.capacity.limits import VerdictCode
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.timing import TimingResult
@@ -72,7 +72,7 @@ class RunCounter:
         if step.role == "probe":
             m.boundary.labels(self.target, step.boundary).set(BoundaryOutcome.of(result))
 
-    def _survey(self, result: PreflightResult) -> None:
+    def _survey(self, result: Survey) -> None:
         """What a survey that reached the target learned; one that did not leaves the last verdicts to age."""
         if result.error is not None and not result.verdicts:
             return

@@ -18,7 +18,7 @@ from enum import IntEnum
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from prober.incidents import Check, Incident, IncidentKey, Sighting
+from prober.incidents import Incident, IncidentKey, Recheck, Sighting
 from prober.types import Finding
 
 KEY_LABELS = ["target", "kind", "victim", "observer"]
@@ -59,7 +59,7 @@ class IncidentCollector(Collector):
         incident.count += 1
         seen = Sighting.of(finding)
         others = [p for p in incident.checks if (p.job, p.boundary) != (job, seen.boundary)]
-        incident.checks = [*others, Check(job, seen.boundary, finding.found_at, seen.prompt_tokens)]
+        incident.checks = [*others, Recheck(job, seen.boundary, finding.found_at, seen.prompt_tokens)]
 
     def state(self, incident: Incident, now: float) -> int:
         closed = incident.resolution(self.hold)
@@ -121,5 +121,5 @@ class IncidentCollector(Collector):
         yield from (last, first, count, opened, alerting, found, clean, closed, acked, hold, notice)
 
 
-def _tokens(check: Check) -> str:
+def _tokens(check: Recheck) -> str:
     return "" if check.prompt_tokens is None else str(check.prompt_tokens)

@@ -22,7 +22,7 @@ class LedgerHealth:
         self.ledger = ledger
         self.metrics = metrics
         self.error: str | None = None
-        metrics.ledger_up.set(1)
+        metrics.process.ledger_up.set(1)
 
     @property
     def ok(self) -> bool:
@@ -57,16 +57,16 @@ class LedgerHealth:
             return
         if done is not None:
             log.warning("%s", done)
-            self.metrics.ledger_recoveries.inc()
+            self.metrics.process.ledger_recoveries.inc()
 
     def failed(self, message: str) -> None:
         if self.ok:
             log.error("ledger not writable, probing paused until it is: %s", message)
         self.error = message
-        self.metrics.ledger_up.set(0)
+        self.metrics.process.ledger_up.set(0)
 
     def recovered(self) -> None:
         if not self.ok:
             log.info("ledger writable again")
         self.error = None
-        self.metrics.ledger_up.set(1)
+        self.metrics.process.ledger_up.set(1)

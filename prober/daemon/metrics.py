@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import __version__
 from prober.campaign.results import StepResult
-from prober.config import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.jobs import Failure, Skip
 from prober.incidents import Incident
+from prober.settings import Links
 from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 
@@ -106,29 +106,7 @@ class Metrics:
                                   target_job, registry=registry)
         self.interval = Gauge("leakprobe_job_interval_seconds", "How often a job is scheduled.", target_job,
                               registry=registry)
-        self.canaries = Gauge("leakprobe_active_canaries", "Canaries this daemon scans answers for: every replica's "
-                              "not yet past retention, and those this process minted since.", registry=registry)
-        self.ledger_up = Gauge("leakprobe_ledger_up", "1 when the ledger took the last write, else 0.",
-                               registry=registry)
-        self.ledger_recoveries = Counter("leakprobe_ledger_recoveries", "Ledger files written back (deleted while "
-                                         "open) or saved aside (replaced) from the copy the daemon held.",
-                                         registry=registry)
-        self.reload_ok = Gauge("leakprobe_config_last_reload_successful", "1 when the last config (re)load "
-                               "succeeded.", registry=registry)
-        self.reload_time = Gauge("leakprobe_config_last_reload_success_timestamp_seconds", "When the config was last "
-                                 "loaded successfully.", registry=registry)
-        self.reloads = Counter("leakprobe_config_reloads", "Config reloads attempted.", registry=registry)
-        self.reload_failures = Counter("leakprobe_config_reload_failures", "Config reloads refused.",
-                                       registry=registry)
-        self.http_refused = Counter("leakprobe_http_refused", "Requests to /status or /-/reload refused: 401 without "
-                                    "the token, 403 reload over HTTP off.", ["endpoint", "status"], registry=registry)
-        for endpoint, status in (("status", "401"), ("reload", "401"), ("reload", "403")):
-            self.http_refused.labels(endpoint, status)
-        build = Gauge("leakprobe_build_info", "Always 1; labels say what runs.", ["version", "python"],
-                      registry=registry)
-        build.labels(__version__, platform.python_version()).set(1)
-        self.links = Gauge("leakprobe_links_info", "Always 1; labels are where a page links to (daemon.links): "
-                           "the Grafana base URL and this daemon's /status.", ["grafana", "status"], registry=registry)
+        self.process = ProcessMetrics(registry)
         self.checks = CheckMetrics(registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
@@ -184,6 +162,39 @@ class Metrics:
             for metric in self._per_target:
                 metric.remove_by_labels({"target": target})
 
+    def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
+        self.incidents.replace(incidents, hold, notice)
+
+
+class ProcessMetrics:
+    """What the daemon process says of itself rather than of a target: its canaries, its ledger, its config's
+    reloads, refused requests to its endpoints, its build and the links its pages carry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.canaries = Gauge("leakprobe_active_canaries", "Canaries this daemon scans answers for: every replica's "
+                              "not yet past retention, and those this process minted since.", registry=registry)
+        self.ledger_up = Gauge("leakprobe_ledger_up", "1 when the ledger took the last write, else 0.",
+                               registry=registry)
+        self.ledger_recoveries = Counter("leakprobe_ledger_recoveries", "Ledger files written back (deleted while "
+                                         "open) or saved aside (replaced) from the copy the daemon held.",
+                                         registry=registry)
+        self.reload_ok = Gauge("leakprobe_config_last_reload_successful", "1 when the last config (re)load "
+                               "succeeded.", registry=registry)
+        self.reload_time = Gauge("leakprobe_config_last_reload_success_timestamp_seconds", "When the config was last "
+                                 "loaded successfully.", registry=registry)
+        self.reloads = Counter("leakprobe_config_reloads", "Config reloads attempted.", registry=registry)
+        self.reload_failures = Counter("leakprobe_config_reload_failures", "Config reloads refused.",
+                                       registry=registry)
+        self.http_refused = Counter("leakprobe_http_refused", "Requests to /status or /-/reload refused: 401 without "
+                                    "the token, 403 reload over HTTP off.", ["endpoint", "status"], registry=registry)
+        for endpoint, status in (("status", "401"), ("reload", "401"), ("reload", "403")):
+            self.http_refused.labels(endpoint, status)
+        build = Gauge("leakprobe_build_info", "Always 1; labels say what runs.", ["version", "python"],
+                      registry=registry)
+        build.labels(__version__, platform.python_version()).set(1)
+        self.links = Gauge("leakprobe_links_info", "Always 1; labels are where a page links to (daemon.links): "
+                           "the Grafana base URL and this daemon's /status.", ["grafana", "status"], registry=registry)
+
     def reloaded(self, at: float | None, *, attempt: bool = True) -> None:
         """A config (re)load that took effect (`at`: when it was loaded) or was refused (None)."""
         if attempt:
@@ -193,9 +204,6 @@ class Metrics:
         else:
             self.reload_time.set(at)
         self.reload_ok.set(0 if at is None else 1)
-
-    def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
-        self.incidents.replace(incidents, hold, notice)
 
     def set_links(self, links: Links) -> None:
         self.links.clear()

@@ -89,7 +89,7 @@ class Daemon:
         self.scheduler: JobScheduler | None = None
         self.in_flight = InFlight()
         self._background: set[asyncio.Future[Any]] = set()
-        self.metrics.reloaded(settings.loaded_at, attempt=False)
+        self.metrics.process.reloaded(settings.loaded_at, attempt=False)
 
     @property
     def config(self) -> ProberConfig:
@@ -109,7 +109,7 @@ class Daemon:
         prompts = await asyncio.to_thread(self.ledger.prompt_shingles)
         self.scanner = scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
                                                          embedder=self.minter.embedder, prompts=prompts)
-        self.metrics.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
+        self.metrics.process.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
         self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)
         self.scheduler.every("housekeeping", housekeeping.EVERY_S, self.housekeep)
@@ -150,7 +150,7 @@ class Daemon:
             why = self.settings.restart_needed(fresh)
         except LeakprobeError as exc:
             why = str(exc)
-        self.metrics.reloaded(None if why else fresh.loaded_at)
+        self.metrics.process.reloaded(None if why else fresh.loaded_at)
         self.exposition.stale()
         self.last_reload_error = why
         if why is not None:
@@ -171,7 +171,7 @@ class Daemon:
         tenants = [t.name for t in config.tenants]
         pairs(tenants)
         self.scanner.tenants = tenants
-        self.metrics.set_links(config.daemon.links)
+        self.metrics.process.set_links(config.daemon.links)
         wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping)
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
@@ -250,4 +250,4 @@ class DaemonEndpoints:
         return Access(self.daemon.settings.token, daemon.http_reload, daemon.status)
 
     def refused(self, endpoint: str, status: int) -> None:
-        self.daemon.metrics.http_refused.labels(endpoint, str(status)).inc()
+        self.daemon.metrics.process.http_refused.labels(endpoint, str(status)).inc()

@@ -15,7 +15,6 @@ from typing import Any
 
 from prober.campaign.events import Event, FindingRecorded
 from prober.checks import PREFLIGHT
-from prober.config import DaemonSettings
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
 from prober.daemon.housekeeping import Housekeeper
@@ -26,6 +25,7 @@ from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import take_turn
 from prober.errors import LedgerError
 from prober.ledger import Ledger
+from prober.settings import DaemonSettings
 
 log = logging.getLogger("leakprobe.daemon")
 

@@ -123,13 +123,13 @@ class FragmentDetector(Detector):
                 if not value.name or index in hits:
                     continue
                 canary = self.canaries.canaries[index]
-                owners = self._name_owners[_canonical(canary.slots[value.slot])]
+                owners = self._name_owners[_canonical(canary.values[value.slot])]
                 if owners != {canary.tenant} or record.tenant in owners:
                     continue  # facts of several tenants (or of the observer) have it: it attributes nothing
                 if self.accidental(index, value.slot) > MAX_NAME_CHANCE and \
                         all(other.slot == value.slot for other in values):
                     continue  # a name anyone may write by accident, without another value of its fact
-                if compacted[value.start : value.end] in prompt or compact(canary.slots[value.slot]) in prompt:
+                if compacted[value.start : value.end] in prompt or compact(canary.values[value.slot]) in prompt:
                     continue  # the answer's own prompt holds it: the model read it there
                 start, stop = original_span(record.text, value.start, value.end)
                 if whole_word(record.text, start, stop) and not _in_longer_name(record.text, start, stop):
@@ -147,7 +147,7 @@ class FragmentDetector(Detector):
         if chance is None:
             canary = self.canaries.canaries[index]
             try:
-                chance = load_pack(self._kind(index, slot)[0]).chance(canary.slots[slot])
+                chance = load_pack(self._kind(index, slot)[0]).chance(canary.values[slot])
             except PackError:
                 chance = 1.0  # a pack this version does not ship: nothing says how rare its names are
             self._chances[(index, slot)] = chance
@@ -156,7 +156,7 @@ class FragmentDetector(Detector):
     def _kind(self, index: int, slot: int) -> tuple[str, bool]:
         """(language, one-word name?): names of one kind are written by accident alike."""
         canary = self.canaries.canaries[index]
-        language = canary.pack or ("ko" if hangul.is_hangul(canary.slots[slot]) else "en")
+        language = canary.pack or ("ko" if hangul.is_hangul(canary.values[slot]) else "en")
         return language, (index, slot) in self.values.word_names
 
     def _compact_prompt(self, prompt: str | None) -> str:
@@ -212,5 +212,5 @@ def _name_owners(canaries: CanarySet, values: SlotValues) -> dict[str, set[str]]
     owners: dict[str, set[str]] = defaultdict(set)
     for index, slot in values.names:
         canary = canaries.canaries[index]
-        owners[_canonical(canary.slots[slot])].add(canary.tenant)
+        owners[_canonical(canary.values[slot])].add(canary.tenant)
     return dict(owners)

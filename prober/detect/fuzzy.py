@@ -50,7 +50,7 @@ class FuzzyDetector(Detector):
         self._index = GramIndex([canaries.patterns[i] for i in self._facts], Q, MAX_POSTINGS)
         # A fact must share a third of its indexed grams (3 edits in 32 characters leave 17 of 29).
         self._min_shared = np.maximum(2, self._index.indexed // 3)
-        self._slots = [[compact(v) for v in c.slots] for c in canaries.canaries]
+        self._slots = [[compact(v) for v in c.values] for c in canaries.canaries]
 
     def candidates(self, compacted: str) -> dict[int, tuple[int, int]]:
         """Canary number -> the stretch of the compact answer to score it on."""

@@ -52,7 +52,7 @@ class SemanticDetector(Detector):
         self.threshold = embedder.threshold
         embedder.load()
         self._facts = canaries.facts()
-        self._slot_count = {i: len(canaries.canaries[i].slots) for i in self._facts}
+        self._slot_count = {i: len(canaries.canaries[i].values) for i in self._facts}
         self.values = values or SlotValues(canaries)
         self._vectors = self._fact_vectors()
 
@@ -93,9 +93,9 @@ class SemanticDetector(Detector):
         low = max(0, min(h.start for h in hits) - reach)
         window = compacted[low : max(h.end for h in hits) + reach]
         # A value counts as there when found whole; a part of it (a family name) may still be the edited whole.
-        present = {h.slot for h in hits if h.end - h.start >= len(compact(canary.slots[h.slot]))}
+        present = {h.slot for h in hits if h.end - h.start >= len(compact(canary.values[h.slot]))}
         near = []
-        for slot, value in enumerate(canary.slots):
+        for slot, value in enumerate(canary.values):
             target = compact(value)
             if slot in present or len(target) < NEAR_MIN:
                 continue

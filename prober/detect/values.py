@@ -95,7 +95,7 @@ class SlotValues:
         for index in canaries.facts():
             canary = canaries.canaries[index]
             spelled = dict(canary.aliases)
-            for slot, value in enumerate(canary.slots):
+            for slot, value in enumerate(canary.values):
                 alias = spelled.get(slot, "")
                 if is_name(value, alias) or is_word_name(value):
                     self.names.add((index, slot))

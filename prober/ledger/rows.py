@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prober.incidents import Acknowledgement, Check, Incident, IncidentKey
+from prober.incidents import Acknowledgement, Incident, IncidentKey, Recheck
 from prober.ledger import details
 from prober.shingles import PromptShingles
 from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
@@ -22,13 +22,13 @@ FINDING_COLUMNS = ("created_at, target, record_id, kind, detector, severity, sco
 
 
 def canary_row(c: Canary) -> tuple[Any, ...]:
-    return (c.id, c.tenant, c.kind.value, c.text, c.probe_id, c.pack, json.dumps(list(c.slots)), c.created_at,
+    return (c.id, c.tenant, c.kind.value, c.text, c.probe_id, c.pack, json.dumps(list(c.values)), c.created_at,
             c.expires_at, c.embedding, c.embedding_model, json.dumps([list(a) for a in c.aliases]))
 
 
 def canary_of(row: Sequence[Any]) -> Canary:
     return Canary(id=row[0], tenant=row[1], kind=CanaryKind(row[2]), text=row[3], probe_id=row[4], pack=row[5],
-                  slots=tuple(json.loads(row[6])), created_at=row[7], expires_at=row[8],
+                  values=tuple(json.loads(row[6])), created_at=row[7], expires_at=row[8],
                   embedding=bytes(row[9]) if row[9] is not None else None, embedding_model=row[10],
                   aliases=tuple((int(i), str(a)) for i, a in json.loads(row[11])))
 
@@ -65,8 +65,8 @@ def incident_of(row: Sequence[Any]) -> Incident:
     return Incident(key_of(row), Severity(row[4]), row[5], row[6], row[7])
 
 
-def check_of(row: Sequence[Any]) -> Check:
-    return Check(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
+def check_of(row: Sequence[Any]) -> Recheck:
+    return Recheck(job=row[4], boundary=row[5], prompt_tokens=None if row[6] is None else int(row[6]),
                  last_found=row[7], last_clean=row[8])
 
 

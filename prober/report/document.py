@@ -14,7 +14,7 @@ from prober import __version__
 from prober.campaign.path import PathDoc
 from prober.campaign.plan import PlanDoc, PlannedDoc
 from prober.campaign.results import AuditResult, CheckDoc, CoverageDoc, ShapeDoc, SightDoc, StepResult, TargetReport
-from prober.campaign.survey import PreflightResult
+from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.incidents import Incident, IncidentDoc
 from prober.types import Finding, FindingDoc, FindingKind
@@ -200,7 +200,7 @@ def step_json(step: StepResult, check: str) -> StepDoc:
 
 
 def target_json(report: TargetReport) -> TargetDoc:
-    survey = report.survey or PreflightResult(report.name, report.url)
+    survey = report.survey or Survey(report.name, report.url)
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
             "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),

@@ -10,17 +10,18 @@ from prober.testbed.config import (
     build_config,
     load_config_file,
 )
-from prober.testbed.engine import Engine, EngineError
+from prober.testbed.engine import ReferenceEngine
+from prober.testbed.paging import EngineError
 from prober.testbed.server import TestbedServer
 
 __all__ = [
     "DEFAULT_TENANTS",
     "PRESETS",
-    "Engine",
     "EngineConfig",
     "EngineError",
     "Faults",
     "QuoteStyle",
+    "ReferenceEngine",
     "TestbedServer",
     "build_config",
     "load_config_file",

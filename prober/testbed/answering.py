@@ -20,9 +20,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from prober.testbed.config import EngineConfig
 from prober.testbed.delivery import Deliveries
-from prober.testbed.engine import Engine, EngineError, GenerationResult, check_context
+from prober.testbed.engine import ReferenceEngine, check_context
 from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
+from prober.testbed.paging import EngineError, GenerationResult
 from prober.testbed.protocol import ChatRequest, CompletionRequest
 from prober.testbed.tokenizer import TokenIds
 
@@ -54,7 +55,7 @@ def client_id(request: Request, body: ChatRequest | CompletionRequest) -> str | 
 
 
 class Answering:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ReferenceEngine) -> None:
         self.engine = engine
         self.config: EngineConfig = engine.config
         self.deliveries: Deliveries[GenerationResult] = Deliveries(engine.config.faults.keys_requests_by_client_id)

@@ -42,7 +42,7 @@ class Message(BaseModel):
 
     @property
     def text(self) -> str:
-        """Its text parts (an image becomes text only once the engine has seen it: Engine.see)."""
+        """Its text parts (an image becomes text only once the engine has seen it: MediaCache.see)."""
         if isinstance(self.content, str):
             return self.content
         return "".join(p.text for p in self.content if isinstance(p, TextPart))

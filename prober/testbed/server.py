@@ -30,8 +30,9 @@ from prober.malloc import cap_arenas
 from prober.testbed.answering import Answering, GenerationRoute
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
-from prober.testbed.engine import Engine, EngineError
+from prober.testbed.engine import ReferenceEngine
 from prober.testbed.media import MediaRefused
+from prober.testbed.paging import EngineError
 from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
 
 M = TypeVar("M", bound=BaseModel)
@@ -73,7 +74,7 @@ class _PoolCollector(Collector):
     SGLang's `--enable-metrics` or vLLM's (aborts, failed transfers, KV usage, running requests, prompt and
     cached tokens), so a prober's engine telemetry reads them as it would read that engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ReferenceEngine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -86,7 +87,7 @@ class _PoolCollector(Collector):
         yield started
 
     def _counted(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stats, usage = self.engine.stats, self.engine.prefill_pool.usage()
+        stats, usage = self.engine.stats, self.engine.paging.prefill_pool.usage()
         values = {"aborted": stats.aborted, "transfer_failed": stats.transfer_failed,
                   "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
                   "running": stats.running, "kv_usage": usage.tokens_used / usage.tokens_total}
@@ -102,7 +103,7 @@ class _PoolCollector(Collector):
                                   labels=["pool"])
         used = GaugeMetricFamily("leakprobe_testbed_kv_pool_used_tokens", "KV tokens held by requests",
                                  labels=["pool"])
-        for pool in (self.engine.prefill_pool, self.engine.decode_pool):
+        for pool in (self.engine.paging.prefill_pool, self.engine.paging.decode_pool):
             if pool is not None:
                 usage = pool.usage()
                 total.add_metric([pool.name], usage.tokens_total)
@@ -145,7 +146,7 @@ def parse(model: type[M], data: Any) -> M:
 class TestbedApp:
     """Routes bound to one engine and one metrics registry."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ReferenceEngine) -> None:
         self.engine = engine
         self.config: EngineConfig = engine.config
         self.answering = Answering(engine)
@@ -294,7 +295,7 @@ class TestbedServer:
 
     def __init__(self, config: EngineConfig, host: str = "127.0.0.1", port: int = 0) -> None:
         cap_arenas()  # requests run in worker threads; measured: RSS crept 177 -> 249 MB over 8 bursts without it
-        self.engine = Engine(config)
+        self.engine = ReferenceEngine(config)
         self.app = TestbedApp(self.engine)
         self._server = _Server(uvicorn.Config(
             self.app.app, host=host, port=port, log_level="warning", access_log=False,

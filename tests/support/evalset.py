@@ -167,7 +167,7 @@ def korean_in_english(canary: Canary, slots: dict[str, str], template: str, rng:
     """A Korean fact retold in English: the pack's romanized spellings (a person's two names in either
     order), translated words, the same numbers."""
     spelled = dict(slots)
-    distinctive = [n for n, v in slots.items() if v in canary.slots]
+    distinctive = [n for n, v in slots.items() if v in canary.values]
     for index, alias in canary.aliases:
         name = distinctive[index]
         if " " in alias and rng.random() < 0.5:
@@ -196,7 +196,7 @@ def spelled_otherwise(value: str, rng: random.Random) -> str:
 def korean_spelled_otherwise(canary: Canary, slots: dict[str, str], template: str, rng: random.Random) -> str:
     """A Korean fact retold in English with its names spelled another common way ("Tahk Yoon-sul", "Joon Doo")."""
     spelled = dict(slots)
-    distinctive = [n for n, v in slots.items() if v in canary.slots]
+    distinctive = [n for n, v in slots.items() if v in canary.values]
     for index, alias in canary.aliases:
         name, value = distinctive[index], slots[distinctive[index]]
         if " " in alias:  # a person: family name first in the value, apart in the alias

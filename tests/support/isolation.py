@@ -17,8 +17,9 @@ from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Run, perform
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.timing import TimingResult
-from prober.config import CrosstalkSettings, ProberConfig, TargetConfig, TimingSettings
+from prober.config import ProberConfig, TargetConfig
 from prober.ledger import open_ledger
+from prober.settings import CrosstalkSettings, TimingSettings
 from prober.targets import Secret
 from prober.targets.transport import Transport
 from prober.types import FindingKind

@@ -19,7 +19,7 @@ def sent_canaries(server: TestbedServer, key: bytes) -> set[str]:
     """Every MAC-valid canary token body left in the engine's pools: canaries that were sent to it."""
     engine = server.engine
     bodies: set[str] = set()
-    for pool in (engine.prefill_pool, engine.decode_pool):
+    for pool in (engine.paging.prefill_pool, engine.paging.decode_pool):
         if pool is None:
             continue
         text = tokenizer.decode(pool.read(range(pool.num_pages), pool.num_pages * pool.page_size))
