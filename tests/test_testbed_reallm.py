@@ -177,8 +177,9 @@ def prime_and_probe(server: TestbedServer, tenants: Tenants,
 
 # Greedy decoding over the victim's stale pages wrote the victim's material in 18 of 20 rounds measured here
 # (each with new canaries); the other two looped on the canary sentence's template or on the placeholder's
-# first token ("同时同时…"), as a real model may.  Three rounds all missing: ~1e-3.
-INCIDENT_ROUNDS = 3
+# first token ("同时同时…"), as a real model may.  Three rounds all missing (~1e-3) happened once in a full suite
+# under load (2026-12-05); five: ~1e-5.
+INCIDENT_ROUNDS = 5
 
 
 def test_incident_leaks_the_victims_canaries_to_another_tenant(engine: Callable[..., TestbedServer],

@@ -246,7 +246,7 @@ def test_request_ids_and_abort_retry_on_a_healthy_vllm(vllm: VllmServer, tmp_pat
         async with surveyed(vllm.url, secrets, tmp_path / f"{name}.sqlite", retries=2, **sections) as checking:
             return await run_check(name, checking)
 
-    ids = run(check("request-ids", request_ids=RequestIdSettings(max_tokens=48)))
+    ids = run(check("request-ids", request_ids=RequestIdSettings(max_tokens=96)))
     abort = run(check("abort-retry", abort_retry=AbortRetrySettings(max_tokens=48)))
     assert isinstance(ids, RequestIdResult) and isinstance(abort, AbortRetryResult)
     print(ids.summary(), ids.sight, "|", abort.summary(), abort.sight)
@@ -255,7 +255,8 @@ def test_request_ids_and_abort_retry_on_a_healthy_vllm(vllm: VllmServer, tmp_pat
     crossing = (FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_REQUEST_ECHO, FindingKind.PHANTOM_CACHE_HIT)
     crossed = [f for f in ids.findings + abort.findings if f.kind in crossing]
     assert not crossed, [f.describe() for f in crossed]
-    assert ids.sight is not None and ids.sight.echoed and abort.sight is not None and abort.sight.echoed
+    assert ids.sight is not None and ids.sight.echoed and abort.sight is not None and abort.sight.echoed, [
+        (s.step.id, s.answer.text[:160]) for s in ids.steps + abort.steps if s.step.role == "probe"]
 
 
 @pytest.mark.unit
