@@ -168,7 +168,7 @@ class AdaptersCheck(Check):
             result.own_echoed += 1
         asked = AdapterAsk(ask.round, ask.adapter, answer.streamed, ask.first)
         where = ProbeContext(answer.usage.prompt_tokens if answer.usage else None, BOUNDARY, answer.status)
-        if scanned.findings:
+        if scanned.crossed:
             result.foreign += 1
         return [replace(f, probe_id=f.probe_id or ask.id, context=where, evidence=adding(f.evidence, asked))
                 for f in scanned.findings]

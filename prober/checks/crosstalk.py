@@ -128,7 +128,7 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
             excerpt=f"the answer to {request.id} carries the canary of {hit.canary.probe_id}, another request of "
                     f"{request.tenant} in the same burst: answers were mixed between concurrent requests",
             evidence=(replace(burst, other_request=hit.canary.probe_id),)))
-    if strays or any(f.victim_tenant is not None for f in scanned.findings):  # another's canary, not an odd answer
+    if strays or scanned.crossed:
         result.foreign += 1
     return findings
 

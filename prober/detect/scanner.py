@@ -58,6 +58,12 @@ class ScanResult:
     own_echoes: list[Hit] = field(default_factory=list)  # positive controls
     unindexed: int = 0  # tokens whose MAC verifies but that no indexed canary is: minted elsewhere, moments ago
 
+    @property
+    def crossed(self) -> bool:
+        """Another tenant's canary is in the answer (a finding about the answer alone, foreign or garbled, names no
+        victim)."""
+        return any(f.victim_tenant is not None for f in self.findings)
+
 
 class Scanner:
     def __init__(
