@@ -148,12 +148,12 @@ def bench_exact_fuzzy(n: int, rng: random.Random) -> None:
                 found.update((i, f.canary_id or f.probe_id) for f in result.findings)
         return len(records)
 
-    scanner = Scanner(canaries, key=KEY, foreign=False)
+    scanner = Scanner(CanarySet(canaries, key=KEY), foreign=False)
     scanner_rate = rate(lambda: scan(scanner))
     line = (f"scanner (exact + fuzzy + fragment, escapes decoded): {scanner_rate:8,.0f} answers/s"
             f"   ratio to any(t in text) {scanner_rate / baseline:,.0f}x")
     if previous is not None:
-        before = previous.scanner(Scanner(canaries, key=KEY, foreign=False))
+        before = previous.scanner(Scanner(CanarySet(canaries, key=KEY), foreign=False))
         now, was = set(), set()
         scan(scanner, now)
         scan(before, was)

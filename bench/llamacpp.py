@@ -24,7 +24,7 @@ from collections import Counter
 from itertools import cycle, islice
 
 from prober.canaries.mint import Minter
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
@@ -62,7 +62,7 @@ async def false_positives(server: LlamaServer, answers: int) -> None:
     minter = Minter(ledger, KEY, embedder)
     own: dict[str, tuple[list[Canary], list[Canary]]] = {
         t: (minter.tokens(t, 40), minter.facts(t, 40)) for t in TENANTS}
-    scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=TENANTS, embedder=embedder)
+    scanner = Scanner(CanarySet(ledger.active_canaries(), key=KEY, tenants=TENANTS), embedder=embedder)
     rng = random.Random(7)
     by_severity: Counter[str] = Counter()
     by_kind: Counter[str] = Counter()
@@ -141,7 +141,7 @@ async def shared_pool(server: LlamaServer, rounds: int = 6) -> None:
                         mint=cycling(canaries), seed=r)
                 answers = await asyncio.gather(*(target.complete(Prompt(b.text, max_tokens=64), None)
                                                  for b in built.values()))
-                scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"])
+                scanner = Scanner(CanarySet(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"]))
                 for (tenant, b), answer in zip(built.items(), answers, strict=True):
                     outcomes[f"HTTP {answer.status}" + (f" {answer.error.kind.value}" if answer.error else "")] += 1
                     durations.append(answer.total_s)

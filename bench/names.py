@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from prober.canaries.packs import FactPack, load_pack
-from prober.detect import Scanner, fragment
+from prober.detect import CanarySet, Scanner, fragment
 from prober.detect.values import is_name, is_word_name
 from prober.evidence import Fragment, find
 from prober.types import Canary, CanaryKind, Record
@@ -140,7 +140,7 @@ def same_pool(packs: dict[str, FactPack], facts: int, count: int) -> None:
     canaries = [c for n, language in enumerate(("en", "ko")) for c in ledger(packs[language], facts, 100 + n)]
     held = {value.lower() for c in canaries for value in c.values} | \
            {a.lower() for c in canaries for _, a in c.aliases}
-    scanner = Scanner(canaries, key=KEY, foreign=False)
+    scanner = Scanner(CanarySet(canaries, key=KEY), foreign=False)
     for kind, language in (("en", "en"), ("ko", "ko"), ("ko-en", "ko")):
         findings: Counter[str] = Counter()
         collided = flagged = 0
@@ -157,7 +157,7 @@ def same_pool(packs: dict[str, FactPack], facts: int, count: int) -> None:
 def live(facts: int) -> None:
     """True name-only leaks at this ledger size, and how many of the ledger's names may attribute alone."""
     canaries = [c for n, language in enumerate(("en", "ko")) for c in ledger(load_pack(language), facts, 100 + n)]
-    scanner = Scanner(canaries, key=KEY, foreign=False)
+    scanner = Scanner(CanarySet(canaries, key=KEY), foreign=False)
     detector = next(d for d in scanner.detectors if isinstance(d, fragment.FragmentDetector))
     for language in ("en", "ko"):
         mine = [(i, s) for (i, s) in detector.values.names if canaries[i].pack == language]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prober.canaries.keys import resolve_key
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.shingles import PromptShingles, Shingler
@@ -111,9 +111,9 @@ def main() -> None:
     canaries = ledger.active_canaries(now=0.0)
     probes = {c.id: c.probe_id for c in canaries}
     key = resolve_key(ledger)
-    scanner = Scanner(canaries, key=key, tenants=sorted({c.tenant for c in canaries}),
-                      embedder=None if args.no_semantic else make_embedder(), foreign=True,
-                      prompts=sent_prompts(answers, truths, probes, key))
+    scanner = Scanner(CanarySet(canaries, key=key, tenants=sorted({c.tenant for c in canaries})),
+                      prompts=sent_prompts(answers, truths, probes, key),
+                      embedder=None if args.no_semantic else make_embedder(), foreign=True)
     tallies: dict[str, Tally] = defaultdict(Tally)
     detectors: Counter[str] = Counter()
     control_findings, wrong = [], []

@@ -29,6 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
 from prober.daemon import Daemon, load_settings
 from prober.daemon.http import make_app
 from prober.ledger import open_ledger
@@ -87,7 +88,7 @@ async def main(concurrent: int, rounds: int) -> None:
     settings = load_settings(config, {})
     ledger = open_ledger(settings.config.ledger)
     registry = CollectorRegistry()
-    daemon = Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=registry)
+    daemon = Daemon(settings, Minter(ledger, resolve_key(ledger)), registry=registry)
     await daemon.start()
     server, task, url = await serve(daemon, registry)
     try:

@@ -32,7 +32,7 @@ TARGET_DEADLINE = "the audit's deadline for this target"
 
 class Auditor:
     def __init__(self, config: ProberConfig, minter: Minter, secrets: Mapping[str, Secret | None], *,
-                 on_event: Listener = ignore, dry_run: bool = False, checks: Registry = REGISTRY) -> None:
+                 on_event: Listener = ignore, checks: Registry = REGISTRY) -> None:
         """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with; every
         secret (and the ledger's password) is scrubbed from whatever leaves it."""
         self.config = config
@@ -41,15 +41,15 @@ class Auditor:
         self.secrets = secrets
         self.minter = minter
         self.on_event = on_event
-        self.dry_run = dry_run
         self.checks = [check for check in checks if check.in_audit(config)]
         self.tokens_left = config.audit.token_budget
 
-    async def run(self) -> AuditResult:
-        result = AuditResult(dry_run=self.dry_run)
+    async def run(self, *, dry_run: bool = False) -> AuditResult:
+        """`dry_run`: survey and plan every target, spend nothing and send no probe."""
+        result = AuditResult(dry_run=dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
-        known = [] if self.dry_run else await asyncio.to_thread(self.ledger.active_canaries)
-        prompts = [] if self.dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
+        known = [] if dry_run else await asyncio.to_thread(self.ledger.active_canaries)
+        prompts = [] if dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
         tenants = [t.name for t in self.config.tenants]
         scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
                                           embedder=self.minter.embedder, prompts=prompts)
@@ -64,30 +64,30 @@ class Auditor:
                     continue
                 try:
                     with run_deadline(self.config.audit.target_deadline, TARGET_DEADLINE):
-                        await self._run_target(target_config, report, wiring)
+                        await self._run_target(target_config, report, wiring, dry_run)
                 except (TargetUnusable, PlanError, CountError, BuildError) as exc:
                     report.errors.append(str(exc))
                     self.on_event(TargetFailed(target_config.name, str(exc)))
         result.finished = time.time()
         return result
 
-    async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring) -> None:
+    async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring, dry_run: bool) -> None:
         """Under the target's deadline when one is given, else the survey's allowance and then one derived from
         what the checks plan."""
         settings = self.config.audit
         derived = settings.target_deadline is None
         async with Transport(cfg.policy(), self.scrubber) as transport:
-            ctx = TargetContext(cfg, transport, wiring, telemetry=not self.dry_run)
+            ctx = TargetContext(cfg, transport, wiring, telemetry=not dry_run)
             try:
                 with run_deadline(SURVEY_ALLOWANCE_S if derived else None, TARGET_DEADLINE):
-                    await ctx.survey(self.on_event, bisect_budget=0 if self.dry_run else settings.bisect_budget)
+                    await ctx.survey(self.on_event, bisect_budget=0 if dry_run else settings.bisect_budget)
             finally:
                 report.survey = ctx.surveyed
             run = Run(ctx, self.config, on_event=self.on_event)
             planned = [(check, check.planned(run)) for check in self.checks]
             report.planned = {check.name: p for check, p in planned}
-            self._spend(cfg, planned)
-            if self.dry_run:
+            self._spend(cfg, planned, dry_run)
+            if dry_run:
                 for plan in report.plans:
                     self.on_event(PlanReady(plan))
                 report.complete = True
@@ -101,13 +101,13 @@ class Auditor:
                 report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
             report.complete = not report.errors
 
-    def _spend(self, cfg: TargetConfig, planned: list[tuple[Check, Planned]]) -> None:
+    def _spend(self, cfg: TargetConfig, planned: list[tuple[Check, Planned]], dry_run: bool) -> None:
         """The audit's token budget, for everything the target's checks plan (raises PlanError, nothing sent)."""
         tokens = sum(p.tokens for _, p in planned)
         if tokens > self.tokens_left:
             raise PlanError(f"the plan for {cfg.name} needs {tokens:,} tokens, over the remaining budget of "
                             f"{self.tokens_left:,}; raise --token-budget or lower `rounds`")
-        if not self.dry_run:
+        if not dry_run:
             self.tokens_left -= tokens
 
     async def _checks(self, run: Run, planned: list[tuple[Check, Planned]], report: TargetReport) -> None:
@@ -127,9 +127,8 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
                     embedder: Embedder | None = None, on_event: Listener = ignore) -> AuditResult:
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event,
-                          dry_run=dry_run)
-        return await auditor.run()
+        auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event)
+        return await auditor.run(dry_run=dry_run)
     finally:
         ledger.close()
 

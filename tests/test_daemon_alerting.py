@@ -129,11 +129,12 @@ def _daemon(folder: Path) -> Daemon:
     from prometheus_client import CollectorRegistry
 
     from prober.canaries.keys import resolve_key
+    from prober.canaries.mint import Minter
     from prober.daemon import load_settings
 
     settings = load_settings(folder / "daemon.yaml", {})
     ledger = open_ledger(settings.config.ledger)
-    return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
+    return Daemon(settings, Minter(ledger, resolve_key(ledger)), registry=CollectorRegistry())
 
 
 @pytest.mark.parametrize("status", ["full", "redacted"])

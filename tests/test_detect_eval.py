@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.types import Canary, CanaryKind, FindingKind, Record
@@ -70,7 +70,7 @@ def _victim(embedder: Embedder, fact: tuple[str, tuple[str, ...]], own: str = ""
                     values=fact[1], created_at=0, expires_at=2**40)
     observer = [Canary(id="cn_own", tenant="tenant-a", kind=CanaryKind.FACT, text=own, pack="en",
                        values=tuple(v for v in fact[1] if v in own), created_at=0, expires_at=2**40)] if own else []
-    return Scanner([canary, *observer], embedder=embedder, foreign=False)
+    return Scanner(CanarySet([canary, *observer]), embedder=embedder, foreign=False)
 
 
 MORMAR = "It is recorded that the meeting with Mormar Brackwyn is set for room 7729-604 of the Enlystead archive."

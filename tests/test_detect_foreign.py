@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from prober.canaries import tokens
-from prober.detect import Detector, ForeignContentDetector, Scanner
+from prober.detect import CanarySet, Detector, ForeignContentDetector, Scanner
 from prober.testbed.styles import paraphrase
 from prober.types import FindingKind, Record, Severity
 from tests.support.keys import BEARER_A, BEARER_B
@@ -27,7 +27,7 @@ def test_other_tenants_plain_text_is_flagged_redacted(testbed: StartTestbed, pre
     text = answer["choices"][0]["text"]
     assert any(word in text for word in ("Harlow", "Meridian")) is leaks
 
-    result = Scanner([], foreign=True).scan(Record("r1", "tenant-b", text, prompt=b_prompt))
+    result = Scanner(CanarySet([]), foreign=True).scan(Record("r1", "tenant-b", text, prompt=b_prompt))
     foreign = [f for f in result.findings if f.kind is FindingKind.FOREIGN_CONTENT]
     assert bool(foreign) is leaks
     for finding in foreign:

@@ -11,7 +11,7 @@ import pytest
 
 from prober.canaries import tokens
 from prober.canaries.mint import Minter
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.embeddings import Embedder
 from prober.evidence import Fragment, FragmentKind
 from prober.ledger import open_ledger
@@ -34,7 +34,7 @@ def minted(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> dict
 
 
 def scanner(minted: dict[str, list[Canary]]) -> Scanner:
-    return Scanner([c for group in minted.values() for c in group], key=KEY, foreign=False)
+    return Scanner(CanarySet([c for group in minted.values() for c in group], key=KEY), foreign=False)
 
 
 def invented(groups: int) -> str:
@@ -107,7 +107,7 @@ def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
         return Canary(id=cid, tenant=tenant, kind=CanaryKind.FACT, values=(place, pet), expires_at=2**40,
                       text=f"The shipment is booked on barge KX-417 to {place}, with a lynx called {pet} aboard.")
     victim, own = fact("cn_v", "tenant-a", "Brackenfold", "Quilbra"), fact("cn_o", "tenant-b", "Ashvenwick", "Kenthal")
-    scan = Scanner([victim, own], key=KEY, foreign=False)
+    scan = Scanner(CanarySet([victim, own], key=KEY), foreign=False)
     for answer in ("The report says she was born in Brackenfold.", "The Brackenfold archive is closed."):
         findings = scan.scan(Record("r", "tenant-b", answer)).findings
         assert [(f.kind, f.severity, f.victim_tenant, f.canary_id) for f in findings] == [
@@ -115,7 +115,7 @@ def test_a_made_up_one_word_name_alone_is_a_warning_finding() -> None:
     quiet = ["Her pet Quilbra is fine.", "Born in Ashvenwick.", "Brackenfolds everywhere.", "Old Brackenfold Hall."]
     assert all(scan.scan(Record("r", "tenant-b", answer)).findings == [] for answer in quiet)
     assert scan.scan(Record("r", "tenant-b", "in Brackenfold", prompt="Brackenfold is far.")).findings == []
-    shared = Scanner([victim, fact("cn_c", "tenant-c", "Brackenfold", "Dru")], key=KEY, foreign=False)
+    shared = Scanner(CanarySet([victim, fact("cn_c", "tenant-c", "Brackenfold", "Dru")], key=KEY), foreign=False)
     assert shared.scan(Record("r", "tenant-b", "She was born in Brackenfold.")).findings == []
 
 
@@ -129,7 +129,7 @@ def test_a_korean_name_counts_with_another_value_or_alone_in_a_small_index(minte
     slot = next(i for i, a in spelled.items() if len(a.split()) == 2)
     other = next(v for i, v in enumerate(fact.values) if i != slot)
     more = Minter(open_ledger(":memory:"), KEY, embedder).facts("tenant-c", 34, language="ko", rng=random.Random(9))
-    scan = Scanner([c for group in minted.values() for c in group] + more, key=KEY, foreign=False)
+    scan = Scanner(CanarySet([c for group in minted.values() for c in group] + more, key=KEY), foreign=False)
     for name in (fact.values[slot], spelled[slot]):
         assert scan.scan(Record("r", "tenant-b", f"Someone called {name} wrote.")).findings == []
         findings = scan.scan(Record("r", "tenant-b", f"{name} 씨의 기록: {other}.")).findings
@@ -143,7 +143,7 @@ def test_a_korean_name_shaped_like_a_real_one_needs_another_value() -> None:
     as all the index holds, and counts with another value of its fact."""
     fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁하린 씨는 무진리에 삽니다.", pack="ko",
                   values=("탁하린", "무진리"), aliases=((0, "Tak Harin"), (1, "Mujinri")), expires_at=2**40)
-    scan = Scanner([fact], key=KEY, foreign=False)
+    scan = Scanner(CanarySet([fact], key=KEY), foreign=False)
     for name in ("Tak Harin", "탁하린"):
         assert scan.scan(Record("r", "tenant-b", f"A letter from {name} came.")).findings == []
         findings = scan.scan(Record("r", "tenant-b", f"A letter from {name} came, from Mujinri.")).findings
@@ -157,7 +157,7 @@ def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted:
     assert scan.scan(Record("r", "tenant-b", f"{name} again.", prompt=f"Quote: {name} lives here.")).findings == []
     twin = Canary(id="cn_twin", tenant="tenant-c", kind=CanaryKind.FACT, text=f"{name} owns a boat.",
                   values=(name,), expires_at=2**40)
-    shared = Scanner([fact, twin], key=KEY, foreign=False)
+    shared = Scanner(CanarySet([fact, twin], key=KEY), foreign=False)
     assert shared.scan(Record("r", "tenant-b", f"{name} again.")).findings == []
 
 
@@ -167,7 +167,7 @@ def test_a_name_the_prompt_holds_or_two_tenants_share_attributes_nothing(minted:
 def test_a_korean_name_counts_in_every_common_spelling(spelled: str) -> None:
     fact = Canary(id="cn_ko", tenant="tenant-a", kind=CanaryKind.FACT, text="탁윤슬도 씨는 무진리에 삽니다.", pack="ko",
                   values=("탁윤슬도", "무진리"), aliases=((0, "Tak Yunseuldo"), (1, "Mujinri")), expires_at=2**40)
-    scan = Scanner([fact], key=KEY, foreign=False)
+    scan = Scanner(CanarySet([fact], key=KEY), foreign=False)
     findings = scan.scan(Record("r", "tenant-b", f"The note was signed by {spelled} yesterday.")).findings
     assert [(f.detector, f.canary_id) for f in findings] == [("fragment", "cn_ko")]
     # Someone else whose name shares its letters: a longer name, or the given name inside another word.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prober.canaries import tokens
-from prober.detect import GarbledOutputDetector, Scanner
+from prober.detect import CanarySet, GarbledOutputDetector, Scanner
 from prober.detect.base import Hit
 from prober.detect.scanner import WINDOW_CHARS
 from prober.evidence import Garbled, find
@@ -89,7 +89,7 @@ def test_characters_no_text_holds() -> None:
 def test_scanner_reports_one_masked_warning_per_answer() -> None:
     salad = SALAD[0]
     long_answer = salad + " plain words" * (WINDOW_CHARS // 6) + salad  # two windows, garbled in each
-    results = Scanner([]).scan_many([Record("r1", "tenant-b", salad), Record("r2", "tenant-b", long_answer),
+    results = Scanner(CanarySet([])).scan_many([Record("r1", "tenant-b", salad), Record("r2", "tenant-b", long_answer),
                                      Record("r3", "tenant-b", HEALTHY[1])])
     for result in results[:2]:
         [finding] = result.findings
@@ -97,7 +97,7 @@ def test_scanner_reports_one_masked_warning_per_answer() -> None:
         assert finding.victim_tenant is None and finding.observer_tenant == "tenant-b"
         assert finding.redacted and "Greeting" not in finding.excerpt
     assert results[2].findings == []
-    assert Scanner([], foreign=False).scan(Record("r1", "tenant-b", salad)).findings == []
+    assert Scanner(CanarySet([]), foreign=False).scan(Record("r1", "tenant-b", salad)).findings == []
 
 
 def test_leakprobe_scan_reports_garbled_answers(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from prober.canaries.filler import load_filler
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.detect.verbatim import MIN_RUN_WORDS
 from prober.evidence import PromptRun
 from prober.shingles import SHINGLE, Shingler
@@ -29,7 +29,7 @@ def words(text: str, start: int, count: int) -> str:
 
 def scanner(*prompts: tuple[str, str, str]) -> Scanner:
     shingler = Shingler(KEY)
-    return Scanner([], key=KEY, foreign=False,
+    return Scanner(CanarySet([], key=KEY), foreign=False,
                    prompts=[shingler.record(text, tenant, probe, 0.0, 2e9) for tenant, probe, text in prompts])
 
 

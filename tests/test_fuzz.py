@@ -124,7 +124,7 @@ from collections.abc import Callable  # noqa: E402
 from prober.canaries import tokens as canary_tokens  # noqa: E402
 from prober.canaries.compact import compact  # noqa: E402
 from prober.canaries.hangul import romanization_key, romanization_key_positions  # noqa: E402
-from prober.detect import Scanner  # noqa: E402
+from prober.detect import CanarySet, Scanner  # noqa: E402
 from prober.escapes import unescape  # noqa: E402
 from prober.evidence import Escaped  # noqa: E402
 from prober.types import Canary, CanaryKind, Record  # noqa: E402
@@ -187,8 +187,8 @@ def test_every_encoding_decodes_back_and_each_character_maps_to_its_own_escape(t
 
 _KEY = b"f" * 32
 _TOKEN = canary_tokens.display(canary_tokens.mint_body(_KEY, "tenant-a", "p1"))
-_SCANNER = Scanner([Canary(id="c1", tenant="tenant-a", kind=CanaryKind.TOKEN, text=_TOKEN, expires_at=2**40)],
-                   key=_KEY, foreign=False)
+_SCANNER = Scanner(CanarySet([Canary(id="c1", tenant="tenant-a", kind=CanaryKind.TOKEN, text=_TOKEN, expires_at=2**40)],
+                             key=_KEY), foreign=False)
 
 
 @given(_PLAIN, _PLAIN, st.sampled_from(range(len(ENCODERS))))

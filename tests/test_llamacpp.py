@@ -21,7 +21,7 @@ from prober.audit import exit_code, run_audit
 from prober.canaries.mint import Minter
 from prober.cli import app
 from prober.config import assemble_config
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
 from prober.report import document
@@ -161,7 +161,7 @@ def test_positive_controls_own_echo_and_simulated_leak(llama: LlamaServer) -> No
     ledger = open_ledger(":memory:")
     minter = Minter(ledger, KEY)
     a_own, a_leaked = minter.tokens("tenant-a", 2)
-    scanner = Scanner(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"])
+    scanner = Scanner(CanarySet(ledger.active_canaries(), key=KEY, tenants=["tenant-a", "tenant-b"]))
 
     async def echo(text: str) -> str:
         async with Transport(REAL_ENGINE) as transport:

@@ -80,9 +80,9 @@ def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, obj
     stream = io.StringIO()
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, Minter(ledger, resolve_key(ledger)), secrets, dry_run=dry_run,
+        auditor = Auditor(config, Minter(ledger, resolve_key(ledger)), secrets,
                           on_event=AuditProgress(stream, interactive=False), checks=with_twice())
-        doc = document(asyncio.run(auditor.run()))
+        doc = document(asyncio.run(auditor.run(dry_run=dry_run)))
     finally:
         ledger.close()
     return dict(doc), stream.getvalue()

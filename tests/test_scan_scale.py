@@ -21,7 +21,7 @@ import pytest
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.forensics import ForensicReport, scan_file, scan_inputs
 from prober.ledger import open_ledger
 from prober.types import Record
@@ -97,7 +97,7 @@ def test_workers_find_what_one_process_finds_and_persist_it(tmp_path: Path, back
 def test_a_scanner_pickles_and_finds_the_same_elsewhere(tmp_path: Path) -> None:
     ledger = open_ledger(tmp_path / "l.sqlite")
     token = Minter(ledger, KEY).tokens("tenant-a", 1)[0]
-    scanner = Scanner(ledger.active_canaries(), key=resolve_key(ledger))
+    scanner = Scanner(CanarySet(ledger.active_canaries(), key=resolve_key(ledger)))
     record = Record("r", "tenant-b", f"see {token.text.replace('-', ' ')}")
     copy = pickle.loads(pickle.dumps(scanner))
     assert [f.canary_id for f in copy.scan(record).findings] == [f.canary_id for f in scanner.scan(record).findings]
@@ -111,7 +111,7 @@ def test_scanning_files_with_dask(tmp_path: Path) -> None:
     ledger_path = str(tmp_path / "l.sqlite")
     paths, planted = planted_logs(tmp_path, ledger_path, files=4, lines=600)
     ledger = open_ledger(ledger_path)
-    scanner = Scanner(ledger.active_canaries(), key=resolve_key(ledger))
+    scanner = Scanner(CanarySet(ledger.active_canaries(), key=resolve_key(ledger)))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=40) as cluster, distributed.Client(cluster) as client:
         shipped = client.scatter(scanner, broadcast=True)

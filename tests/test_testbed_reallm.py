@@ -24,7 +24,7 @@ import torch
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.ledger import open_ledger
 from prober.ledger.base import Ledger
 from prober.media.card import draw
@@ -135,8 +135,8 @@ class Tenants:
         return asyncio.run(self.builder.build(tokens, instruction=instruction, mint=mint, page_size=16, seed=seed))
 
     def scan(self, tenant: str, text: str) -> list[Any]:
-        scanner = Scanner(self.ledger.active_canaries(), key=self.key, tenants=("tenant-a", "tenant-b"),
-                          foreign=False)
+        known = CanarySet(self.ledger.active_canaries(), key=self.key, tenants=("tenant-a", "tenant-b"))
+        scanner = Scanner(known, foreign=False)
         return scanner.scan(Record("answer", tenant, text)).findings
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from prober.detect import Scanner
+from prober.detect import CanarySet, Scanner
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
 from prober.malloc import trim
@@ -49,8 +49,8 @@ class RunScanner:
 
     def refresh(self, known: Sequence[Canary]) -> None:
         """Replace the ledger's part (built here, in the caller's thread, then swapped in)."""
-        scanner = (Scanner(known, key=self.key, tenants=self.tenants, embedder=self.embedder, foreign=False,
-                           prompts=self._known_prompts) if known or self._known_prompts else None)
+        scanner = (Scanner(CanarySet(known, key=self.key, tenants=self.tenants), prompts=self._known_prompts,
+                           embedder=self.embedder, foreign=False) if known or self._known_prompts else None)
         ids = frozenset(c.id for c in known)
         with self._lock:
             self._known, self._known_ids, self._known_canaries = scanner, ids, list(known)
@@ -88,8 +88,8 @@ class RunScanner:
     def _pair(self) -> tuple[Scanner, Scanner | None]:
         with self._lock:
             if self._current is None:
-                self._current = Scanner(list(self._minted.values()), key=self.key, tenants=self.tenants,
-                                        embedder=self.embedder, prompts=self._new_prompts)
+                self._current = Scanner(CanarySet(list(self._minted.values()), key=self.key, tenants=self.tenants),
+                                        prompts=self._new_prompts, embedder=self.embedder)
             return self._current, self._known
 
     def scan(self, record: Record) -> ScanResult:

@@ -34,7 +34,7 @@ def scan(
 
     Exit 0 clean, 1 findings, 2 when nothing (or, with --strict, not everything) could be checked."""
     from prober.canaries.keys import resolve_key
-    from prober.detect import Scanner
+    from prober.detect import CanarySet, Scanner
     from prober.embeddings import make_embedder
     from prober.forensics import scan_inputs
     from prober.ledger import open_ledger
@@ -48,8 +48,8 @@ def scan(
     store = open_ledger(ledger)
     try:
         embedder = make_embedder(model, threshold=threshold) if semantic else None
-        scanner = Scanner(store.active_canaries(), key=resolve_key(store), tenants=tenant or (),
-                          embedder=embedder, redact=redact, prompts=store.prompt_shingles())
+        scanner = Scanner(CanarySet(store.active_canaries(), key=resolve_key(store), tenants=tenant or ()),
+                          prompts=store.prompt_shingles(), embedder=embedder, redact=redact)
         plain = all(name != "-" and not name.endswith(".gz") for name in inputs)
         with ScanProgress(sum(Path(n).stat().st_size for n in inputs) if plain else None) as progress:
             report = scan_inputs(inputs, scanner, store, workers=workers, progress=progress)

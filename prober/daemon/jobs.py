@@ -13,59 +13,20 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from prober.campaign import TargetContext
 from prober.campaign.events import Listener
 from prober.campaign.results import Sight
 from prober.campaign.wiring import Wiring
-from prober.checks import DEADLINE_BASE_S, PREFLIGHT, REGISTRY, SURVEY_ALLOWANCE_S, Check, Registry, Run, perform
-from prober.config import ProberConfig, TargetConfig
+from prober.checks import DEADLINE_BASE_S, PREFLIGHT, SURVEY_ALLOWANCE_S, Check, Run, perform
+from prober.config import TargetConfig
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
+from prober.daemon.outcomes import Failure, JobOutcome, Skip
+from prober.daemon.settings import Settings
 from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
 from prober.targets.bounds import deadline_passed, run_deadline
-
-
-class Failure(StrEnum):
-    """Why a job that started did not complete (`leakprobe_job_failures_total{reason}`)."""
-
-    UNUSABLE = "unusable"  # the target cannot be probed: unreachable, a credential refused
-    PLAN = "plan"  # no plan fits what the survey learned
-    PROMPT = "prompt"  # prompts could not be built to length
-    LEDGER = "ledger"  # a canary or finding could not be recorded
-    INCOMPLETE = "incomplete"  # some answers could not be observed
-    DEADLINE = "deadline"  # the job's deadline passed before it finished
-
-
-class Skip(StrEnum):
-    """Why a scheduled job did not start (`leakprobe_job_skips_total{reason}`); nothing was sent."""
-
-    BUDGET = "budget"  # the plan does not fit today's token budget
-    BUSY = "busy"  # its previous run is still going
-    MISSED = "missed"  # the scheduler woke too late for the slot
-    LEDGER = "ledger"  # the ledger does not take writes: nothing may be sent
-    LOCKED = "locked"  # another replica is running it
-    CLAIMED = "claimed"  # another replica ran it in this slot
-
-    @property
-    def turn_taken(self) -> bool:
-        """Another replica has the job: how replicas cooperate, not a problem."""
-        return self in (Skip.LOCKED, Skip.CLAIMED)
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    failure: Failure | None = None
-    skip: Skip | None = None
-    message: str = ""
-    tokens: int = 0
-    blind: bool | None = None  # answers came back and none carried its own canary (None: not a content check)
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None and self.skip is None
 
 
 class JobClock:
@@ -89,15 +50,15 @@ class TargetSession:
     """One target's transport and context; `retire()` closes them once the last running job is done.  Every
     request sent to the target goes to `on_exchange` (its health from every job's, those cut short)."""
 
-    def __init__(self, config: TargetConfig, wiring: Wiring, settings: ProberConfig, *, budget: TokenBudget,
-                 on_exchange: OnExchange, checks: Registry = REGISTRY) -> None:
-        """`settings`: the whole config, each check reading its own part of it."""
+    def __init__(self, config: TargetConfig, settings: Settings, wiring: Wiring, *, budget: TokenBudget,
+                 on_exchange: OnExchange) -> None:
+        """`settings`: the daemon's, its whole config (each check reads its own part) and the checks' registry."""
         self.config = config
-        self.settings = settings
-        self.checks = checks
+        self.settings = settings.config
+        self.checks = settings.checks
         self.budget = budget
         self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
-        self.context = TargetContext(config, self.transport, wiring, telemetry=settings.daemon.engine_telemetry)
+        self.context = TargetContext(config, self.transport, wiring, telemetry=self.settings.daemon.engine_telemetry)
         self._users = 0
         self._retired = False
         self._sights: dict[str, Sight] = {}  # each content check's last, by check

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prober import __version__
 from prober.campaign.results import StepResult
 from prober.daemon.incident_metrics import IncidentCollector
-from prober.daemon.jobs import Failure, Skip
+from prober.daemon.outcomes import Failure, Skip
 from prober.incidents import Incident
 from prober.settings import Links
 from prober.targets.result import Cut, ErrorKind

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from prober.daemon.jobs import Failure, JobOutcome, Skip
 from prober.daemon.metrics import Metrics
+from prober.daemon.outcomes import Failure, JobOutcome, Skip
 from prober.errors import LedgerError
 from prober.ledger import Ledger
 

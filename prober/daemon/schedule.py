@@ -17,7 +17,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from prober.checks import PREFLIGHT, Registry
-from prober.daemon.jobs import Skip
+from prober.daemon.outcomes import Skip
 from prober.errors import ConfigError
 from prober.ledger import JobLock, Ledger
 from prober.settings import DaemonSettings

@@ -42,9 +42,9 @@ from prober.daemon.schedule import JobScheduler, first_run
 from prober.daemon.settings import Settings, load_settings
 from prober.daemon.status import redact, status_document
 from prober.daemon.turns import InFlight, Turns
-from prober.embeddings import Embedder, make_embedder
+from prober.embeddings import make_embedder
 from prober.errors import LeakprobeError, StartupError
-from prober.ledger import Ledger, open_ledger
+from prober.ledger import open_ledger
 from prober.malloc import cap_arenas
 from prober.scrub import ScrubbingFilter
 
@@ -64,14 +64,16 @@ def open_daemon(path: Path | None, flags: dict[str, Any], registry: CollectorReg
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
     if embedder is not None:
         embedder.load()
-    return Daemon(settings, ledger, key=key, embedder=embedder, registry=registry or CollectorRegistry())
+    return Daemon(settings, Minter(ledger, key, embedder), registry=registry or CollectorRegistry())
 
 
 class Daemon:
-    def __init__(self, settings: Settings, ledger: Ledger, *, key: bytes, embedder: Embedder | None,
-                 registry: CollectorRegistry, clock: Clock = time.time) -> None:
+    def __init__(self, settings: Settings, minter: Minter, *, registry: CollectorRegistry,
+                 clock: Clock = time.time) -> None:
+        """`minter`: the ledger, the deployment key and the embedder, which every job mints and scans with."""
         self.settings = settings
-        self.ledger = ledger
+        self.ledger = ledger = minter.ledger
+        self.minter = minter
         self.clock = clock
         self.metrics = Metrics(registry)
         self.exposition = CachedExposition(registry)
@@ -79,7 +81,6 @@ class Daemon:
         self.records = JobRecords(ledger, self.metrics, clock, self.health.failed)
         self.housekeeper = Housekeeper(self.health, self.metrics, clock)
         self.turns = Turns(ledger, self.health, self.records, self.metrics, self.housekeeper, clock)
-        self.minter = Minter(ledger, key, embedder)
         self.log_filter = ScrubbingFilter(settings.scrubber)
         self.started = clock()
         self.stopping = asyncio.Event()
@@ -176,7 +177,7 @@ class Daemon:
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:
-            self.sessions[target.name] = TargetSession(target, wiring, config, budget=budget, checks=settings.checks,
+            self.sessions[target.name] = TargetSession(target, settings, wiring, budget=budget,
                                                        on_exchange=partial(self.metrics.exchanged, target.name))
             for job in settings.timetable.jobs:
                 last_run = await self.records.restore(target.name, job, self.started)

@@ -18,9 +18,10 @@ from prober.checks import PREFLIGHT
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
 from prober.daemon.housekeeping import Housekeeper
-from prober.daemon.jobs import JobOutcome, Skip, TargetSession
+from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
+from prober.daemon.outcomes import JobOutcome, Skip
 from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import take_turn
 from prober.errors import LedgerError

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from prober.canaries.compact import compact
@@ -66,24 +66,17 @@ class ScanResult:
 
 
 class Scanner:
-    def __init__(
-        self,
-        canaries: Sequence[Canary],
-        *,
-        key: bytes | None = None,
-        tenants: Iterable[str] = (),
-        embedder: Embedder | None = None,
-        foreign: bool = True,
-        redact: bool = True,
-        prompts: Sequence[PromptShingles] = (),
-    ) -> None:
-        """`prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key).  `foreign`:
+    def __init__(self, canaries: CanarySet, *, prompts: Sequence[PromptShingles] = (),
+                 embedder: Embedder | None = None, foreign: bool = True, redact: bool = True) -> None:
+        """`canaries`: what to look for, with the key that verifies tokens and the tenants whose tags are known.
+        `prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key).  `foreign`:
         also judge the answer itself -- content its prompt cannot explain, garbled output -- which needs no
         canary (a runner with two scanners over one answer judges it in one)."""
-        self.canary_set = CanarySet(canaries, key=key, tenants=tenants)
+        self.canary_set = canaries
         self.embedder = embedder
         self.redact = redact
-        self._made_with = (self.canary_set.canaries, key, tuple(tenants), embedder, foreign, redact, tuple(prompts))
+        self._made_with = (canaries.canaries, canaries.key, tuple(canaries.tenants), tuple(prompts), embedder,
+                           foreign, redact)
         values = SlotValues(self.canary_set)  # one index of fact values, shared
         patterns = PatternIndex(self.canary_set)  # and one of the patterns
         self.detectors: list[Detector] = [ExactDetector(self.canary_set, patterns),
@@ -91,8 +84,8 @@ class Scanner:
                                           FragmentDetector(self.canary_set, values, patterns)]
         if embedder is not None:
             self.detectors.append(SemanticDetector(self.canary_set, embedder, values))
-        if prompts and key is not None:
-            self.detectors.append(VerbatimDetector(prompts, key))
+        if prompts and canaries.key is not None:
+            self.detectors.append(VerbatimDetector(prompts, canaries.key))
         if foreign:
             self.detectors += [ForeignContentDetector(), GarbledOutputDetector()]
         self._by_name = {d.name: d for d in self.detectors}
@@ -198,10 +191,10 @@ class Scanner:
         )
 
 
-def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...], embedder: Embedder | None,
-             foreign: bool, redact: bool, prompts: tuple[PromptShingles, ...]) -> Scanner:
-    return Scanner(canaries, key=key, tenants=tenants, embedder=embedder, foreign=foreign, redact=redact,
-                   prompts=prompts)
+def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...],
+             prompts: tuple[PromptShingles, ...], embedder: Embedder | None, foreign: bool, redact: bool) -> Scanner:
+    return Scanner(CanarySet(canaries, key=key, tenants=tenants), prompts=prompts, embedder=embedder,
+                   foreign=foreign, redact=redact)
 
 
 def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:

@@ -14,6 +14,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from prober.canaries.keys import resolve_key
+from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Registry
 from prober.daemon import Daemon, load_settings
 from prober.daemon.http import make_app
@@ -32,7 +33,7 @@ def make_daemon(url: str, folder: Path, *, targets: list[dict[str, Any]] | None 
                                       **({"audit": audit} if audit else {})}))
     settings = load_settings(config, {}, checks)
     ledger = open_ledger(settings.config.ledger)
-    return Daemon(settings, ledger, key=resolve_key(ledger), embedder=None, registry=CollectorRegistry())
+    return Daemon(settings, Minter(ledger, resolve_key(ledger)), registry=CollectorRegistry())
 
 
 def sample(daemon: Daemon, name: str, **labels: str) -> float:

@@ -17,7 +17,7 @@ from prober.canaries import hangul, tokens
 from prober.canaries.filler import load_filler
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
-from prober.detect import Scanner, ScanResult
+from prober.detect import CanarySet, Scanner, ScanResult
 from prober.embeddings import Embedder
 from prober.ledger import Ledger
 from prober.types import Canary, CanaryKind, Record
@@ -399,5 +399,5 @@ def evaluate(embedder: Embedder, ledger: Ledger, key: bytes, clean: int = 1000) 
     observer = (minter.facts("tenant-b", 60, probe_id="p4", rng=random.Random(13))
                 + minter.facts("tenant-b", 30, probe_id="p4", language="ko", rng=random.Random(14)))
     cases = build(victim, observer, slots_of, templates_of, clean=clean)
-    scanner = Scanner(ledger.active_canaries(), key=key, embedder=embedder, foreign=False)
+    scanner = Scanner(CanarySet(ledger.active_canaries(), key=key), embedder=embedder, foreign=False)
     return Evaluation([(case, scanner.scan(case.record)) for case in cases])
