@@ -4,14 +4,13 @@ exit code out."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 
 from prober.campaign import AuditResult, TargetReport
 from prober.campaign.context import TargetContext
 from prober.campaign.events import Listener, PlanReady, TargetFailed, ignore
-from prober.campaign.scanning import RunScanner
+from prober.campaign.scanning import ledger_scanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
@@ -37,7 +36,6 @@ class Auditor:
         secret (and the ledger's password) is scrubbed from whatever leaves it."""
         self.config = config
         self.scrubber = scrubber_for(dict(secrets), ledger=config.ledger)
-        self.ledger = minter.ledger
         self.secrets = secrets
         self.minter = minter
         self.on_event = on_event
@@ -48,11 +46,7 @@ class Auditor:
         """`dry_run`: survey and plan every target, spend nothing and send no probe."""
         result = AuditResult(dry_run=dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
-        known = [] if dry_run else await asyncio.to_thread(self.ledger.active_canaries)
-        prompts = [] if dry_run else await asyncio.to_thread(self.ledger.prompt_shingles)
-        tenants = [t.name for t in self.config.tenants]
-        scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
-                                          embedder=self.minter.embedder, prompts=prompts)
+        scanner = await ledger_scanner(self.minter, [t.name for t in self.config.tenants], read=not dry_run)
         wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
         deadline = self.config.audit.deadline
         with run_deadline(deadline, "the audit's deadline"):

@@ -10,17 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
-from prober.checks.timing import (
-    PairDecision,
-    PairSamples,
-    check_decidable,
-    decide,
-    findings_of,
-    holm,
-    random_text,
-    smallest_p,
-    stouffer,
-)
+from prober.checks.timing import check_decidable, findings_of, random_text
+from prober.checks.timing_stats import PairDecision, PairSamples, decide, holm, smallest_p, stouffer
 from prober.config import TargetConfig, TenantConfig
 from prober.errors import PlanError
 from prober.evidence import SaltAsserted, TimingStatistics

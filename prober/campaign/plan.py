@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypedDict
+from typing import Literal
 
+from prober.campaign.documents import PlanDoc, PlannedDoc
 from prober.capacity.limits import Capacity
 from prober.errors import PlanError
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
@@ -153,42 +154,6 @@ class Plan:
 
 def _expect(served: bool) -> str:
     return "served" if served else "refused"
-
-
-class BoundaryDoc(TypedDict):
-    label: str
-    length: int
-    expect: str  # served | refused
-
-
-class ExchangeDoc(TypedDict):
-    id: str
-    victim: str
-    observer: str
-    concurrent: bool
-    same_text: bool
-    repeat: bool
-    prime_tokens: int
-    probe_tokens: int
-    boundary: str
-    stream: bool
-    ask: str
-    expect: str
-
-
-class PlanDoc(TypedDict):
-    target: str
-    tokens: int
-    boundaries: list[BoundaryDoc]
-    exchanges: list[ExchangeDoc]
-    fact_share: float
-
-
-class PlannedDoc(TypedDict):
-    tokens: int
-    requests: int
-    seconds: float
-    moot: str | None
 
 
 def acceptance_limit(capacity: Capacity) -> int | None:

@@ -7,8 +7,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TypedDict
 
+from prober.campaign.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
 from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Planned, Step
 from prober.campaign.survey import Survey
@@ -37,47 +37,6 @@ HINTS = {"refused": "check the model name, the gateway in front of the engine an
          "connect": "check the URL and the network path",
          "malformed": "the target does not answer as its API promises",
          "truncated": "the target cuts its answers off"}
-
-
-class TrialDoc(TypedDict):
-    shape: str
-    sent: int
-    served: int
-    echoed: int
-    error: str | None
-
-
-class ShapeDoc(TypedDict):
-    chosen: str
-    blind: bool
-    summary: str
-    trials: list[TrialDoc]
-
-
-class SightDoc(TypedDict):
-    checked: int
-    echoed: int
-    blind: bool
-
-
-class CoverageDoc(TypedDict):
-    planned: int
-    sent: int
-    observed: int
-    unobserved: dict[str, int]  # by outcome
-
-
-class CheckDoc(TypedDict):
-    check: str
-    requests: int
-    tokens: int
-    findings: int
-    sight: SightDoc | None
-    errors: list[str]
-    notes: list[str]
-    skipped: dict[str, str]
-    moot: str | None
-    summary: str
 
 
 @dataclass(kw_only=True)

@@ -10,9 +10,11 @@ outside the lock and swapped in under it, and a scan uses the pair it took.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 
+from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
 from prober.detect.scanner import ScanResult
 from prober.embeddings import Embedder
@@ -113,3 +115,12 @@ class RunScanner:
                 seen.add(span)
         result.own_echoes.extend(older.own_echoes)
         return result
+
+
+async def ledger_scanner(minter: Minter, tenants: Sequence[str], *, read: bool = True) -> RunScanner:
+    """A run's scanner over every canary and sent prompt the minter's ledger holds, read and indexed in worker
+    threads (`read=False`: over none, for a run that sends nothing and so scans nothing)."""
+    known = await asyncio.to_thread(minter.ledger.active_canaries) if read else []
+    prompts = await asyncio.to_thread(minter.ledger.prompt_shingles) if read else []
+    return await asyncio.to_thread(RunScanner, known, key=minter.key, tenants=tenants, embedder=minter.embedder,
+                                   prompts=prompts)

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from prober.campaign.plan import pairs
-from prober.campaign.scanning import RunScanner
+from prober.campaign.scanning import RunScanner, ledger_scanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
@@ -105,11 +105,7 @@ class Daemon:
     async def start(self) -> None:
         """Index the ledger's canaries, restore incidents, schedule every job (no socket, no signals)."""
         cap_arenas()  # scans and ledger writes run in worker threads
-        tenants = [t.name for t in self.config.tenants]
-        known = await asyncio.to_thread(self.ledger.active_canaries)
-        prompts = await asyncio.to_thread(self.ledger.prompt_shingles)
-        self.scanner = scanner = await asyncio.to_thread(RunScanner, known, key=self.minter.key, tenants=tenants,
-                                                         embedder=self.minter.embedder, prompts=prompts)
+        self.scanner = scanner = await ledger_scanner(self.minter, [t.name for t in self.config.tenants])
         self.metrics.process.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
         self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)

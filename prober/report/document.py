@@ -11,9 +11,9 @@ from enum import StrEnum
 from typing import TypedDict
 
 from prober import __version__
+from prober.campaign.documents import CheckDoc, CoverageDoc, PlanDoc, PlannedDoc, ShapeDoc, SightDoc
 from prober.campaign.path import PathDoc
-from prober.campaign.plan import PlanDoc, PlannedDoc
-from prober.campaign.results import AuditResult, CheckDoc, CoverageDoc, ShapeDoc, SightDoc, StepResult, TargetReport
+from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.incidents import Incident, IncidentDoc

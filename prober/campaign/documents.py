@@ -1,0 +1,83 @@
+"""The JSON shapes of plans and results as the report document carries them: what `to_json` returns, and what
+the renderers are type-checked against (prober/report/document.py builds the document from these)."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class BoundaryDoc(TypedDict):
+    label: str
+    length: int
+    expect: str  # served | refused
+
+
+class ExchangeDoc(TypedDict):
+    id: str
+    victim: str
+    observer: str
+    concurrent: bool
+    same_text: bool
+    repeat: bool
+    prime_tokens: int
+    probe_tokens: int
+    boundary: str
+    stream: bool
+    ask: str
+    expect: str
+
+
+class PlanDoc(TypedDict):
+    target: str
+    tokens: int
+    boundaries: list[BoundaryDoc]
+    exchanges: list[ExchangeDoc]
+    fact_share: float
+
+
+class PlannedDoc(TypedDict):
+    tokens: int
+    requests: int
+    seconds: float
+    moot: str | None
+
+
+class TrialDoc(TypedDict):
+    shape: str
+    sent: int
+    served: int
+    echoed: int
+    error: str | None
+
+
+class ShapeDoc(TypedDict):
+    chosen: str
+    blind: bool
+    summary: str
+    trials: list[TrialDoc]
+
+
+class SightDoc(TypedDict):
+    checked: int
+    echoed: int
+    blind: bool
+
+
+class CoverageDoc(TypedDict):
+    planned: int
+    sent: int
+    observed: int
+    unobserved: dict[str, int]  # by outcome
+
+
+class CheckDoc(TypedDict):
+    check: str
+    requests: int
+    tokens: int
+    findings: int
+    sight: SightDoc | None
+    errors: list[str]
+    notes: list[str]
+    skipped: dict[str, str]
+    moot: str | None
+    summary: str
