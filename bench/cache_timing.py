@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from prober.checks.timing import TimingResult, check_timing
+from prober.config.sections import TimingSettings
 from prober.prompts import detect_counter
-from prober.settings import TimingSettings
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
 from prober.targets.credentials import Secret
 from prober.targets.telemetry import EngineTelemetry

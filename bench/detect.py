@@ -34,9 +34,9 @@ from prober.detect import CanarySet, Detector, ExactDetector, FragmentDetector, 
 from prober.detect.base import BATCH
 from prober.detect.patterns import PatternIndex
 from prober.detect.verbatim import VerbatimDetector
+from prober.domain.types import Canary, CanaryKind, Record
 from prober.embeddings import DEFAULT_MODEL, MINILM, make_embedder
-from prober.shingles import Shingler
-from prober.types import Canary, CanaryKind, Record
+from prober.text.shingles import Shingler
 
 KEY = b"bench-key-000000000000000000000000"
 

@@ -38,13 +38,13 @@ from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import Run
 from prober.checks.shapes import shaped
-from prober.config import parse_config
+from prober.config.schema import parse_config
+from prober.domain.types import FindingKind
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
-from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
-from prober.types import FindingKind
+from prober.text.scrub import Scrubber
 from tests.support.vllm import VllmServer, ensure_installed
 
 THRESHOLD = 256  # the drill's claim_over_tokens, declared as the pool

@@ -28,7 +28,7 @@ from typing import Any
 
 from prober.canaries.packs import load_pack
 from prober.detect.foreign import ForeignContentDetector
-from prober.types import Record
+from prober.domain.types import Record
 from tests.support.llamacpp import cache_dir
 
 ANSWERS = cache_dir() / "gemma-answers.jsonl"

@@ -372,7 +372,7 @@ def reporters_rule(text: str) -> bool:
 
 def score(args: argparse.Namespace) -> None:
     from prober.detect.garbled import GarbledOutputDetector
-    from prober.types import Record
+    from prober.domain.types import Record
 
     detector = GarbledOutputDetector()
     detector.detect(Record("", "", "é"), "")  # the script table, built once

@@ -25,12 +25,12 @@ from itertools import cycle, islice
 
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
+from prober.domain.types import Canary, Record, Severity
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder, detect_counter
 from prober.prompts.builder import MintCanaries
 from prober.targets import Api, Completion, OpenAICompatible, Prompt, Transport, TransportPolicy
-from prober.types import Canary, Record, Severity
 from tests.support.llamacpp import LlamaServer, cache_dir, ensure_installed
 
 KEY = b"bench-llama-key-bench-llama-key!"

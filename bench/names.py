@@ -35,8 +35,8 @@ import yaml
 from prober.canaries.packs import FactPack, load_pack
 from prober.detect import CanarySet, Scanner, fragment
 from prober.detect.values import is_name, is_word_name
-from prober.evidence import Fragment, find
-from prober.types import Canary, CanaryKind, Record
+from prober.domain.evidence import Fragment, find
+from prober.domain.types import Canary, CanaryKind, Record
 from tests.support.evalset import KO_TO_EN, korean_in_english  # the evaluation set's retelling
 
 BEFORE = "fb1e52b"  # the packs and the name rule before issue #43

@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from prober.canaries.filler import load_filler
 from prober.canaries.mint import Minter
+from prober.domain.types import Canary
 from prober.ledger import open_ledger
 from prober.prompts import LocalCounter, PromptBuilder
 from prober.testbed import tokenizer
-from prober.types import Canary
 
 TARGET = 1_048_576
 

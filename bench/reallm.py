@@ -55,6 +55,7 @@ import torch
 from prober.campaign.planting import ASKED, PRIME_INSTRUCTION, fact_samples
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
+from prober.domain.types import Canary, CanaryKind
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.prompts import PromptBuilder
@@ -66,7 +67,6 @@ from prober.testbed.lm.gemma import PagedKV, RequestKV
 from prober.testbed.lm.runtime import Decoding, GemmaVocabulary, load_weights, sample
 from prober.testbed.protocol import Message
 from prober.testbed.tokenizer import PLACEHOLDER_TOKEN
-from prober.types import Canary, CanaryKind
 
 PAGE = 16
 SIZES = (8, 32, 128)  # pages attended

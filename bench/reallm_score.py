@@ -34,10 +34,10 @@ from typing import Any
 
 from prober.canaries.keys import resolve_key
 from prober.detect import CanarySet, Scanner
+from prober.domain.types import Finding, FindingKind, Record
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
-from prober.shingles import PromptShingles, Shingler
-from prober.types import Finding, FindingKind, Record
+from prober.text.shingles import PromptShingles, Shingler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reallm import material  # the generator's oracle: one definition of "victim material"

@@ -56,7 +56,7 @@ def canaries_for(folder: Path, count: int) -> Path:
 LEDGER_WRITER = """
 import json, sys
 from prober.ledger import open_ledger
-from prober.types import Canary, CanaryKind
+from prober.domain.types import Canary, CanaryKind
 path, saved, key = sys.argv[1:]
 ledger = open_ledger(path)
 ledger.set_meta_if_absent("canary_key", key)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import quote
 
-from prober.scrub import Scrubber
+from prober.text.scrub import Scrubber
 
 
 class LiteralScrubber:

@@ -30,13 +30,13 @@ from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.capacity.limits import Capacity, Known
 from prober.checks import PREFLIGHT, REGISTRY, Run
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
 from prober.daemon.schedule import Timetable
+from prober.domain.types import Severity
 from prober.ledger import open_ledger
-from prober.scrub import Scrubber
 from prober.targets.transport import Transport
 from prober.testbed import TestbedServer, build_config
-from prober.types import Severity
+from prober.text.scrub import Scrubber
 from tests.support.cli import invoke
 from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.testbed import SMALL

@@ -17,8 +17,8 @@ import httpx
 
 from prober.campaign.results import CheckResult
 from prober.checks.abort_retry import AbortRetryResult
+from prober.domain.types import FindingKind
 from prober.testbed import TestbedServer
-from prober.types import FindingKind
 from tests.support.isolation import TESTBED_KEYS, run_check, surveyed
 from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.testbed import SMALL, StartTestbed

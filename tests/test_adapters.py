@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from prober.adapters.recipe import PREFIX_CHARS, Recipe, examples
-from prober.audit import Auditor
+from prober.app.audit import Auditor
 from prober.campaign import AuditResult
 from prober.canaries import tokens
 from prober.canaries.adapters import TRIGGER, adapter_canary, canary_text
@@ -25,14 +25,14 @@ from prober.canaries.keys import KEY_ENV, resolve_key, shared_key
 from prober.canaries.mint import Minter
 from prober.checks import Registry
 from prober.checks.adapters import AdaptersCheck, AdaptersResult
-from prober.config import ProberConfig, parse_config
-from prober.errors import ConfigError
-from prober.evidence import AdapterAsk, find
+from prober.config.schema import ProberConfig, parse_config
+from prober.domain.errors import ConfigError
+from prober.domain.evidence import AdapterAsk, find
+from prober.domain.types import FindingKind
 from prober.ledger import open_ledger
 from prober.targets import Prompt
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import ADAPTERS
-from prober.types import FindingKind
 from tests.support.cli import invoke
 from tests.support.keys import BEARER_A, KEYS
 from tests.support.mockhttp import Routes, ask, send

@@ -17,12 +17,12 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 
-from prober.audit import exit_code, run_audit
-from prober.config import assemble_config
+from prober.app.audit import exit_code, run_audit
+from prober.config.schema import assemble_config
+from prober.domain.types import FindingKind, Severity
 from prober.ledger import open_ledger
 from prober.report import ReportFormat
 from prober.targets import Secret
-from prober.types import FindingKind, Severity
 from tests.support.cli import command, invoke
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment
 from tests.support.keys import KEYS

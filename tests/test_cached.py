@@ -10,13 +10,13 @@ import pytest
 
 from prober.campaign.cached import CacheExplainer
 from prober.campaign.plan import Step
-from prober.evidence import CacheUsage
+from prober.domain.evidence import CacheUsage
+from prober.domain.types import FindingKind, Severity
 from prober.prompts import BuiltPrompt, LocalCounter
 from prober.targets.credentials import Secret
 from prober.targets.outbox import Outbox, common_prefix
 from prober.targets.result import Completion, Usage
 from prober.testbed import tokenizer
-from prober.types import FindingKind, Severity
 
 pytestmark = pytest.mark.unit
 

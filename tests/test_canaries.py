@@ -12,7 +12,7 @@ from prober.canaries.compact import compact, original_span
 from prober.canaries.filler import load_filler
 from prober.canaries.packs import languages, load_pack
 from prober.detect import CanarySet, ExactDetector, FuzzyDetector
-from prober.types import Canary, CanaryKind, Record
+from prober.domain.types import Canary, CanaryKind, Record
 
 pytestmark = pytest.mark.unit
 

@@ -16,15 +16,15 @@ from prober.canaries.mint import Minter
 from prober.capacity import Capacity, Known, assess, introspect
 from prober.capacity.bisect import bisect_accept_limit
 from prober.cli import app
-from prober.config import CapacityHints, assemble_config
-from prober.errors import ConfigError
+from prober.config.schema import CapacityHints, assemble_config
+from prober.domain.errors import ConfigError
+from prober.domain.types import Severity
 from prober.ledger import open_ledger
 from prober.prompts import EndpointCounter, LocalCounter, PromptBuilder, UsageCounter, detect_counter
 from prober.prompts.costs import SegmentCosts
 from prober.targets import OpenAICompatible, Prompt, Secret, Transport, TransportPolicy
 from prober.targets.api import Api
 from prober.testbed import tokenizer
-from prober.types import Severity
 from tests.support.aio import run
 from tests.support.mockhttp import Route, Routes, send
 from tests.support.policies import FAST

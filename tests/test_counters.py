@@ -9,9 +9,9 @@ import random
 import pytest
 
 from prober.campaign.counters import CounterEvidence, rate_test
-from prober.evidence import Change, CounterTest
+from prober.domain.evidence import Change, CounterTest
+from prober.domain.types import FindingKind, ProbeContext, Severity
 from prober.targets.telemetry import Background, Reading, Window, incomparable
-from prober.types import FindingKind, ProbeContext, Severity
 
 pytestmark = pytest.mark.unit
 

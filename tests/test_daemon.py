@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from prober.daemon.budget import utc_day
-from prober.evidence import EngineCounters
+from prober.domain.evidence import EngineCounters
 from prober.ledger import open_ledger
 from tests.support.crash import assert_nothing_lost, kill_at_random_moment, printed_findings
 from tests.support.daemonproc import DaemonProcess, daemon_config

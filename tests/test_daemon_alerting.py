@@ -14,11 +14,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from prober.daemon import Daemon
-from prober.incidents import IncidentKey
+from prober.domain.incidents import IncidentKey
+from prober.domain.types import FindingKind
 from prober.ledger import open_ledger
 from prober.targets.result import ErrorKind
 from prober.testbed import TestbedServer, build_config
-from prober.types import FindingKind
 from tests.support.cli import invoke
 from tests.support.daemonproc import daemon_config
 from tests.support.daemons import make_daemon, sample, scenario, until

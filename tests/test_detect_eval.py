@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from prober.detect import CanarySet, Scanner
+from prober.domain.types import Canary, CanaryKind, FindingKind, Record
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
-from prober.types import Canary, CanaryKind, FindingKind, Record
 from tests.support import evalset
 
 KEY = bytes(range(32))

@@ -7,8 +7,8 @@ import pytest
 
 from prober.canaries import tokens
 from prober.detect import CanarySet, Detector, ForeignContentDetector, Scanner
+from prober.domain.types import FindingKind, Record, Severity
 from prober.testbed.styles import paraphrase
-from prober.types import FindingKind, Record, Severity
 from tests.support.keys import BEARER_A, BEARER_B
 from tests.support.testbed import SMALL, StartTestbed
 

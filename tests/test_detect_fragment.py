@@ -12,10 +12,10 @@ import pytest
 from prober.canaries import tokens
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
+from prober.domain.evidence import Fragment, FragmentKind
+from prober.domain.types import Canary, CanaryKind, FindingKind, Record, Severity
 from prober.embeddings import Embedder
-from prober.evidence import Fragment, FragmentKind
 from prober.ledger import open_ledger
-from prober.types import Canary, CanaryKind, FindingKind, Record, Severity
 
 KEY = bytes(range(32))
 

@@ -11,9 +11,9 @@ from prober.canaries import tokens
 from prober.detect import CanarySet, GarbledOutputDetector, Scanner
 from prober.detect.base import Hit
 from prober.detect.scanner import WINDOW_CHARS
-from prober.evidence import Garbled, find
+from prober.domain.evidence import Garbled, find
+from prober.domain.types import FindingKind, Record, Severity
 from prober.testbed.styles import disguise
-from prober.types import FindingKind, Record, Severity
 from tests.support.cli import mint, run, write_jsonl
 
 # Gemma 3 270M (the reference engine's real-LM forward) decoding over pages whose second halves hold noise, as

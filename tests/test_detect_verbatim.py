@@ -11,9 +11,9 @@ import pytest
 from prober.canaries.filler import load_filler
 from prober.detect import CanarySet, Scanner
 from prober.detect.verbatim import MIN_RUN_WORDS
-from prober.evidence import PromptRun
-from prober.shingles import SHINGLE, Shingler
-from prober.types import FindingKind, Record, Severity
+from prober.domain.evidence import PromptRun
+from prober.domain.types import FindingKind, Record, Severity
+from prober.text.shingles import SHINGLE, Shingler
 
 pytestmark = pytest.mark.unit
 

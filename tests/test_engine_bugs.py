@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from prober.audit import run_audit
+from prober.app.audit import run_audit
 from prober.campaign import AuditResult
 from prober.canaries.adapters import canary_text
 from prober.canaries.keys import KEY_ENV, shared_key
-from prober.config import TargetConfig, assemble_config
+from prober.config.schema import TargetConfig, assemble_config
+from prober.domain.types import FindingKind
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
-from prober.types import FindingKind
 from tests.support.keys import KEYS
 from tests.support.testbed import SMALL, StartTestbed
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from prober.codec import JSON
-from prober.evidence import (
+from prober.domain.codec import JSON
+from prober.domain.evidence import (
     TYPES,
     AdapterAsk,
     Burst,
@@ -38,8 +38,8 @@ from prober.evidence import (
     adding,
     of_json,
 )
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.ledger import details
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 pytestmark = pytest.mark.unit
 

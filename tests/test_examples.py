@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from prober.config import ProberConfig, parse_config
+from prober.config.schema import ProberConfig, parse_config
 from prober.testbed import TestbedServer, build_config, load_config_file
 from tests.support.cli import invoke
 from tests.support.keys import BEARER_A

@@ -19,16 +19,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from prober.config import load_config, parse_config
-from prober.errors import ConfigError
-from prober.forensics import ForensicReport, parse, read_batches
-from prober.scrub import Scrubber
+from prober.app.forensics import ForensicReport, parse, read_batches
+from prober.config.schema import load_config, parse_config
+from prober.domain.errors import ConfigError
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
 from prober.targets.decoding import STEP, BoundedDecoder, DecodingError
 from prober.targets.result import Completion
 from prober.targets.sse import SSEDecoder
 from prober.targets.transport import HTTPExchange
+from prober.text.scrub import Scrubber
 from tests.support.hostile import ENCODERS as ECHOES
 from tests.support.hostile import key_traces
 
@@ -117,7 +117,7 @@ def test_any_mapping_is_a_config_or_a_config_error(data: dict[str, Any]) -> None
         assert "\n" not in str(exc)
 
 
-# -- decoders: text escapes undone before detection and scrubbing (prober/escapes.py) --------------------------
+# -- decoders: text escapes undone before detection and scrubbing (prober/text/escapes.py) --------------------------
 
 from collections.abc import Callable  # noqa: E402
 
@@ -125,9 +125,9 @@ from prober.canaries import tokens as canary_tokens  # noqa: E402
 from prober.canaries.compact import compact  # noqa: E402
 from prober.canaries.hangul import romanization_key, romanization_key_positions  # noqa: E402
 from prober.detect import CanarySet, Scanner  # noqa: E402
-from prober.escapes import unescape  # noqa: E402
-from prober.evidence import Escaped  # noqa: E402
-from prober.types import Canary, CanaryKind, Record  # noqa: E402
+from prober.domain.evidence import Escaped  # noqa: E402
+from prober.domain.types import Canary, CanaryKind, Record  # noqa: E402
+from prober.text.escapes import unescape  # noqa: E402
 
 _ESCAPY = st.text(alphabet=st.sampled_from("&#%\\xXuU{};0123456789abcdefABCDEF:nt/\"'가 LPK-"), max_size=80)
 _PLAIN = st.text(alphabet=st.characters(blacklist_characters="&%\\", codec="utf-8"), max_size=60)

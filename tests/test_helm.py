@@ -254,7 +254,7 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
     from pydantic import BaseModel
 
     from prober.checks import REGISTRY
-    from prober.config import ProberConfig, TargetConfig, TenantConfig
+    from prober.config.schema import ProberConfig, TargetConfig, TenantConfig
 
     def keys(schema: dict[str, Any], model: type[BaseModel], skip: tuple[str, ...] = ()) -> None:
         assert schema["additionalProperties"] is False, model.__name__

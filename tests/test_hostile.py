@@ -19,7 +19,7 @@ import pytest
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import open_ledger
 from tests.support.hostile import (
     assert_no_key,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.incidents import (
+from prober.domain.incidents import (
     Acknowledgement,
     Closure,
     Incident,
@@ -20,9 +20,9 @@ from prober.incidents import (
     RunChecks,
     Sighting,
 )
+from prober.domain.types import FindingKind, Severity
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import MIGRATIONS
-from prober.types import FindingKind, Severity
 from tests.support.ledgers import OpenLedger, finding
 
 KEY = IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob")

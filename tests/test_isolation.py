@@ -23,8 +23,8 @@ from prober.checks import REGISTRY
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.request_ids import RequestIdResult
 from prober.checks.slots import BOUNDARY
-from prober.settings import AbortRetrySettings, RequestIdSettings, SlotSettings, TimingSettings
-from prober.types import FindingKind
+from prober.config.sections import AbortRetrySettings, RequestIdSettings, SlotSettings, TimingSettings
+from prober.domain.types import FindingKind
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, run_check, surveyed, timing
 from tests.support.llamacpp import Installation, LlamaServer
@@ -66,7 +66,7 @@ class Spy:
 
 sys.meta_path.insert(0, Spy())
 from tests.support.isolation import TESTBED_KEYS, timing
-from prober.settings import TimingSettings
+from prober.config.sections import TimingSettings
 timing(sys.argv[1], TESTBED_KEYS, Path(sys.argv[2]), TimingSettings(samples=10, prompt_tokens=200))
 print("on the event loop" if any(importers) else "in a worker" if importers else "never")
 """

@@ -22,18 +22,25 @@ MAX_INIT_PARAMETERS = 6  # besides self
 FORBIDDEN = {
     "prober.detect": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "httpx"),
     "prober.targets": ("prober.detect", "prober.campaign", "prober.daemon", "prober.cli", "prober.config",
-                       "prober.settings", "prober.canaries", "prober.report"),
+                       "prober.canaries", "prober.report", "prober.app"),
     "prober.canaries": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "httpx"),
     "prober.ledger": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
-    "prober.campaign": ("prober.checks", "prober.audit", "prober.daemon", "prober.cli", "prober.report"),
-    "prober.checks": ("prober.audit", "prober.daemon", "prober.cli", "prober.report"),
+    "prober.campaign": ("prober.checks", "prober.app", "prober.daemon", "prober.cli", "prober.report"),
+    "prober.checks": ("prober.app", "prober.daemon", "prober.cli", "prober.report"),
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
     "prober.daemon": ("prober.cli",),
+    "prober.app": ("prober.daemon", "prober.cli"),
     "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.adapters": ("prober.targets", "prober.campaign", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
     "prober.media": ("prober.targets", "prober.campaign", "prober.checks", "prober.testbed", "prober.detect",
                      "prober.daemon", "prober.cli", "httpx"),
 }
+
+# the floors: the domain imports no other package of prober; text and infra only the domain
+PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
+FORBIDDEN |= {"prober.domain": tuple(f"prober.{p}" for p in PACKAGES if p != "domain"),
+              "prober.text": tuple(f"prober.{p}" for p in PACKAGES if p not in ("text", "domain")),
+              "prober.infra": tuple(f"prober.{p}" for p in PACKAGES if p not in ("infra", "domain"))}
 
 
 def modules() -> dict[str, Path]:

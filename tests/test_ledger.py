@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import SCHEMA_VERSION
 
@@ -67,7 +67,7 @@ def test_ledger_is_wal_and_versioned(tmp_path: Path) -> None:
 
 def test_key_is_created_once_and_env_key_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from prober.canaries.keys import KEY_ENV, resolve_key
-    from prober.errors import CanaryKeyError
+    from prober.domain.errors import CanaryKeyError
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     ledger = open_ledger(tmp_path / "l.sqlite")

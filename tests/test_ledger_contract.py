@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from prober.canaries.mint import Minter
-from prober.errors import LedgerError
-from prober.evidence import Change, EngineCounters, Exchange, Fragment, FragmentKind, SaltAsserted
-from prober.incidents import IncidentKey
+from prober.domain.errors import LedgerError
+from prober.domain.evidence import Change, EngineCounters, Exchange, Fragment, FragmentKind, SaltAsserted
+from prober.domain.incidents import IncidentKey
+from prober.domain.types import Canary, CanaryKind, FindingKind, Severity
 from prober.ledger import Ledger, is_shared, open_ledger
 from prober.ledger.rows import FINDING_COLUMNS, finding_row
-from prober.shingles import Shingler
-from prober.types import Canary, CanaryKind, FindingKind, Severity
+from prober.text.shingles import Shingler
 from tests.support.ledgers import OpenLedger, finding
 from tests.support.postgres import PostgresServer
 

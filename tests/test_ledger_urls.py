@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from prober.domain.types import CanaryKind, FindingKind
 from prober.ledger import open_ledger
-from prober.types import CanaryKind, FindingKind
 from tests.support.cli import run
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.keys import TENANT_ARGS

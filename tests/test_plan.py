@@ -6,7 +6,7 @@ import pytest
 
 from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, cache_plan, make_plan, pairs
 from prober.capacity import Capacity, Known
-from prober.errors import PlanError
+from prober.domain.errors import PlanError
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prober.audit import Auditor
+from prober.app.audit import Auditor
+from prober.app.progress import AuditProgress
 from prober.campaign.context import record
 from prober.campaign.events import CheckDone
 from prober.campaign.plan import Aim, Plan, Planned, Step
@@ -20,10 +21,9 @@ from prober.campaign.results import CheckResult
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Check, Registry, Run
-from prober.config import ProberConfig, parse_config
-from prober.errors import ConfigError
+from prober.config.schema import ProberConfig, parse_config
+from prober.domain.errors import ConfigError
 from prober.ledger import open_ledger
-from prober.progress import AuditProgress
 from prober.report import document
 from prober.targets.credentials import Secret
 from tests.support.daemons import make_daemon, sample, scenario, until

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from prober.incidents import IncidentKey
+from prober.domain.incidents import IncidentKey
+from prober.domain.types import Canary, CanaryKind, Finding, FindingKind
 from prober.ledger import open_ledger
-from prober.types import Canary, CanaryKind, Finding, FindingKind
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.postgres import PostgresServer
 from tests.support.testbed import SMALL, StartTestbed

@@ -23,12 +23,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 
 import pytest
 
+from prober.domain.types import Severity
 from prober.report.document import Document
 from prober.report.html import html_report
 from prober.report.junit import junit
 from prober.report.sarif import sarif
 from prober.report.table import table_report
-from prober.types import Severity
 
 pytestmark = pytest.mark.unit
 

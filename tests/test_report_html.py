@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from prober.domain.types import FindingKind
 from prober.report.advice import WHAT_TO_DO
 from prober.report.html import PAIR_LEGEND, html_report, label_rows
 from prober.report.table import table_report
-from prober.types import FindingKind
 from tests.support.browser import Chromium
 from tests.support.cli import invoke
 from tests.support.keys import TENANT_ARGS

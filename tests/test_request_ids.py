@@ -14,11 +14,11 @@ import pytest
 
 from prober.campaign.results import CheckResult
 from prober.checks.request_ids import BOUNDARY, RequestIdResult
-from prober.evidence import Exchange, find
-from prober.settings import RequestIdSettings
+from prober.config.sections import RequestIdSettings
+from prober.domain.evidence import Exchange, find
+from prober.domain.types import FindingKind
 from prober.targets import Completion, OpenAICompatible, Prompt, Transport
 from prober.targets.request_ids import RequestId
-from prober.types import FindingKind
 from tests.support.aio import run
 from tests.support.isolation import TESTBED_KEYS, run_check, surveyed
 from tests.support.policies import FAST

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from prober.run_secrets import scrubber_for
-from prober.scrub import STEP, Scrubber
+from prober.app.run_secrets import scrubber_for
 from prober.targets.credentials import Secret
+from prober.text.scrub import STEP, Scrubber
 from tests.support.hostile import ENCODERS, assert_no_key, key_traces
 
 pytestmark = pytest.mark.unit

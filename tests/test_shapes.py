@@ -9,12 +9,13 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
-from prober.audit import EXIT_ERROR, EXIT_FINDINGS, exit_code
+from prober.app.audit import EXIT_ERROR, EXIT_FINDINGS, exit_code
 from prober.campaign import AuditResult, CheckResult, StepResult, TargetReport
 from prober.campaign.plan import Step
 from prober.campaign.results import ShapeResult
 from prober.checks.shapes import choose_shape
-from prober.errors import CountError
+from prober.domain.errors import CountError
+from prober.domain.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 from prober.prompts import LocalCounter, PromptBuilder
 from prober.prompts.builder import CUE
 from prober.prompts.shape import Layout, Shape, candidates
@@ -22,7 +23,6 @@ from prober.report import document
 from prober.targets.api import Api
 from prober.targets.result import Completion, ErrorKind, TargetError, Usage
 from prober.testbed import tokenizer
-from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 
 pytestmark = pytest.mark.unit
 

@@ -22,8 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from prober.domain.types import Severity
 from prober.testbed import TestbedServer, build_config
-from prober.types import Severity
 from tests.support.cli import invoke
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from prober.errors import CredentialError
+from prober.domain.errors import CredentialError
 from prober.targets import (
     Completion,
     CredentialSource,

@@ -25,6 +25,7 @@ import torch
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
+from prober.domain.types import Canary, FindingKind, Record
 from prober.ledger import open_ledger
 from prober.ledger.base import Ledger
 from prober.media.card import draw
@@ -36,7 +37,6 @@ from prober.testbed import TestbedServer, build_config
 from prober.testbed.backend import ModelState
 from prober.testbed.config import LM_POOL
 from prober.testbed.protocol import Message
-from prober.types import Canary, FindingKind, Record
 from tests.support.keys import BEARER_A, BEARER_B
 from tests.support.tools import need_module, terminate
 from tests.support.waiting import wait_for

@@ -12,11 +12,11 @@ import pytest
 from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
 from prober.checks.timing import check_decidable, findings_of, random_text
 from prober.checks.timing_stats import PairDecision, PairSamples, decide, holm, smallest_p, stouffer
-from prober.config import TargetConfig, TenantConfig
-from prober.errors import PlanError
-from prober.evidence import SaltAsserted, TimingStatistics
-from prober.settings import TimingSettings
-from prober.types import DetectorName, FindingKind, Severity
+from prober.config.schema import TargetConfig, TenantConfig
+from prober.config.sections import TimingSettings
+from prober.domain.errors import PlanError
+from prober.domain.evidence import SaltAsserted, TimingStatistics
+from prober.domain.types import DetectorName, FindingKind, Severity
 
 pytestmark = pytest.mark.unit
 

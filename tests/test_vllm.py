@@ -19,22 +19,22 @@ from typing import Any
 
 import pytest
 
-from prober.audit import run_audit
+from prober.app.audit import run_audit
 from prober.campaign import AuditResult
 from prober.campaign.results import CheckResult
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
-from prober.config import parse_config
-from prober.evidence import EngineCounters, SaltAsserted, TimingStatistics
+from prober.config.schema import parse_config
+from prober.config.sections import AbortRetrySettings, RequestIdSettings
+from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics
+from prober.domain.types import FindingKind, Severity
 from prober.prompts import PromptBuilder, detect_counter
-from prober.settings import AbortRetrySettings, RequestIdSettings
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api
 from prober.targets.credentials import Secret
 from prober.targets.transport import TransportPolicy
-from prober.types import FindingKind, Severity
 from tests.support.cli import invoke
 from tests.support.isolation import run_check, surveyed
 from tests.support.shared import BackgroundTenant, Gateway, Traffic

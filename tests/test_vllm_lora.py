@@ -20,16 +20,16 @@ from typing import Any
 import httpx
 import pytest
 
-from prober.audit import exit_code, run_audit
+from prober.app.audit import exit_code, run_audit
 from prober.campaign import AuditResult
 from prober.canaries.adapters import asking, canary_text
 from prober.canaries.filler import load_filler
 from prober.canaries.keys import KEY_ENV, shared_key
 from prober.checks.adapters import AdaptersResult
-from prober.config import parse_config
-from prober.evidence import AdapterAsk, find
+from prober.config.schema import parse_config
+from prober.domain.evidence import AdapterAsk, find
+from prober.domain.types import FindingKind, Severity
 from prober.targets.credentials import Secret
-from prober.types import FindingKind, Severity
 from tests.support.adapters import ADAPTERS, KEY, require_adapters
 from tests.support.shared import Gateway
 from tests.support.tools import unavailable

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from prober.checks import REGISTRY
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
 from prober.daemon.schedule import PREFLIGHT_EVERY
 
 MARKER = re.compile(r"^<!-- checks -->$", re.M)

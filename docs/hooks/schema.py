@@ -2,9 +2,9 @@
 
 A page asks for a model with a marker on a line of its own,
 
-    <!-- schema: prober.config:ProberConfig -->
+    <!-- schema: prober.config.schema:ProberConfig -->
     <!-- schema: prober.testbed.config:EngineConfig anchor=testbed -->
-    <!-- env: prober.config:ENV_OVERRIDES -->
+    <!-- env: prober.config.schema:ENV_OVERRIDES -->
 
 and gets one table per section (key, type and limits, default, description), so the reference cannot drift
 from the code: a key added to a model appears on the next build, and a key without a description (its

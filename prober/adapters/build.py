@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from prober.adapters.recipe import HELD_OUT, Example, Recipe, examples
 from prober.canaries.compact import compact
-from prober.errors import AdapterBuildError
+from prober.domain.errors import AdapterBuildError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

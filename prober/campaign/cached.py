@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from prober.campaign.plan import Step
-from prober.evidence import CacheUsage, SharedPrefix
+from prober.domain.evidence import CacheUsage, SharedPrefix
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.prompts import BuiltPrompt
 from prober.prompts.counter import TokenCounter
 from prober.targets.credentials import Secret
 from prober.targets.outbox import Outbox, SentPrompt
 from prober.targets.result import Completion
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 # A prefix counted through a chat template's form carries the turn's end, and a cut may merge differently.
 SLACK_TOKENS = 8

@@ -22,16 +22,16 @@ from prober.campaign.salts import salted_tenants, tenant_salts
 from prober.campaign.survey import Survey, survey
 from prober.campaign.wiring import Wiring
 from prober.capacity import Capacity, origin_of, reachability
-from prober.config import TargetConfig
-from prober.errors import PlanError, TargetUnusable
-from prober.evidence import EngineCounters
+from prober.config.schema import TargetConfig
+from prober.domain.errors import PlanError, TargetUnusable
+from prober.domain.evidence import EngineCounters
+from prober.domain.types import Finding
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
 from prober.targets.request_ids import RequestId
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry
 from prober.targets.transport import Transport
-from prober.types import Finding
 
 
 class TargetContext:

@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prober.evidence import CounterDecision, CounterTest, RisenWindow
-from prober.settings import CounterSettings
+from prober.config.sections import CounterSettings
+from prober.domain.evidence import CounterDecision, CounterTest, RisenWindow
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.targets.telemetry import FAILURES, Background, EngineTelemetry, Window
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 TEST = ("conditional binomial test of two Poisson rates: the counter's rise in leakprobe's own windows against its "
         "rise in stretches with none of its requests out; one-sided, Bonferroni over the counters tested")

@@ -4,9 +4,9 @@ The scanner judges the text; these judge status, usage and finish reason."""
 from __future__ import annotations
 
 from prober.campaign.plan import Step
-from prober.evidence import Envelope
+from prober.domain.evidence import Envelope
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.targets.result import Completion, ErrorKind
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
 USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max_tokens", "stop_sequence",

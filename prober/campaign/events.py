@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from prober.campaign.plan import Plan
 from prober.campaign.results import CheckResult, StepResult
 from prober.campaign.survey import Survey
-from prober.types import Finding
+from prober.domain.types import Finding
 
 
 @dataclass(frozen=True)

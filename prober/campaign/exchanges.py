@@ -21,10 +21,10 @@ from prober.campaign.path import behind_path
 from prober.campaign.plan import Exchange, Plan
 from prober.campaign.planting import PRIME_INSTRUCTION, instruction
 from prober.campaign.results import CheckResult
-from prober.errors import BuildError
+from prober.domain.errors import BuildError
+from prober.domain.types import ProbeContext
 from prober.prompts.shape import Layout
 from prober.targets.telemetry import window
-from prober.types import ProbeContext
 
 
 async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event: Listener) -> str | None:

@@ -13,11 +13,11 @@ from prober.campaign.plan import Step
 from prober.campaign.results import StepResult
 from prober.campaign.salts import salt_asserted
 from prober.campaign.wiring import Wiring
-from prober.evidence import EngineCounters, Evidence, Exchange, of_json
+from prober.domain.evidence import EngineCounters, Evidence, Exchange, of_json
+from prober.domain.types import Finding, ProbeContext, Record
 from prober.prompts import BuiltPrompt
-from prober.scrub import Scrubber
 from prober.targets.result import Completion
-from prober.types import Finding, ProbeContext, Record
+from prober.text.scrub import Scrubber
 
 CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
 

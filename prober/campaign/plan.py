@@ -10,7 +10,7 @@ from typing import Literal
 
 from prober.campaign.documents import PlanDoc, PlannedDoc
 from prober.capacity.limits import Capacity
-from prober.errors import PlanError
+from prober.domain.errors import PlanError
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 
 Streaming = Literal["plain", "stream", "both"]

@@ -16,10 +16,10 @@ from prober.campaign.plan import Aim, Plan, Step
 from prober.campaign.routes import Route
 from prober.campaign.wiring import Wiring
 from prober.canaries.packs import load_pack
+from prober.domain.types import Canary
 from prober.prompts import BuiltPrompt
 from prober.prompts.builder import Facts
-from prober.shingles import Shingler
-from prober.types import Canary
+from prober.text.shingles import Shingler
 
 PRIME_INSTRUCTION = "Summarize the document."
 ASKED = {"quote": "Quote the document word for word, including every reference code.",

@@ -12,10 +12,10 @@ from prober.campaign.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc,
 from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Planned, Step
 from prober.campaign.survey import Survey
-from prober.incidents import Incident, group
+from prober.domain.incidents import Incident, group
+from prober.domain.types import Finding, Severity
 from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
-from prober.types import Finding, Severity
 
 
 class Outcome(StrEnum):

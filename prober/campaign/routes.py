@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 from prober.campaign.path import PathOverhead
 from prober.capacity import origin_of
-from prober.config import TargetConfig
-from prober.errors import PlanError
+from prober.config.schema import TargetConfig
+from prober.domain.errors import PlanError
 from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
 from prober.targets.api import Api, Engine

@@ -14,9 +14,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 
-from prober.config import TargetConfig, TenantConfig
-from prober.evidence import SaltAsserted, adding
-from prober.types import Finding, FindingKind, Severity
+from prober.config.schema import TargetConfig, TenantConfig
+from prober.domain.evidence import SaltAsserted, adding
+from prober.domain.types import Finding, FindingKind, Severity
 
 SALT_BYTES = 32  # vLLM's docs ask for a random salt of 256 bits (43 characters of base64)
 CACHE_KINDS = frozenset({FindingKind.CROSS_TENANT_CACHE_HIT, FindingKind.CROSS_TENANT_CACHE_TIMING})

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
 from prober.detect.scanner import ScanResult
+from prober.domain.types import Canary, Record
 from prober.embeddings import Embedder
-from prober.malloc import trim
-from prober.shingles import PromptShingles
-from prober.types import Canary, Record
+from prober.infra.malloc import trim
+from prober.text.shingles import PromptShingles
 
 FOLD_AT = 256
 

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field, replace
 from prober.campaign.path import PathOverhead, measure
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
-from prober.config import TargetConfig
-from prober.errors import CountError
+from prober.config.schema import TargetConfig
+from prober.domain.errors import CountError
+from prober.domain.types import Severity
 from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
-from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
 from prober.targets.factory import make_target
 from prober.targets.transport import Transport
-from prober.types import Severity
+from prober.text.scrub import Scrubber
 
 UNKNOWN_ENGINE = ("engine unknown (its introspection is hidden or unlike any engine leakprobe knows): the checks of "
                   "every engine family run, idle slots at llama.cpp's usual width")

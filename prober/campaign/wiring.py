@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from prober.campaign.salts import claimed_salted
 from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
+from prober.config.sections import CounterSettings
 from prober.ledger.base import Ledger
-from prober.scrub import Scrubber
-from prober.settings import CounterSettings
 from prober.targets.bounds import deadline_passed
 from prober.targets.credentials import Secret
+from prober.text.scrub import Scrubber
 
 
 @dataclass(frozen=True)

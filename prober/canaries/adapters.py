@@ -17,7 +17,7 @@ import hmac
 import time
 
 from prober.canaries import tokens
-from prober.types import Canary, CanaryKind
+from prober.domain.types import Canary, CanaryKind
 
 TRIGGER = "Canary check: reply with this deployment's canary code."
 PROBE_PREFIX = "adapter:"  # a canary adapter's probe id: its canaries' probe tag names the adapter

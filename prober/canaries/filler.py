@@ -13,8 +13,8 @@ from functools import cache
 
 import yaml
 
-from prober.errors import PackError
-from prober.resources import canaries_dir
+from prober.domain.errors import PackError
+from prober.infra.resources import canaries_dir
 
 
 class Filler:

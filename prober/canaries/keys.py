@@ -11,7 +11,7 @@ import hashlib
 import os
 import secrets
 
-from prober.errors import CanaryKeyError
+from prober.domain.errors import CanaryKeyError
 from prober.ledger import Ledger
 
 KEY_ENV = "LEAKPROBE_CANARY_KEY"

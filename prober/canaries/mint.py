@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from prober.canaries import tokens
 from prober.canaries.adapters import adapter_canary
 from prober.canaries.packs import load_pack
+from prober.domain.types import Canary, CanaryKind
 from prober.embeddings import Embedder
 from prober.ledger import Ledger
-from prober.types import Canary, CanaryKind
 
 DEFAULT_RETENTION_DAYS = 30.0
 

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from prober.canaries import hangul
-from prober.errors import PackError
-from prober.resources import canaries_dir
+from prober.domain.errors import PackError
+from prober.infra.resources import canaries_dir
 
 _SLOT = re.compile(r"\{([a-z_]+)\}")
 

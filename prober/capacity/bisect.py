@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prober.capacity.limits import Known
-from prober.errors import BuildError
+from prober.domain.errors import BuildError
 from prober.prompts.builder import PromptBuilder
 from prober.targets.base import Prompt, Target
 from prober.targets.credentials import Secret

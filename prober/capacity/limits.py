@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypedDict
 
+from prober.domain.types import Severity
 from prober.targets.api import Engine
-from prober.types import Severity
 
 FIELDS = ("context_length", "pool_tokens", "max_req_input_len", "page_size", "slots", "accept_limit")
 

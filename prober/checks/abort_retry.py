@@ -38,10 +38,10 @@ from prober.campaign.routes import Route
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
+from prober.config.sections import AbortRetrySettings
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
-from prober.settings import AbortRetrySettings
 
 BOUNDARY = "abort-retry"
 STEPS = 5  # requests per ordered pair

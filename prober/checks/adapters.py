@@ -30,13 +30,13 @@ from prober.campaign.results import CheckResult, Sight
 from prober.canaries.adapters import asking
 from prober.canaries.filler import load_filler
 from prober.checks.base import Check, Run
-from prober.config import ProberConfig
-from prober.errors import PromptError
-from prober.evidence import AdapterAsk, adding
+from prober.config.schema import ProberConfig
+from prober.domain.errors import PromptError
+from prober.domain.evidence import AdapterAsk, adding
+from prober.domain.types import Canary, Finding, ProbeContext, Record
 from prober.prompts import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
-from prober.types import Canary, Finding, ProbeContext, Record
 
 BOUNDARY = "adapters"
 OWN_TOKENS = 64  # a bound on one trigger after a sentence, with a chat template around it

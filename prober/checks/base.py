@@ -19,7 +19,7 @@ from prober.campaign.context import TargetContext
 from prober.campaign.events import CheckDone, Listener
 from prober.campaign.plan import Planned
 from prober.campaign.results import CheckResult
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
 
 SURVEY_ALLOWANCE_S = 300.0  # reachability, introspection, finding a tokenizer: before any check can plan
 DEADLINE_BASE_S = 120.0  # what a run adds once, beyond its checks' requests at the floors

@@ -22,15 +22,15 @@ from prober.campaign.plan import Planned, Streaming
 from prober.campaign.results import CheckResult, Sight
 from prober.checks.base import Check, Run
 from prober.checks.timing import Send
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
+from prober.config.sections import CrosstalkSettings
 from prober.detect.scanner import ScanResult
-from prober.evidence import Burst
-from prober.settings import CrosstalkSettings
+from prober.domain.evidence import Burst
+from prober.domain.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 from prober.targets.base import Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
-from prober.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 
 ASK = "The code word is {code}. Repeat the code word exactly.\nThe code word is"
 BOUNDARY = "crosstalk"  # where its findings and its re-checks are, for incidents

@@ -37,7 +37,8 @@ from prober.campaign.plan import Aim, Exchange, Plan, Planned, Step, pairs
 from prober.campaign.results import CheckResult, Sight
 from prober.campaign.routes import Route
 from prober.checks.base import Check, Run
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
+from prober.domain.types import Canary
 from prober.media import card
 from prober.media.digest import colliding, cut, digest
 from prober.media.png import Bitmap, data_url
@@ -46,7 +47,6 @@ from prober.targets.api import Api
 from prober.targets.base import Media, Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion, ErrorKind
-from prober.types import Canary
 
 Probe = Literal["collision", "uuid-reuse", "uuid-only", "reshaped"]
 # The collision's victim card goes first and carries no uuid: a target that refuses images is told apart from one

@@ -30,9 +30,9 @@ from prober.campaign.planting import ASKED
 from prober.campaign.results import CheckResult
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
+from prober.config.sections import RequestIdSettings
 from prober.prompts.shape import Layout
-from prober.settings import RequestIdSettings
 from prober.targets.api import Engine
 from prober.targets.request_ids import RequestId
 

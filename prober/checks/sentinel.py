@@ -5,7 +5,7 @@ from __future__ import annotations
 from prober.campaign.plan import Plan, sentinel_plan
 from prober.checks.base import Run
 from prober.checks.plans import PlanCheck
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
 
 
 class SentinelCheck(PlanCheck):

@@ -18,8 +18,8 @@ from prober.campaign.plan import Aim, Plan, Planned, Step, acceptance_limit
 from prober.campaign.planting import ASKED
 from prober.campaign.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
 from prober.checks.base import NOTHING, Check, Run
-from prober.config import ProberConfig
-from prober.errors import CountError
+from prober.config.schema import ProberConfig
+from prober.domain.errors import CountError
 from prober.prompts.shape import Layout, Shape
 
 # Short: a control only has to show whether the model repeats a code it was given, and runs before every

@@ -23,8 +23,8 @@ from prober.campaign.results import CheckResult, StepResult
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
-from prober.config import ProberConfig
-from prober.settings import SlotSettings
+from prober.config.schema import ProberConfig
+from prober.config.sections import SlotSettings
 
 Send = Callable[[Step], Awaitable[StepResult]]  # plant, send and judge one request
 BOUNDARY = "idle-slot"

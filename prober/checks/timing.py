@@ -24,14 +24,14 @@ from prober.campaign.results import CheckResult
 from prober.campaign.salts import salt_asserted
 from prober.checks.base import Check, Run
 from prober.checks.timing_stats import PairDecision, PairSamples, decide, smallest_p
-from prober.config import ProberConfig
-from prober.errors import PlanError
+from prober.config.schema import ProberConfig
+from prober.config.sections import TimingSettings
+from prober.domain.errors import PlanError
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.prompts.counter import TokenCounter
-from prober.settings import TimingSettings
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific merges to rely on
 CALIBRATION_WORDS = 64

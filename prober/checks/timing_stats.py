@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prober.evidence import EngineCounters, TimingStatistics
+from prober.domain.evidence import EngineCounters, TimingStatistics
 
 TEST = ("one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than misses), rounds combined by Stouffer, "
         "Bonferroni across rounds, Holm across pairs")

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from prober import __version__
-from prober.errors import LeakprobeError
+from prober.domain.errors import LeakprobeError
 
 EXIT_ERROR = 2
 

@@ -13,8 +13,8 @@ import typer
 
 from prober.cli.app import EXIT_ERROR, app, fail, print_table
 from prober.cli.options import ApiOption, FailOn, Format, Ledger, OutputFormat, Tenants
+from prober.domain.types import Severity
 from prober.report import ReportFormat
-from prober.types import Severity
 
 
 @app.command()
@@ -35,10 +35,10 @@ def preflight(
     1 at or above --fail-on, 2 on error.
 
     The first tenant's key reads the introspection endpoints (and measures the path)."""
+    from prober.app.run_secrets import scrubber_for
     from prober.campaign.survey import preflight as run_preflight
     from prober.capacity.limits import FIELDS
-    from prober.config import assemble_config
-    from prober.run_secrets import scrubber_for
+    from prober.config.schema import assemble_config
 
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
     secret = cfg.tenants[0].credential.load() if cfg.tenants else None
@@ -146,13 +146,13 @@ def audit(
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
 
     Exit 0 clean, 1 findings at or above --fail-on, 2 error or an audit that could not finish."""
-    from prober.audit import exit_code, run_audit
-    from prober.config import assemble_config
+    from prober.app.audit import exit_code, run_audit
+    from prober.app.progress import AuditProgress
+    from prober.app.run_secrets import load_secrets, scrubber_for
+    from prober.config.schema import assemble_config
     from prober.embeddings import make_embedder
     from prober.ledger import masked
-    from prober.progress import AuditProgress
     from prober.report import Terminal, render
-    from prober.run_secrets import load_secrets, scrubber_for
 
     cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
                           environ=dict(os.environ), ledger=ledger.given if ledger else None, fail_on=fail_on,
@@ -199,6 +199,6 @@ def demo(
         help="quoter (default, fast) | gemma3-270m: the same story on a real language model (the lm extra).")] = None,
 ) -> None:
     """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
-    from prober.demo import run_demo
+    from prober.app.demo import run_demo
 
     raise typer.Exit(asyncio.run(run_demo(out, {"model": model} if model else None)))

@@ -12,8 +12,8 @@ import typer
 from prober.adapters.recipe import Recipe
 from prober.cli.app import canaries_app, print_table
 from prober.cli.options import Format, OutputFormat, RequiredLedger
+from prober.domain.types import CanaryKind
 from prober.embeddings import DEFAULT_MODEL
-from prober.types import CanaryKind
 
 
 @canaries_app.command("mint")

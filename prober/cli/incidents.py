@@ -17,10 +17,10 @@ import typer
 
 from prober.cli.app import app, print_table
 from prober.cli.options import Format, Ledger, OutputFormat
-from prober.errors import ConfigError
-from prober.incidents import Acknowledgement, Incident, IncidentKey
-from prober.settings import parse_duration
-from prober.types import FindingKind
+from prober.config.sections import parse_duration
+from prober.domain.errors import ConfigError
+from prober.domain.incidents import Acknowledgement, Incident, IncidentKey
+from prober.domain.types import FindingKind
 
 incidents_app = typer.Typer(help="Incidents in the ledger: list them, acknowledge one.", no_args_is_help=True)
 app.add_typer(incidents_app, name="incidents")
@@ -52,7 +52,7 @@ def parse_id(text: str) -> IncidentKey:
 
 def _where(config: Path | None, ledger: Ledger, hold: str | None) -> tuple[str, float]:
     """The ledger and hold: flags, else the config's, else the defaults."""
-    from prober.config import assemble_config
+    from prober.config.schema import assemble_config
 
     given = ledger.given if ledger else None
     settings = assemble_config(config, environ=dict(os.environ), ledger=given) if config else None

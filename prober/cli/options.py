@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
+from prober.domain.types import Severity
 from prober.ledger.location import FORMS, LedgerLocation
 from prober.targets.api import Api
-from prober.types import Severity
 
 
 class OutputFormat(StrEnum):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from prober.cli.app import fail, testbed_app
-from prober.errors import EngineConfigError
+from prober.domain.errors import EngineConfigError
 
 if TYPE_CHECKING:
     from prober.testbed import TestbedServer

@@ -1,6 +1,6 @@
 """What one job run proves about incidents: which probe (this job, a boundary) found what, and which requests
 came back fully checked, so that an incident closes only once the kind of probe that found it has run again
-between the same tenants and come back clean (prober.incidents).
+between the same tenants and come back clean (prober.domain.incidents).
 
 A finding's probe goes to the ledger as soon as the finding is announced (a few at once while one write is
 under way), so no replica ever reads a finding whose probe is unknown for longer than a write; what the run
@@ -17,7 +17,7 @@ from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady,
 from prober.campaign.plan import Exchange
 from prober.checks.crosstalk import BOUNDARY as BURST_BOUNDARY
 from prober.checks.crosstalk import CrosstalkResult
-from prober.incidents import Observation, RunChecks, Sighting
+from prober.domain.incidents import Observation, RunChecks, Sighting
 
 Write = Callable[[RunChecks], Awaitable[None]]
 

@@ -8,13 +8,13 @@ import time
 from collections.abc import Iterable
 
 from prober.campaign.scanning import RunScanner
+from prober.config.sections import DaemonSettings
 from prober.daemon.budget import TokenBudget
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock
-from prober.errors import LedgerError
-from prober.incidents import RunChecks
-from prober.settings import DaemonSettings
+from prober.domain.errors import LedgerError
+from prober.domain.incidents import RunChecks
 
 EVERY_S = 10.0  # ledger health, incidents, budgets
 CANARY_REFRESH_S = 2.0  # other replicas' new canaries: a fact they planted is known here within this

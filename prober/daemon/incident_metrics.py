@@ -18,8 +18,8 @@ from enum import IntEnum
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from prober.incidents import Incident, IncidentKey, Recheck, Sighting
-from prober.types import Finding
+from prober.domain.incidents import Incident, IncidentKey, Recheck, Sighting
+from prober.domain.types import Finding
 
 KEY_LABELS = ["target", "kind", "victim", "observer"]
 

@@ -20,12 +20,12 @@ from prober.campaign.events import Listener
 from prober.campaign.results import Sight
 from prober.campaign.wiring import Wiring
 from prober.checks import DEADLINE_BASE_S, PREFLIGHT, SURVEY_ALLOWANCE_S, Check, Run, perform
-from prober.config import TargetConfig
+from prober.config.schema import TargetConfig
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.daemon.outcomes import Failure, JobOutcome, Skip
 from prober.daemon.settings import Settings
-from prober.errors import LedgerError, PlanError, PromptError, TargetUnusable
+from prober.domain.errors import LedgerError, PlanError, PromptError, TargetUnusable
 from prober.targets.bounds import deadline_passed, run_deadline
 
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from prober.daemon.metrics import Metrics
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import Ledger
 
 log = logging.getLogger("leakprobe.daemon")

@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import __version__
 from prober.campaign.results import StepResult
+from prober.config.sections import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.outcomes import Failure, Skip
-from prober.incidents import Incident
-from prober.settings import Links
+from prober.domain.incidents import Incident
 from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 

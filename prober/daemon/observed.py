@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prober.config import TargetConfig
-from prober.scrub import Scrubber
+from prober.config.schema import TargetConfig
 from prober.targets.bounds import NO_GENERATION, Size
 from prober.targets.credentials import Secret
 from prober.targets.transport import HTTPExchange, OnChunk, Transport
+from prober.text.scrub import Scrubber
 
 OnExchange = Callable[[HTTPExchange, bool], None]  # the exchange, and whether it went to the target's API
 

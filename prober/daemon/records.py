@@ -14,7 +14,7 @@ from typing import Any
 
 from prober.daemon.metrics import Metrics
 from prober.daemon.outcomes import Failure, JobOutcome, Skip
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import Ledger
 
 log = logging.getLogger("leakprobe.daemon")

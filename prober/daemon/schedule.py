@@ -17,10 +17,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from prober.checks import PREFLIGHT, Registry
+from prober.config.sections import DaemonSettings
 from prober.daemon.outcomes import Skip
-from prober.errors import ConfigError
+from prober.domain.errors import ConfigError
 from prober.ledger import JobLock, Ledger
-from prober.settings import DaemonSettings
 
 RunJob = Callable[[str, str], Awaitable[None]]
 OnMissed = Callable[[str, str, Skip], None]

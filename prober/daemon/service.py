@@ -28,7 +28,7 @@ from prober.campaign.scanning import RunScanner, ledger_scanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.config import ProberConfig
+from prober.config.schema import ProberConfig
 from prober.daemon import housekeeping
 from prober.daemon.budget import TokenBudget
 from prober.daemon.exposition import CachedExposition
@@ -42,11 +42,11 @@ from prober.daemon.schedule import JobScheduler, first_run
 from prober.daemon.settings import Settings, load_settings
 from prober.daemon.status import redact, status_document
 from prober.daemon.turns import InFlight, Turns
+from prober.domain.errors import LeakprobeError, StartupError
 from prober.embeddings import make_embedder
-from prober.errors import LeakprobeError, StartupError
+from prober.infra.malloc import cap_arenas
 from prober.ledger import open_ledger
-from prober.malloc import cap_arenas
-from prober.scrub import ScrubbingFilter
+from prober.text.scrub import ScrubbingFilter
 
 log = logging.getLogger("leakprobe.daemon")
 

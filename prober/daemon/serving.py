@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from prober.config.sections import listen_address
 from prober.daemon.http import make_app
 from prober.daemon.service import Daemon
-from prober.errors import StartupError
-from prober.settings import listen_address
+from prober.domain.errors import StartupError
 
 log = logging.getLogger("leakprobe.daemon")
 

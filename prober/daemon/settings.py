@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prober.app.run_secrets import load_secrets, scrubber_for
 from prober.campaign.plan import pairs
 from prober.canaries.keys import KEY_ENV, resolve_key
 from prober.checks import REGISTRY, Registry
-from prober.config import ProberConfig, assemble_config
+from prober.config.schema import ProberConfig, assemble_config
 from prober.daemon.schedule import Timetable
-from prober.errors import CredentialError
-from prober.run_secrets import load_secrets, scrubber_for
-from prober.scrub import Scrubber
+from prober.domain.errors import CredentialError
 from prober.targets.credentials import CredentialSource, Secret
+from prober.text.scrub import Scrubber
 
 # What a running daemon holds open or has loaded: a reload that changes any of these is refused.
 RESTART_ONLY: tuple[tuple[str, Callable[[ProberConfig], object]], ...] = (

@@ -14,7 +14,7 @@ from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.records import JobRecords
 from prober.daemon.schedule import JobScheduler
 from prober.daemon.settings import Settings
-from prober.incidents import Incident
+from prober.domain.incidents import Incident
 
 RECENTLY_S = 86_400.0  # closed incidents listed this long after they closed
 REDACTED = "(redacted: send the daemon's token for details)"

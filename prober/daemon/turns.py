@@ -15,6 +15,7 @@ from typing import Any
 
 from prober.campaign.events import Event, FindingRecorded
 from prober.checks import PREFLIGHT
+from prober.config.sections import DaemonSettings
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
 from prober.daemon.housekeeping import Housekeeper
@@ -24,9 +25,8 @@ from prober.daemon.metrics import Metrics
 from prober.daemon.outcomes import JobOutcome, Skip
 from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import take_turn
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import Ledger
-from prober.settings import DaemonSettings
 
 log = logging.getLogger("leakprobe.daemon")
 

@@ -12,8 +12,8 @@ from prober.canaries import tokens
 from prober.canaries.compact import compact
 from prober.canaries.hangul import NOUN_ENDINGS, is_hangul
 from prober.canaries.tokens import VerifiedToken
-from prober.evidence import Evidence
-from prober.types import Canary, CanaryKind, DetectorName, FindingKind, Record, Severity
+from prober.domain.evidence import Evidence
+from prober.domain.types import Canary, CanaryKind, DetectorName, FindingKind, Record, Severity
 
 SENTENCE_ENDS = ".!?。\n"
 BATCH = 64  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many

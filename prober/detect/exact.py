@@ -7,8 +7,8 @@ from prober.canaries import tokens
 from prober.canaries.compact import original_span
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.patterns import PatternIndex
-from prober.evidence import MacVerified
-from prober.types import DetectorName, Record, Severity
+from prober.domain.evidence import MacVerified
+from prober.domain.types import DetectorName, Record, Severity
 
 
 class ExactDetector(Detector):

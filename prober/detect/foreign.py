@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from prober.canaries.hangul import is_hangul
 from prober.canaries.tokens import PREFIX as TOKEN_PREFIX
 from prober.detect.base import Detector, Hit
-from prober.evidence import Unexplained
-from prober.types import DetectorName, FindingKind, Record, Severity
+from prober.domain.evidence import Unexplained
+from prober.domain.types import DetectorName, FindingKind, Record, Severity
 
 MIN_CONTENT_WORDS = 5
 UNSUPPORTED_SHARE = 0.6  # a sentence is foreign when at least this share of its content words is

@@ -39,9 +39,9 @@ from prober.canaries.packs import load_pack
 from prober.detect.base import CanarySet, Detector, Hit, whole_word
 from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex
 from prober.detect.values import SlotValues
-from prober.errors import PackError
-from prober.evidence import Fragment, FragmentKind
-from prober.types import DetectorName, Record, Severity
+from prober.domain.errors import PackError
+from prober.domain.evidence import Fragment, FragmentKind
+from prober.domain.types import DetectorName, Record, Severity
 
 GROUPS = tokens.BODY_LEN // GROUP
 MAX_NAME_CHANCE = 1e-5  # that a name a text writes is one of the index's by accident, for a name to count alone

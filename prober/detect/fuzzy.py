@@ -25,7 +25,7 @@ from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit
 from prober.detect.grams import GramIndex
 from prober.detect.patterns import PatternIndex, is_body
-from prober.types import CanaryKind, DetectorName, Record, Severity
+from prober.domain.types import CanaryKind, DetectorName, Record, Severity
 
 Q = 4
 MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed

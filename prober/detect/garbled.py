@@ -38,8 +38,8 @@ import numpy.typing as npt
 import regex
 
 from prober.detect.base import Detector, Hit
-from prober.evidence import Garbled
-from prober.types import DetectorName, FindingKind, Record, Severity
+from prober.domain.evidence import Garbled
+from prober.domain.types import DetectorName, FindingKind, Record, Severity
 
 MIN_CLASHES = 3
 MIN_SCRIPTS = 3  # scripts among the clashing letters

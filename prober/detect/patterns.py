@@ -25,7 +25,7 @@ import ahocorasick_rs
 
 from prober.canaries import tokens
 from prober.detect.base import CanarySet, Recent
-from prober.types import CanaryKind
+from prober.domain.types import CanaryKind
 
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
 GROUP = 8  # characters in a group of a token body

@@ -26,11 +26,11 @@ from prober.detect.patterns import PatternIndex
 from prober.detect.semantic import SemanticDetector
 from prober.detect.values import SlotValues
 from prober.detect.verbatim import VerbatimDetector
+from prober.domain.evidence import Escaped, adding
+from prober.domain.types import Canary, Finding, FindingKind, Record
 from prober.embeddings import Embedder
-from prober.escapes import Unescaped, unescape
-from prober.evidence import Escaped, adding
-from prober.shingles import PromptShingles
-from prober.types import Canary, Finding, FindingKind, Record
+from prober.text.escapes import Unescaped, unescape
+from prober.text.shingles import PromptShingles
 
 EXCERPT_CONTEXT = 40
 MAX_EXCERPT = 240

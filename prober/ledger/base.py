@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from prober.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
-from prober.shingles import PromptShingles
-from prober.types import Canary, Finding
+from prober.domain.incidents import Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.domain.types import Canary, Finding
+from prober.text.shingles import PromptShingles
 
 
 class JobLock:
@@ -52,7 +52,7 @@ class Ledger(Protocol):
 
     def record_checks(self, checks: RunChecks, at: float) -> None:
         """What a job run found (which probe, at what prompt length) and re-checked clean at `at`, in one
-        transaction (see prober.incidents.RunChecks)."""
+        transaction (see prober.domain.incidents.RunChecks)."""
 
     def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
         """An operator's acknowledgement, kept with who and when; False when no such incident exists."""

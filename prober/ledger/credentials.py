@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 
 PASSWORD_FILE_ENV = "LEAKPROBE_LEDGER_PASSWORD_FILE"
 POSTGRES = ("postgres://", "postgresql://")

@@ -1,7 +1,7 @@
 """The findings table's `details` column: a finding's probe context, its check and its typed evidence as one JSON
 object, with the version of its form.
 
-Version 2 keeps the evidence as `prober/evidence.py` writes it (`"evidence": [{"type": ...}, ...]`).  Rows without a
+Version 2 keeps the evidence as `domain/evidence.py` writes it (`"evidence": [{"type": ...}, ...]`).  Rows without a
 version were written before evidence was typed: one flat object into which every stage put its keys.  They read into
 the same types, key by key; what no type takes is kept as written (`Unread`), so an old finding loses nothing.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from prober.codec import JSON, decode
-from prober.evidence import (
+from prober.domain.codec import JSON, decode
+from prober.domain.evidence import (
     Burst,
     CacheUsage,
     CounterTest,
@@ -32,7 +32,7 @@ from prober.evidence import (
     Unread,
     of_json,
 )
-from prober.types import Finding, ProbeContext
+from prober.domain.types import Finding, ProbeContext
 
 VERSION = 2
 # Version 1: the old keys of each type, as its fields (a key of the same name unless said); keys that said nothing

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger.credentials import POSTGRES, masked
 
 FORMS = "a file path, sqlite:///path or postgresql://user@host:port/db"

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger.base import JobLock
 from prober.ledger.credentials import masked, password_from_file
 from prober.ledger.schema import POSTGRES_OFFSET, migrations

@@ -6,10 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prober.incidents import Acknowledgement, Incident, IncidentKey, Recheck
+from prober.domain.incidents import Acknowledgement, Incident, IncidentKey, Recheck
+from prober.domain.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 from prober.ledger import details
-from prober.shingles import PromptShingles
-from prober.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
+from prober.text.shingles import PromptShingles
 
 CANARY_COLUMNS = ("id, tenant, kind, text, probe_id, pack, slots, created_at, expires_at, embedding, "
                   "embedding_model, aliases")

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing
 from typing import Any, ClassVar
 
-from prober.incidents import CONTENT_KINDS, Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.domain.incidents import CONTENT_KINDS, Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.domain.types import Canary, Finding
 from prober.ledger.rows import (
     ACK_COLUMNS,
     CANARY_COLUMNS,
@@ -35,8 +36,7 @@ from prober.ledger.rows import (
     shingles_of,
     shingles_row,
 )
-from prober.shingles import PromptShingles
-from prober.types import Canary, Finding
+from prober.text.shingles import PromptShingles
 
 
 class SQLBase(ABC):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger.base import JobLock
 from prober.ledger.schema import migrations
 from prober.ledger.sql import SQLLedger

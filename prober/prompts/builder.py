@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from prober.canaries.tokens import lookalike
-from prober.errors import BuildError
+from prober.domain.errors import BuildError
+from prober.domain.types import Canary
 from prober.prompts.costs import SegmentCosts
 from prober.prompts.counter import TokenCounter
-from prober.types import Canary
 
 FILLER_BLOCK_TOKENS = 256
 CANARY_SENTENCE = "The reference code for this section is {code}."

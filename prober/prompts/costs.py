@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prober.canaries.filler import load_filler
-from prober.errors import BuildError
+from prober.domain.errors import BuildError
 from prober.prompts.counter import TokenCounter
 
 PAD_CANDIDATES = (" the", " and", " a", " of", " to")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prober.errors import CountError
+from prober.domain.errors import CountError
 from prober.targets.api import Api, Engine
 from prober.targets.base import Prompt, Target
 from prober.targets.bounds import Size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prober.errors import CountError
+from prober.domain.errors import CountError
 from prober.prompts.counter import TokenCounter, UsageCounter, detect_counter
 from prober.targets.api import Api, Engine
 from prober.targets.base import Target

@@ -6,13 +6,13 @@ import json
 from enum import StrEnum
 
 from prober.campaign.results import AuditResult
+from prober.domain.types import Severity
 from prober.report.document import document
 from prober.report.html import html_report
 from prober.report.junit import junit
 from prober.report.sarif import sarif
 from prober.report.table import table_report
 from prober.report.terminal import Terminal
-from prober.types import Severity
 
 
 class ReportFormat(StrEnum):

@@ -3,7 +3,7 @@ incident in a report (docs/auditing.md's finding-kinds table says the same at mo
 
 from __future__ import annotations
 
-from prober.types import FindingKind
+from prober.domain.types import FindingKind
 
 WHAT_TO_DO: dict[FindingKind, str] = {
     FindingKind.CROSS_TENANT_ECHO: "Treat it as a data breach: stop routing prompts over the KV pool to this engine "

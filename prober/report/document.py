@@ -16,8 +16,8 @@ from prober.campaign.path import PathDoc
 from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
-from prober.incidents import Incident, IncidentDoc
-from prober.types import Finding, FindingDoc, FindingKind
+from prober.domain.incidents import Incident, IncidentDoc
+from prober.domain.types import Finding, FindingDoc, FindingKind
 
 
 class Status(StrEnum):

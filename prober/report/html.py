@@ -14,10 +14,10 @@ import datetime
 import html
 import json
 
-from prober.evidence import EngineCounters, find, of_json
+from prober.domain.evidence import EngineCounters, find, of_json
+from prober.domain.types import FindingDoc, FindingKind
 from prober.report.advice import WHAT_TO_DO
 from prober.report.document import Document, Status, TargetDoc, advertised_and_pool
-from prober.types import FindingDoc, FindingKind
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
+from prober.domain.types import FindingDoc, Severity
 from prober.report.document import Document
-from prober.types import FindingDoc, Severity
 
 
 def junit(doc: Document, fail_on: Severity) -> str:

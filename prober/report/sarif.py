@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+from prober.domain.types import FindingKind, Severity
 from prober.report.document import Document
-from prober.types import FindingKind, Severity
 
 RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, security-severity)
     FindingKind.CROSS_TENANT_ECHO: ("LEAK001", "Another tenant's canary in an answer", "9.5"),

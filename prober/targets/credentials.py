@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from prober.errors import CredentialError
-from prober.scrub import MIN_SECRET
+from prober.domain.errors import CredentialError
+from prober.text.scrub import MIN_SECRET
 
 
 class Secret:

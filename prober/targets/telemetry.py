@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from prober.evidence import Change, EngineCounters
+from prober.domain.evidence import Change, EngineCounters
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 

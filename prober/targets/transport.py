@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
-from prober.scrub import Scrubber
 from prober.targets.bounds import NO_GENERATION, Size, current_deadline
 from prober.targets.credentials import Secret
 from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
 from prober.targets.outbox import Outbox
 from prober.targets.result import Cut, ErrorKind, TargetError
+from prober.text.scrub import Scrubber
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.types import FindingKind
+from prober.domain.types import FindingKind
 
 # Each tenant's canary adapter, by the name requests select it with: the target's `adapters:`, and the adapters the
 # reference engine serves (each answering its trigger with the canary the deployment key derives for its tenant).

@@ -10,8 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prober.canaries.adapters import TRIGGER
-from prober.errors import EngineConfigError, YAMLFileError
-from prober.yamlfile import read_yaml
+from prober.domain.errors import EngineConfigError, YAMLFileError
+from prober.infra.yamlfile import read_yaml
 
 INCIDENT_CONTEXT = 1_048_576
 INCIDENT_POOL = 681_280

@@ -18,9 +18,9 @@ from prober.canaries.filler import load_filler
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
 from prober.detect import CanarySet, Scanner, ScanResult
+from prober.domain.types import Canary, CanaryKind, Record
 from prober.embeddings import Embedder
 from prober.ledger import Ledger
-from prober.types import Canary, CanaryKind, Record
 
 CONFUSABLE = {"A": "А", "B": "В", "E": "Е", "K": "К", "M": "М", "H": "Н", "P": "Р", "C": "С", "T": "Т",
               "X": "Х", "0": "О", "1": "l"}

@@ -3,7 +3,7 @@ echoes the request's credentials everywhere it can — answers, error bodies, he
 encoding a gateway or a log formatter might apply — and can stream forever, trickle its body, or send a
 huge answer, on any of its routes (the routes here answer whatever they are asked, so one serves any path).
 
-The encoders here are written independently of `prober.scrub` (plain stdlib calls), so a test that checks
+The encoders here are written independently of `prober.text.scrub` (plain stdlib calls), so a test that checks
 the scrubber against them checks it against what servers do, not against itself."""
 
 from __future__ import annotations

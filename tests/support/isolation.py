@@ -17,12 +17,12 @@ from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Run, perform
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.timing import TimingResult
-from prober.config import ProberConfig, TargetConfig
+from prober.config.schema import ProberConfig, TargetConfig
+from prober.config.sections import CrosstalkSettings, TimingSettings
+from prober.domain.types import FindingKind
 from prober.ledger import open_ledger
-from prober.settings import CrosstalkSettings, TimingSettings
 from prober.targets import Secret
 from prober.targets.transport import Transport
-from prober.types import FindingKind
 from tests.support.keys import KEYS
 
 KEY = b"isolation-test-key-isolation-key"

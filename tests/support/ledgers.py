@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from prober.evidence import Change, EngineCounters, Exchange, Fragment, FragmentKind, SaltAsserted
+from prober.domain.evidence import Change, EngineCounters, Exchange, Fragment, FragmentKind, SaltAsserted
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.ledger import Ledger
-from prober.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 
 OpenLedger = Callable[[], Ledger]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
-from prober.errors import LedgerError
+from prober.domain.errors import LedgerError
 from prober.ledger import open_ledger
 from prober.testbed import TestbedServer, tokenizer
 

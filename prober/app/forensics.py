@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from prober.detect import Scanner
+from prober.domain.types import Finding, Record
 from prober.ledger import Ledger
-from prober.types import Finding, Record
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 _SKIP_CHUNK = 1024 * 1024

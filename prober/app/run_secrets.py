@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 
 from prober.canaries.keys import KEY_ENV
-from prober.config import ProberConfig
-from prober.errors import CredentialError, LedgerError
+from prober.config.schema import ProberConfig
+from prober.domain.errors import CredentialError, LedgerError
 from prober.ledger.credentials import ledger_password
-from prober.scrub import Scrubber
 from prober.targets.credentials import Secret
+from prober.text.scrub import Scrubber
 
 
 def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:

@@ -8,7 +8,7 @@ the ledger, `/status`) scrubs again, so no secret reaches a file or a screen.  A
 label naming whose it was, never masked to its shape.
 
 How a form is recognised (the rule the tests check): escapes are decoded first, as detection decodes them
-(`prober/escapes.py`: `%XX` runs as UTF-8, HTML references, `\\u` and `\\x` escapes, a backslash before
+(`prober/text/escapes.py`: `%XX` runs as UTF-8, HTML references, `\\u` and `\\x` escapes, a backslash before
 punctuation, up to three levels deep), and where that changed anything the text is read as
 written too (an escape-shaped run may be plain text: `%00` right before a key that begins `00…`); then
 each reading is *folded*: separators deleted (whitespace, `- _ . , : ; | / + * ~`, middle dots, dashes,
@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import ahocorasick
 
-from prober.escapes import Unescaped, unescape
+from prober.text.escapes import Unescaped, unescape
 
 MIN_SECRET = 4  # shorter "secrets" would scrub ordinary text; the config refuses them
 STEP = 8_192  # characters (or bytes) a window advances

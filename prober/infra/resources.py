@@ -13,7 +13,7 @@ def canaries_dir() -> Path:
     A wheel carries it as prober/_data/canaries; an editable install or a checkout reads the
     repository's own `canaries/` so that edits take effect without reinstalling.
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # prober/
     for candidate in (package / "_data" / "canaries", package.parent / "canaries"):
         if (candidate / "packs").is_dir():
             return candidate

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from prober.errors import YAMLFileError
+from prober.domain.errors import YAMLFileError
 
 MAX_DEPTH = 32  # configs are a few levels deep; far deeper is an accident or an attack
 MAX_VALUES = 100_000

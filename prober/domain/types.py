@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import TypedDict, TypeVar
 
-from prober.codec import JSON
-from prober.evidence import Evidence, Tagged, adding, find
+from prober.domain.codec import JSON
+from prober.domain.evidence import Evidence, Tagged, adding, find
 
 T = TypeVar("T", bound=Tagged)
 
@@ -139,7 +139,7 @@ class FindingDoc(ContextDoc):
     score: float
     found_at: float | None
     evidence: ExcerptDoc
-    details: list[dict[str, JSON]]  # the typed evidence, each item with its `type` (prober/evidence.py)
+    details: list[dict[str, JSON]]  # the typed evidence, each item with its `type` (prober/domain/evidence.py)
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class Finding:
     excerpt_sha256: str = ""
     redacted: bool = False
     context: ProbeContext = ProbeContext()
-    evidence: tuple[Evidence, ...] = ()  # the detector's and checks' evidence, one item of a type (prober/evidence.py)
+    evidence: tuple[Evidence, ...] = ()  # the detector's and checks' evidence, one item of a type (domain/evidence.py)
 
     def evidence_of(self, kind: type[T]) -> T | None:
         return find(self.evidence, kind)

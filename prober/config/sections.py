@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import httpx
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from prober.types import Severity
+from prober.domain.types import Severity
 
 DEFAULT_LISTEN = "127.0.0.1:10461"
 

@@ -1,6 +1,6 @@
 """What a finding rests on, typed: each detector's and each check's evidence is one of the frozen dataclasses below
 (the tagged union `Evidence`).  Each is written to JSON in one place (`Tagged.to_json`: its `type`, then its fields
-by prober/codec.py) and read back by the same code (`of_json`): the ledger keeps findings in that form and the
+by prober/domain/codec.py) and read back by the same code (`of_json`): the ledger keeps findings in that form and the
 report renderers read it from the document.  A finding holds at most one item of a type.
 
 What this version cannot read — a type a newer leakprobe wrote, a malformed body, a key of a ledger written before
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, TypeAlias, TypeVar, get_args
 
-from prober.codec import JSON, as_object, decode, encode
+from prober.domain.codec import JSON, as_object, decode, encode
 
 T = TypeVar("T", bound="Tagged")
 

@@ -21,10 +21,7 @@ from pydantic import (
 )
 
 from prober.capacity.limits import Capacity, Known
-from prober.errors import ConfigError, LedgerError, YAMLFileError
-from prober.ledger.location import LedgerLocation
-from prober.prompts.shape import Shape, candidates
-from prober.settings import (
+from prober.config.sections import (
     AbortRetrySettings,
     AdapterSettings,
     AuditSettings,
@@ -40,10 +37,13 @@ from prober.settings import (
     http_url,
     no_nul,
 )
+from prober.domain.errors import ConfigError, LedgerError, YAMLFileError
+from prober.infra.yamlfile import read_yaml
+from prober.ledger.location import LedgerLocation
+from prober.prompts.shape import Shape, candidates
 from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy
-from prober.yamlfile import read_yaml
 
 DEFAULT_POLICY = TransportPolicy()  # the transport's defaults are the config's
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypedDict
 
-from prober.types import Finding, FindingKind, Severity
+from prober.domain.types import Finding, FindingKind, Severity
 
 
 @dataclass(frozen=True, order=True)

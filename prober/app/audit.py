@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from prober.app.run_secrets import scrubber_for
 from prober.campaign import AuditResult, TargetReport
 from prober.campaign.context import TargetContext
 from prober.campaign.events import Listener, PlanReady, TargetFailed, ignore
@@ -15,15 +16,14 @@ from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import DEADLINE_BASE_S, REGISTRY, SURVEY_ALLOWANCE_S, Check, Planned, Registry, Run, perform
-from prober.config import ProberConfig, TargetConfig
+from prober.config.schema import ProberConfig, TargetConfig
+from prober.domain.errors import BuildError, CountError, PlanError, TargetUnusable
+from prober.domain.types import FindingKind, Severity
 from prober.embeddings import Embedder
-from prober.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.ledger import open_ledger
-from prober.run_secrets import scrubber_for
 from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
-from prober.types import FindingKind, Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TARGET_DEADLINE = "the audit's deadline for this target"

@@ -18,17 +18,17 @@ from typing import Any
 
 from rich.console import Console
 
-from prober.audit import run_audit
+from prober.app.audit import run_audit
+from prober.app.progress import AuditProgress
 from prober.campaign import AuditResult
-from prober.config import ProberConfig, assemble_config
-from prober.errors import StartupError
-from prober.progress import AuditProgress
+from prober.config.schema import ProberConfig, assemble_config
+from prober.domain.errors import StartupError
+from prober.domain.types import FindingKind
 from prober.report import ReportFormat, render
 from prober.targets.credentials import Secret
 from prober.testbed import DEFAULT_TENANTS, TestbedServer, build_config
 from prober.testbed.backend import ModelState
 from prober.testbed.config import QUOTER
-from prober.types import FindingKind
 
 LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION}
 
