@@ -89,6 +89,7 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
                                                                                               "tenant-a")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "overrides"), [("fixed", SMALL), ("healthy", HEALTHY)])
 def test_fixed_and_healthy_are_clean_over_repeated_runs(testbed: StartTestbed, tmp_path: Path, preset: str,
                                                          overrides: dict[str, Any]) -> None:
@@ -107,6 +108,7 @@ def test_fixed_and_healthy_are_clean_over_repeated_runs(testbed: StartTestbed, t
         assert all(outcome == ("served" if b in served else "refused") for b, outcome in outcomes), outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "expected", "code"), [
     ("abort_flag_unsynced", {FindingKind.ENGINE_ERROR}, 1),
     ("decode_skips_page_check", set(), 0),  # latent: nothing leaks while aborts are honoured
@@ -130,6 +132,7 @@ def test_each_fault_alone(testbed: StartTestbed, tmp_path: Path, fault: str, exp
         {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")} if fault == "shared_prefix_cache" else set())
 
 
+@pytest.mark.slow
 def test_reports_in_every_format_and_no_key_anywhere(testbed: StartTestbed, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
@@ -206,6 +209,7 @@ def _kill_once_sending(args: list[str], env: dict[str, str], server: Any, log: P
         proc.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
     ledger = tmp_path / "l.sqlite"
@@ -229,6 +233,7 @@ def test_sigkill_at_random_points_loses_nothing(testbed: StartTestbed, tmp_path:
     assert rerun.returncode == 1, rerun.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "code"), [("fixed", 0), ("incident", 1)])
 def test_a_reasoning_models_quote_is_read_like_its_answer(testbed: StartTestbed, tmp_path: Path, preset: str,
                                                           code: int) -> None:

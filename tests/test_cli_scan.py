@@ -73,6 +73,7 @@ def test_replica_verifies_a_token_its_ledger_never_saw(tmp_path: Path) -> None:
     assert [d["type"] for d in finding["details"]] == ["mac_verified"] and finding["check"] is None
 
 
+@pytest.mark.slow
 def test_errors_exit_2_with_a_clear_message(tmp_path: Path) -> None:
     log = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "tenant": "b", "text": "t"}])
     out = run("scan", "--ledger", str(tmp_path / "missing.sqlite"), str(log))

@@ -83,6 +83,7 @@ def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbe
         assert again.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "overrides"), [("fixed", SMALL), ("healthy", HEALTHY)])
 def test_fixed_and_healthy_stay_clean_over_full_cycles(testbed: StartTestbed, tmp_path: Path, preset: str,
                                                        overrides: dict[str, Any]) -> None:
@@ -99,6 +100,7 @@ def test_fixed_and_healthy_stay_clean_over_full_cycles(testbed: StartTestbed, tm
     assert not [f for f in open_ledger(tmp_path / "l.sqlite").findings() if f.kind.value in LEAKS]
 
 
+@pytest.mark.slow
 def test_budget_skips_the_campaign_keeps_sentinels_and_survives_a_restart(testbed: StartTestbed,
                                                                            tmp_path: Path) -> None:
     server = testbed("fixed", **SMALL)
@@ -145,6 +147,7 @@ def test_reload_applies_a_valid_config_and_refuses_an_invalid_one(testbed: Start
         assert daemon.stop() == 0
 
 
+@pytest.mark.slow
 def test_sigterm_mid_campaign_exits_zero_within_the_grace(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 150})  # a campaign takes ~30 s
     config = daemon_config(server.url, tmp_path / "l.sqlite", shutdown_grace="5s")
@@ -159,6 +162,7 @@ def test_sigterm_mid_campaign_exits_zero_within_the_grace(testbed: StartTestbed,
         assert "Traceback" not in daemon.log() and "CancelledError" not in daemon.log()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_nothing(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **{**SMALL, "prefill_ms_per_1k_tokens": 2})
     ledger = tmp_path / "l.sqlite"

@@ -49,6 +49,7 @@ def alerting(daemon: Daemon, victim: str, observer: str) -> float:
     return sample(daemon, "leakprobe_incident_alerting", kind="cross_tenant_echo", victim=victim, observer=observer)
 
 
+@pytest.mark.slow
 def test_an_incident_stays_open_while_the_leak_persists_and_closes_on_a_clean_recheck(tmp_path: Path) -> None:
     engine = TestbedServer(build_config("incident", SMALL)).start()
     port = engine.port

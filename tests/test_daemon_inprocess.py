@@ -35,6 +35,7 @@ def delete_ledger_files(folder: Path) -> None:
             path.unlink()
 
 
+@pytest.mark.slow
 def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
     daemon = make_daemon(server.url, tmp_path, http_reload=True)
@@ -65,6 +66,7 @@ def test_jobs_export_findings_status_and_readiness(testbed: StartTestbed, tmp_pa
     scenario(daemon, body)
 
 
+@pytest.mark.slow
 def test_a_target_that_never_finishes_holds_no_job_and_delays_no_other(testbed: StartTestbed, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Beside the reference engine, a target that answers every generation request with a chunk a second for ever:
@@ -111,6 +113,7 @@ def leaking(testbed: StartTestbed, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return make_daemon(testbed("incident", **SMALL).url, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_deleted_ledger_pauses_probing_and_is_written_back(leaking: Daemon, tmp_path: Path) -> None:
     daemon, ledger = leaking, tmp_path / "l.sqlite"
     recorded: list[str] = []

@@ -192,6 +192,7 @@ def test_readme_is_the_short_front_page_and_its_links_resolve(site: Path) -> Non
             assert anchor in parse(page).ids, f"README links {target}#{anchor}, which the built page lacks"
 
 
+@pytest.mark.slow
 def test_readme_quickstart_runs_as_written(testbed: StartTestbed, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The front page's five-minute commands, against the reference engine's incident (scaled down) in place of

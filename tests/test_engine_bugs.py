@@ -42,6 +42,7 @@ def engine(bug: EngineBug) -> dict[str, Any]:
     return {**SMALL, **bug.engine, **({"adapters": served} if served else {})}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", BUGS, ids=[b.public.split(",")[0].replace(" ", "-") for b in BUGS])
 def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path: Path, bug: EngineBug,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

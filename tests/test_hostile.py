@@ -156,6 +156,7 @@ def test_tenants_sharing_one_key_are_an_error(tmp_path: Path) -> None:
         assert "same key" in run.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", [endless_stream, trickling_body], ids=["endless-stream", "trickling-body"])
 def test_a_request_that_never_ends_stops_at_the_deadline(tmp_path: Path, route: Any) -> None:
     with hostile_engine(chat=route) as engine:
@@ -203,6 +204,7 @@ def test_bad_urls_are_one_line_errors(args: list[str], tmp_path: Path) -> None:
     one_line_error(leakprobe(*args))
 
 
+@pytest.mark.slow
 def test_nul_bytes_and_deep_nesting_are_one_line_errors(tmp_path: Path) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("targets: " + "[" * 5000 + "]" * 5000 + "\n")
@@ -274,6 +276,7 @@ def test_reference_engine_refuses_deep_json(testbed: StartTestbed) -> None:
     assert answer.status_code == 400 and "nested too deeply" in answer.text
 
 
+@pytest.mark.slow
 def test_reference_engine_memory_stays_on_a_plateau_over_bursts() -> None:
     """Bursts of long prompts from 16 connections: resident memory after the last burst stays within 40 MiB
     of where it was after the first (it used to grow ~10 MiB a burst, without end)."""
@@ -386,6 +389,7 @@ def test_a_target_that_refuses_every_prompt_is_incomplete_not_clean(tmp_path: Pa
     assert any("circuit breaker: 4 answers in a row" in e for e in target["errors"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("route", "deadline_s", "why"), [
     (keepalive_only, ", deadline_s: 3", "nothing but keep-alives for 2 s"),
     (endless_stream, "", "answer still arriving"),
@@ -436,6 +440,7 @@ ANSWER_S = 2 + 8 / 10  # timeout_s 2 (under 30 s, so all of it) plus max_tokens 
 BREAKER = {"plain": 3, "stream": 5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("route", "body", "streaming"), [
     *[("chat", body, streaming) for body in NEVER_ENDING for streaming in ("plain", "stream")],
     ("completions", "sse", "plain"), ("completions", "json", "stream"),

@@ -39,6 +39,7 @@ TIMING = TimingSettings(samples=16, prompt_tokens=200)
 TIMING_NOTHING = TimingSettings(samples=10, prompt_tokens=200)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("faults", "shared"), [({"shared_prefix_cache": True}, True), ({}, False)])
 def test_reference_engine_prefix_cache_by_timing(testbed: StartTestbed, tmp_path: Path, faults: dict[str, bool],
                                                  shared: bool) -> None:
@@ -72,6 +73,7 @@ print("on the event loop" if any(importers) else "in a worker" if importers else
 """
 
 
+@pytest.mark.slow
 def test_the_timing_decision_stays_off_the_event_loop(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
     done = subprocess.run([sys.executable, "-c", _IMPORT_THREAD, server.url, str(tmp_path / "l.sqlite")],
@@ -148,6 +150,7 @@ def test_llamacpp_request_ids_and_abort_retry(llama_install: Installation, tmp_p
     assert ids.sight is not None and ids.sight.echoed and abort.sight is not None and abort.sight.echoed
 
 
+@pytest.mark.slow
 def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed, tmp_path: Path) -> None:
     """`leakprobe daemon` as a process against a reference engine whose prefix cache is shared: the timing job
     finds both pairs and exports its p-values and medians, the burst's answers are each their own."""

@@ -45,6 +45,7 @@ def test_every_finding_kind_has_what_to_do() -> None:
     assert all(advice.endswith(".") and len(advice) < 300 for advice in WHAT_TO_DO.values())
 
 
+@pytest.mark.slow
 def test_each_incident_says_what_to_do_and_pairs_are_explained(report: dict[str, Any]) -> None:
     page = html_report(report)
     kinds = {i["kind"] for i in report["incidents"]}

@@ -58,6 +58,7 @@ def serious(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             if Severity.parse(f["severity"]) >= Severity.WARNING]
 
 
+@pytest.mark.slow
 def test_a_healthy_engine_behind_a_gateway_among_other_users_is_clean(testbed: StartTestbed, tmp_path: Path) -> None:
     with shared(testbed, "fixed") as (engine, front):
         aborted, retried = engine.engine.stats.aborted, front.stats.failed_after_served
@@ -73,6 +74,7 @@ def test_a_healthy_engine_behind_a_gateway_among_other_users_is_clean(testbed: S
     assert plans["echoed"] > 0 and not plans["blind"]
 
 
+@pytest.mark.slow
 def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(testbed: StartTestbed,
                                                                             tmp_path: Path) -> None:
     with shared(testbed, "incident") as (_, front):
@@ -84,6 +86,7 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     assert test["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
 
 
+@pytest.mark.slow
 def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTestbed, tmp_path: Path) -> None:
     """No /server_info or /metrics through the gateway (tokenize passes, as routers pass it): the operator gives the
     capacity, the engine is unknown, so the idle-slot check runs at llama.cpp's usual width; still clean."""
@@ -103,6 +106,7 @@ def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTes
     assert target["sight"]["idle-slots"] == {"checked": 2 * 2 * 4, "echoed": 2 * 2 * 4, "blind": False}
 
 
+@pytest.mark.slow
 def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTestbed, tmp_path: Path) -> None:
     """/metrics answers from the engine or another replica at random: windows whose reads came from different
     processes are set aside and said, and the other replica's counters never make a finding."""

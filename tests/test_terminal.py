@@ -41,6 +41,7 @@ def on_a_terminal(args: list[str], env: dict[str, str]) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_piped_reports_cut_nothing_and_carry_no_colour(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
     path = config(tmp_path, server.url)
