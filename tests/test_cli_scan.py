@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from prober.testbed.styles import paraphrase
 from tests.support.cli import mint, run, write_jsonl
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.testbed import SMALL, StartTestbed
 
 KEYS = {"LP_A": "testbed-key-a", "LP_B": "testbed-key-b"}
