@@ -89,17 +89,16 @@ suite: builds
 test: lint typecheck suite
 
 # The hermetic tier, for the edit-test loop: lint, typecheck and every test that needs no engine build, PostgreSQL,
-# browser or container (their markers: tests/conftest.py), with no one-time build first; the few end-to-end tests
-# that take minutes (`slow`: the full-size demo, a stalled stream's deadline, pages through Alertmanager) wait for
-# `make test`.  425 tests: 14.2 min on 2 cores beside other sessions' suites (load 3.5-8.6, 6.9 CPU-min); 4.2 min
-# idle when it held 378 (docs/benchmarks.md).
+# browser or container (their markers: tests/conftest.py), with no one-time build first; the end-to-end tests
+# over ~8 s (`slow`: endless answers cut at their deadlines, daemon cycles, the engine-bug table, the full demo)
+# wait for `make test`.  471 tests: 2 min 38 s on 2 cores, warm (docs/benchmarks.md).
 HERMETIC := not engine and not postgres and not browser and not container and not slow
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "$(HERMETIC)" --durations=10
 
 # The unit tier, for the first seconds of the loop: only the tests marked `unit` (pure parsing, adapters on httpx's
 # MockTransport, policy, statistics, renderers: no server, subprocess, engine, database or real model), with no
-# one-time build, lint or typecheck first.  150 tests: 22 s on 2 cores at load 2.5, 26-38 s at load 6-9.  One
+# one-time build, lint or typecheck first.  210 tests: 23 s on 2 cores, warm (26-38 s at load 6-9).  One
 # process: two workers would each collect the whole suite first (46 s at load 9).
 unit: setup
 	$(VENV)/bin/pytest -m unit -q --durations=5
