@@ -110,7 +110,8 @@ class Daemon:
         await self.housekeep()  # incidents restored before the first scrape can be answered
         self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)
         self.scheduler.every("housekeeping", housekeeping.EVERY_S, self.housekeep)
-        self.scheduler.every("canaries", housekeeping.CANARY_REFRESH_S, self._refresh_canaries)
+        self.scheduler.every("canaries", housekeeping.CANARY_REFRESH_S,
+                             partial(self.housekeeper.refresh_canaries, scanner))
         await self._apply(self.settings)
         self.scheduler.start()
 
@@ -142,17 +143,13 @@ class Daemon:
 
     async def reload(self) -> tuple[bool, str]:
         """Load the config again; a config that fails keeps the old one running."""
-        try:
-            fresh = await asyncio.to_thread(self.settings.reload)
-            why = self.settings.restart_needed(fresh)
-        except LeakprobeError as exc:
-            why = str(exc)
-        self.metrics.process.reloaded(None if why else fresh.loaded_at)
+        fresh = await asyncio.to_thread(self.settings.reloaded)
+        self.metrics.process.reloaded(None if isinstance(fresh, str) else fresh.loaded_at)
         self.exposition.stale()
-        self.last_reload_error = why
-        if why is not None:
-            log.error("config reload refused, the old config keeps running: %s", why)
-            return False, why
+        self.last_reload_error = fresh if isinstance(fresh, str) else None
+        if isinstance(fresh, str):
+            log.error("config reload refused, the old config keeps running: %s", fresh)
+            return False, fresh
         old_targets = set(self.sessions)
         self.settings = fresh
         self.log_filter.scrubber = fresh.scrubber
@@ -206,10 +203,6 @@ class Daemon:
     async def housekeep(self) -> None:
         """Ledger health (and recovery), incidents, budgets: every 10 s, and whenever a test wants it now."""
         await self.housekeeper.incidents_and_budgets(list(self.sessions), self.config.daemon)
-
-    async def _refresh_canaries(self) -> None:
-        if self.scanner is not None:
-            await self.housekeeper.refresh_canaries(self.scanner)
 
 
 class DaemonEndpoints:

@@ -18,7 +18,7 @@ from prober.canaries.keys import KEY_ENV, resolve_key
 from prober.checks import REGISTRY, Registry
 from prober.config.schema import ProberConfig, assemble_config
 from prober.daemon.schedule import Timetable
-from prober.domain.errors import CredentialError
+from prober.domain.errors import CredentialError, LeakprobeError
 from prober.targets.credentials import CredentialSource, Secret
 from prober.text.scrub import Scrubber
 
@@ -46,16 +46,18 @@ class Settings:
     checks: Registry
     loaded_at: float
 
-    def reload(self) -> Settings:
-        return load_settings(self.path, self.flags, self.checks)
-
-    def restart_needed(self, fresh: Settings) -> str | None:
-        """Why `fresh` cannot replace these without a restart, or None."""
+    def reloaded(self) -> Settings | str:
+        """The config and credentials read again, or why they cannot replace these: they fail to load, or they
+        change what only a restart may change."""
+        try:
+            fresh = load_settings(self.path, self.flags, self.checks)
+        except LeakprobeError as exc:
+            return str(exc)
         for name, get in RESTART_ONLY:
             old, new = get(self.config), get(fresh.config)
             if old != new:
                 return f"{name} cannot change on reload ({old!r} -> {new!r}); restart the daemon"
-        return None
+        return fresh
 
 
 def load_settings(path: Path | None, flags: Mapping[str, Any], checks: Registry = REGISTRY) -> Settings:
