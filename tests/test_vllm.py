@@ -247,7 +247,7 @@ def test_request_ids_and_abort_retry_on_a_healthy_vllm(vllm: VllmServer, tmp_pat
             return await run_check(name, checking)
 
     ids = run(check("request-ids", request_ids=RequestIdSettings(max_tokens=96)))
-    abort = run(check("abort-retry", abort_retry=AbortRetrySettings(max_tokens=48)))
+    abort = run(check("abort-retry", abort_retry=AbortRetrySettings(max_tokens=96)))
     assert isinstance(ids, RequestIdResult) and isinstance(abort, AbortRetryResult)
     print(ids.summary(), ids.sight, "|", abort.summary(), abort.sight)
     assert ids.fields == ("request_id",) and ids.named == ids.answered == 6 and not ids.errors, ids.summary()
