@@ -1,7 +1,9 @@
 """`/metrics` from a cached exposition: rendering the registry costs milliseconds and grows with targets and
 tenants, so under a burst of scrapes (many Prometheus replicas, a dashboard refresh, a hostile client) one
 render serves them all, never more than `max_age_s` old.  The metrics change as jobs complete and configs
-reload, and each marks the render stale, so a scrape after either sees it.
+reload, and each marks the render stale, so a scrape after either sees it.  It renders in a thread of its own: the
+default executor's threads may all be waiting on the ledger or scanning, and a scrape must not queue behind them
+(Prometheus gives it 10 s, a test's 1 s interval one).
 
 Counters and histograms are exported without their `_created` series: nothing here reads them, and they
 double the exposition (client_python adds one per labelled series)."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry, Metric, generate_latest
 
@@ -24,13 +27,15 @@ class CachedExposition:
         self._body = b""
         self._rendered_at = float("-inf")
         self._lock = asyncio.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exposition")
 
     async def render(self) -> bytes:
         if time.monotonic() - self._rendered_at < self.max_age_s:
             return self._body
         async with self._lock:  # scrapes arriving during a render wait for it rather than start their own
             if time.monotonic() - self._rendered_at >= self.max_age_s:
-                self._body = await asyncio.to_thread(generate_latest, _WithoutCreated(self.registry))
+                loop = asyncio.get_running_loop()
+                self._body = await loop.run_in_executor(self._thread, generate_latest, _WithoutCreated(self.registry))
                 self._rendered_at = time.monotonic()
         return self._body
 
