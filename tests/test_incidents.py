@@ -5,11 +5,16 @@ written by the previous schema upgraded in place."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from prober.campaign.events import PlanReady, StepDone
+from prober.campaign.plan import Exchange, Plan, Step
+from prober.campaign.results import StepResult
+from prober.daemon.evidence import RunEvidence
 from prober.domain.incidents import (
     Acknowledgement,
     Closure,
@@ -20,9 +25,10 @@ from prober.domain.incidents import (
     RunChecks,
     Sighting,
 )
-from prober.domain.types import FindingKind, Severity
+from prober.domain.types import Finding, FindingKind, Severity
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import MIGRATIONS
+from prober.targets.result import Completion
 from tests.support.ledgers import OpenLedger, finding
 
 KEY = IncidentKey("sglang", FindingKind.CROSS_TENANT_ECHO, "alice", "bob")
@@ -166,6 +172,41 @@ def test_a_blind_recheck_clears_what_the_envelope_shows_not_what_content_shows(c
     by_kind = {i.key.kind: i for i in ledger.incidents()}
     assert by_kind[FindingKind.CROSS_TENANT_ECHO].checks[0].last_clean is None
     assert by_kind[FindingKind.BOUNDARY_ACCEPTED].checks[0].last_clean == 2_010.0
+
+
+@pytest.mark.unit
+def test_an_answer_that_drew_a_finding_rechecks_only_the_envelope() -> None:
+    """An engine that still serves a prompt above its pool answers from whatever its stale pages hold (another
+    job's prompt, under load): that answer lacking the victim's canary is luck, not a fix, so the pair there
+    re-checks only what the envelope shows, while the run's clean answers elsewhere still re-check content."""
+    def exchange(name: str, boundary: str) -> Exchange:
+        def step(role: str, tenant: str) -> Step:
+            return Step(id=f"{name}-{role}", role=role, tenant=tenant, length=64, stream=False,  # type: ignore[arg-type]
+                        expect_served=boundary == "pool", boundary=boundary)
+        return Exchange(id=name, victim="alice", observer="bob", prime=step("prime", "alice"),
+                        probe=step("probe", "bob"))
+
+    def done(step: Step, own: int = 0, found: tuple[Finding, ...] = ()) -> StepDone:
+        return StepDone(StepResult(step=step, exchange=step.id.split("-")[0], target="sglang", sent_tokens=64,
+                                   counted=True, answer=Completion(200, "an answer"), canary_ids=[],
+                                   findings=list(found), own_echoes=own))
+
+    written: list[RunChecks] = []
+
+    async def write(checks: RunChecks) -> None:
+        written.append(checks)
+
+    fits, above = exchange("x001", "pool"), exchange("x002", "pool+1")
+    evidence = RunEvidence("sglang", "campaign", 100.0, write)
+    evidence(PlanReady(Plan("sglang", [], [fits, above])))
+    for event in (done(fits.prime), done(fits.probe, own=1), done(above.prime),
+                  done(above.probe, found=(finding(kind=FindingKind.BOUNDARY_ACCEPTED, victim_tenant=None),))):
+        evidence(event)
+    asyncio.run(evidence.finish(True, ["alice", "bob"]))
+    (run,) = written
+    assert run.observations == {Observation("pool", "bob", "alice"), Observation("pool", "alice", "bob"),
+                                Observation("pool+1", "alice", "bob"),
+                                Observation("pool+1", "bob", "alice", sighted=False)}
 
 
 def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ class RunEvidence:
         self._exchanges: dict[str, Exchange] = {}
         self._steps = 0
         self._observations: set[Observation] = set()
+        self._faulted: set[Observation] = set()  # an answer of theirs drew a finding: what it lacks proves nothing
         self._checkless = ""  # the boundary of a check without steps (the burst's), which its re-checks are at
         self._sighted = False  # some probe's answer carried its own canary: a clean run re-checks content too
         self._unwritten: list[Sighting] = []
@@ -47,7 +48,10 @@ class RunEvidence:
                 if result.observed and exchange is not None and result.step.role in ("prime", "probe"):
                     step = result.step
                     other = exchange.victim if step.role == "probe" else exchange.observer
-                    self._observations.add(Observation(step.boundary, step.tenant, other))
+                    observation = Observation(step.boundary, step.tenant, other)
+                    self._observations.add(observation)
+                    if result.findings:
+                        self._faulted.add(observation)
             case FindingRecorded(finding=finding):
                 self._unwritten.append(Sighting.of(finding))
                 if self._writing is None or self._writing.done():
@@ -67,13 +71,15 @@ class RunEvidence:
     async def finish(self, completed: bool, tenants: Sequence[str]) -> None:
         """The run ended: the last probes, then what it re-checked.  A check without boundary steps (a burst, a
         timing test) asks every tenant pair at once: completing it re-checks them all, at its own boundary.  Only a
-        run that saw its own canaries come back re-checks what content shows."""
+        run that saw its own canaries come back re-checks what content shows, and only where no answer of the pair
+        there drew a finding: an engine that served what it must refuse answers from whatever its stale pages
+        hold, and one answer without the victim's canary is luck, not a fix."""
         if self._writing is not None:
             await self._writing
         await self._sightings()
         if completed and self._steps == 0:
             self._observations |= {Observation(self._checkless, observer, other)
                                    for observer in tenants for other in tenants}
-        observed = {replace(o, sighted=self._sighted) for o in self._observations}
+        observed = {replace(o, sighted=self._sighted and o not in self._faulted) for o in self._observations}
         if observed:
             await self._write(RunChecks(self.target, self.job, self.started, observations=observed))
