@@ -27,6 +27,7 @@ import httpx
 import pytest
 import yaml
 
+from prober.checks.registry import PREFLIGHT, REGISTRY
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
 from tests.support.cli import invoke
@@ -188,14 +189,15 @@ def test_behind_a_gateway_among_other_users_the_leak_is_caught(pair: Pair, tmp_p
 
 def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: Path) -> None:
     """A daemon on the fault engine: its first campaign exports the leak with victim and observer, and the
-    phantom hits.  The other jobs are due in a day (as after a restart), so that nothing else the daemon sends
-    lands between a prime and its probe."""
+    phantom hits.  Every other job that sends is due in a day (as after a restart), so that nothing else the
+    daemon sends lands between a prime and its probe (the campaign chooses its shape itself)."""
     ledger = tmp_path / "l.sqlite"
     settings = config(pair.decode.url, ledger)
-    day = {job: "24h" for job in ("sentinel", "campaign", "timing", "crosstalk")}
-    settings["daemon"] = {"listen": "127.0.0.1:0", "schedule": {**FAST["schedule"], **day}}
+    others = [job for job in REGISTRY.jobs if job not in (PREFLIGHT, "campaign")]
+    settings["daemon"] = {"listen": "127.0.0.1:0",
+                          "schedule": {**FAST["schedule"], **{job: "24h" for job in [*others, "campaign"]}}}
     store = open_ledger(str(ledger))
-    for job in ("sentinel", "timing", "crosstalk"):
+    for job in others:
         store.set_meta(f"last_run/vllm-drill/{job}", repr(time.time()))
     store.close()
     with DaemonProcess(settings, tmp_path, env=ENV) as daemon:
