@@ -178,7 +178,8 @@ def test_a_blind_recheck_clears_what_the_envelope_shows_not_what_content_shows(c
 def test_an_answer_that_drew_a_finding_rechecks_only_the_envelope() -> None:
     """An engine that still serves a prompt above its pool answers from whatever its stale pages hold (another
     job's prompt, under load): that answer lacking the victim's canary is luck, not a fix, so the pair there
-    re-checks only what the envelope shows, while the run's clean answers elsewhere still re-check content."""
+    re-checks only what the envelope shows, while the run's sound answers elsewhere (an info finding is no fault)
+    still re-check content."""
     def exchange(name: str, boundary: str) -> Exchange:
         def step(role: str, tenant: str) -> Step:
             return Step(id=f"{name}-{role}", role=role, tenant=tenant, length=64, stream=False,  # type: ignore[arg-type]
@@ -199,7 +200,8 @@ def test_an_answer_that_drew_a_finding_rechecks_only_the_envelope() -> None:
     fits, above = exchange("x001", "pool"), exchange("x002", "pool+1")
     evidence = RunEvidence("sglang", "campaign", 100.0, write)
     evidence(PlanReady(Plan("sglang", [], [fits, above])))
-    for event in (done(fits.prime), done(fits.probe, own=1), done(above.prime),
+    note = finding(kind=FindingKind.ODD_FINISH_REASON, severity=Severity.INFO, victim_tenant=None)
+    for event in (done(fits.prime), done(fits.probe, own=1, found=(note,)), done(above.prime),
                   done(above.probe, found=(finding(kind=FindingKind.BOUNDARY_ACCEPTED, victim_tenant=None),))):
         evidence(event)
     asyncio.run(evidence.finish(True, ["alice", "bob"]))

@@ -18,6 +18,7 @@ from prober.campaign.plan import Exchange
 from prober.checks.crosstalk import BOUNDARY as BURST_BOUNDARY
 from prober.checks.crosstalk import CrosstalkResult
 from prober.domain.incidents import Observation, RunChecks, Sighting
+from prober.domain.types import Severity
 
 Write = Callable[[RunChecks], Awaitable[None]]
 
@@ -31,7 +32,7 @@ class RunEvidence:
         self._exchanges: dict[str, Exchange] = {}
         self._steps = 0
         self._observations: set[Observation] = set()
-        self._faulted: set[Observation] = set()  # an answer of theirs drew a finding: what it lacks proves nothing
+        self._faulted: set[Observation] = set()  # served with a fault found: what their answer lacks proves nothing
         self._checkless = ""  # the boundary of a check without steps (the burst's), which its re-checks are at
         self._sighted = False  # some probe's answer carried its own canary: a clean run re-checks content too
         self._unwritten: list[Sighting] = []
@@ -50,7 +51,7 @@ class RunEvidence:
                     other = exchange.victim if step.role == "probe" else exchange.observer
                     observation = Observation(step.boundary, step.tenant, other)
                     self._observations.add(observation)
-                    if result.findings:
+                    if result.answer.served and any(f.severity > Severity.INFO for f in result.findings):
                         self._faulted.add(observation)
             case FindingRecorded(finding=finding):
                 self._unwritten.append(Sighting.of(finding))
@@ -71,9 +72,10 @@ class RunEvidence:
     async def finish(self, completed: bool, tenants: Sequence[str]) -> None:
         """The run ended: the last probes, then what it re-checked.  A check without boundary steps (a burst, a
         timing test) asks every tenant pair at once: completing it re-checks them all, at its own boundary.  Only a
-        run that saw its own canaries come back re-checks what content shows, and only where no answer of the pair
-        there drew a finding: an engine that served what it must refuse answers from whatever its stale pages
-        hold, and one answer without the victim's canary is luck, not a fix."""
+        run that saw its own canaries come back re-checks what content shows, and only where no answer the pair
+        was served there drew a finding above info: an engine that served what it must refuse answers from whatever
+        its stale pages hold, and one answer without the victim's canary is luck, not a fix (a refusal, in-band or
+        not, is the fix)."""
         if self._writing is not None:
             await self._writing
         await self._sightings()

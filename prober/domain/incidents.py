@@ -218,8 +218,8 @@ CONTENT_KINDS = frozenset({FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_REQU
 class Observation:
     """A request of a job run whose answer was fully checked: the `observer` tenant's request at `boundary`,
     in an exchange with `other` (the tenant whose canaries it could have carried).  `sighted`: the run's answers
-    showed their own canaries and none of this pair's answers here drew a finding, so a clean one also re-checks
-    what only content shows."""
+    showed their own canaries and no answer served to this pair here drew a finding above info, so a clean one
+    also re-checks what only content shows."""
 
     boundary: str
     observer: str
