@@ -138,9 +138,13 @@ def prometheus(folder: Path, daemon: str, alertmanager_url: str | None = None,
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(daemon, rules, alertmanager_url)))
     port = free_port()
+    # A firing alert is sent at once and then every resend delay, each time valid for four of them: Alertmanager
+    # resolves one that is not sent again in time.  At 1 s (every interval here is 1 s) that was 4 s, and a loaded
+    # 2-core machine stalled Prometheus longer: a "resolved" page while the rule still fired.  15 s gives a minute;
+    # a new alert and a resolved one still go at once.
     server = Prometheus([binary, f"--config.file={folder / 'prometheus.yml'}",
                          f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                         "--rules.alert.resend-delay=1s"], f"http://127.0.0.1:{port}", folder / "prometheus.log")
+                         "--rules.alert.resend-delay=15s"], f"http://127.0.0.1:{port}", folder / "prometheus.log")
     try:
         server.wait_ready()
         yield server
