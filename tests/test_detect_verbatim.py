@@ -63,6 +63,16 @@ def test_a_short_run_is_not_enough() -> None:
     assert scan.scan(Record("r", "tenant-b", words(VICTIM, 40, MIN_RUN_WORDS - 1))).findings == []
 
 
+def test_an_answer_repeating_one_phrase_copies_nothing() -> None:
+    """Gemma 3 270M on a real llama.cpp answered one control with "the" 64 times; the other tenant's prompt held
+    eight "the" in a row: one shingle, repeated, is not a 64-word run of that prompt (found in a full run)."""
+    scan = scanner(("tenant-a", "p-a", VICTIM + " the" * 12 + " " + words(OBSERVER, 0, 5)))
+    assert scan.scan(Record("r", "tenant-b", " the" * 64)).findings == []
+    assert scan.scan(Record("r", "tenant-b", " ".join([words(VICTIM, 40, 5)] * 12))).findings == []
+    copied = scan.scan(Record("r", "tenant-b", words(VICTIM, 40, MIN_RUN_WORDS) + " the" * 12)).findings
+    assert [f.victim_tenant for f in copied] == ["tenant-a"]
+
+
 def test_the_record_holds_hashes_only() -> None:
     record = Shingler(KEY).record(VICTIM, "tenant-a", "p-a", 0.0, 1.0)
     assert len(record.hashes) == 8 * len(set(record.array().tolist()))

@@ -63,7 +63,9 @@ class VerbatimDetector(Detector):
                 held[position] = {self._prompts[h].tenant for h in self._holders[self._starts[key] : self._ends[key]]}
         hits: list[Hit] = []
         for first, last, tenant in _runs(held):
-            words = last - first + SHINGLE
+            # A degenerate answer ("the the the ...") repeats one shingle that some prompt happens to hold (a word
+            # repeated to pad it): a run is as long as the distinct shingles it copies, as copied prose is.
+            words = len(np.unique(hashes[first : last + 1])) + SHINGLE - 1
             if words < MIN_RUN_WORDS or tenant == record.tenant:
                 continue  # too short to be anyone's, or the observer's own earlier prompt
             probe = self._probe_of(hashes[first : last + 1], tenant)
