@@ -65,10 +65,11 @@ class VerbatimDetector(Detector):
         for first, last, tenant in _runs(held):
             # A degenerate answer ("the the the ...") repeats one shingle that some prompt happens to hold (a word
             # repeated to pad it): a run is as long as the distinct shingles it copies, as copied prose is.
-            words = len(np.unique(hashes[first : last + 1])) + SHINGLE - 1
+            run = hashes[first : last + 1]
+            words = len(distinct(run)) + SHINGLE - 1
             if words < MIN_RUN_WORDS or tenant == record.tenant:
                 continue  # too short to be anyone's, or the observer's own earlier prompt
-            probe = self._probe_of(hashes[first : last + 1], tenant)
+            probe = self._probe_of(run, tenant)
             hits.append(Hit(self.name, min(1.0, words / (2 * MIN_RUN_WORDS)), spans[first][0], spans[last][1],
                             tenant=tenant, probe_id=probe, evidence=(PromptRun(words),)))
         return hits
