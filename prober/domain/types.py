@@ -54,6 +54,7 @@ class FindingKind(StrEnum):
     CROSS_REQUEST_ECHO = "cross_request_echo"  # another concurrent request's canary (same tenant) in this answer
     PHANTOM_CACHE_HIT = "phantom_cache_hit"  # cached tokens claimed for a prompt no one had sent: KV never computed
     COUNTED_FAILURE = "counted_failure"  # the engine counted an abort or a failed transfer while this answer was 200
+    PATH_JITTER = "path_jitter"  # served or refused at a length the path's varying prefix leaves undecided (info)
 
 
 class DetectorName(StrEnum):

@@ -41,6 +41,9 @@ WHAT_TO_DO: dict[FindingKind, str] = {
     FindingKind.ODD_FINISH_REASON: "Check what ended the request (an abort the client was not told about).",
     FindingKind.UNEXPECTED_REFUSAL: "The capacity numbers are off, or a gateway refuses: set capacity: in the config, "
                                     "check the model name and the credentials. That boundary went untested.",
+    FindingKind.PATH_JITTER: "Nothing to fix in the engine: a gateway's prompt that changes per request (a date, a "
+                             "request reference) moved this prompt across the limit. Give the tenant's requests a "
+                             "fixed operator prompt to test that boundary exactly.",
     FindingKind.IMPLAUSIBLE_USAGE: "The engine's (or a gateway's) token accounting cannot be trusted: budgets and the "
                                    "placeholder check ignored its figures; find who rewrites usage.",
 }

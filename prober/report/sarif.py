@@ -29,6 +29,8 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
                                            "answer", "6.5"),
     FindingKind.PHANTOM_CACHE_HIT: ("LEAK006", "Cached tokens reported for a prompt no one had sent: KV never "
                                                "computed", "8.5"),
+    FindingKind.PATH_JITTER: ("CAP004", "Served or refused at a length the path's varying prefix leaves undecided",
+                              "0.0"),
 }
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
