@@ -1,6 +1,7 @@
 """The documentation site: it builds strictly, every alert's runbook link lands on an anchor of the built site,
 the generated configuration reference lists every key of the schemas, the generated layout table every package
-(each says in its docstring what it is for), and the README is the short front page whose links resolve.
+(each says in its docstring what it is for), the README is the short front page whose links resolve, and every
+config the docs show loads as written (tests/support/yamlblocks.py).
 
 The site is built once per module into a temporary folder, with mkdocs itself (`--strict`: a broken link or
 anchor, or a config key without a description, fails the build)."""
@@ -28,6 +29,7 @@ from prober.config.schema import ProberConfig
 from prober.testbed.config import EngineConfig
 from tests.support.testbed import SMALL, StartTestbed
 from tests.support.tools import need_module
+from tests.support.yamlblocks import Block, docs_blocks, foreign_keys, load_leakprobe
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "dashboards" / "prometheus" / "leakprobe-rules.yml"
@@ -190,6 +192,28 @@ def test_readme_is_the_short_front_page_and_its_links_resolve(site: Path) -> Non
             name = source.name.removesuffix(".md")
             page = built_page(site, "" if name == "index" else name + "/")
             assert anchor in parse(page).ids, f"README links {target}#{anchor}, which the built page lacks"
+
+
+@pytest.mark.unit
+def test_the_docs_show_yaml_blocks_of_every_kind() -> None:
+    """The rule that sorts them sees the configs the pages are known to hold, and another tool's file."""
+    blocks = docs_blocks()
+    pages = {b.where.split(":")[0] for b in blocks}
+    assert {"docs/daemon.md", "docs/auditing.md", "docs/drill.md", "docs/targets.md"} <= pages, pages
+    assert len([b for b in blocks if b.other_tool is None]) >= 6
+    assert [b.other_tool.name for b in blocks if b.other_tool] == ["prometheus.yml"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("block", docs_blocks(), ids=lambda b: b.where)
+def test_every_yaml_block_of_the_docs_loads_as_written(block: Block, tmp_path: Path) -> None:
+    """A config or fragment through the real loader (a reader copies them: one refused is a lie in the docs); another
+    tool's file sets only keys of its example, which that tool checks."""
+    if block.other_tool is not None:
+        assert not foreign_keys(block, block.other_tool), block.where
+        return
+    config = load_leakprobe(block.text, tmp_path)
+    assert config.targets, block.where
 
 
 @pytest.mark.slow

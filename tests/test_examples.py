@@ -1,6 +1,7 @@
 """Every file in examples/ is loaded by what it is for: the daemon configs pass `--check-config` (credentials
-read), the reference-engine config serves, the Prometheus config and the Alertmanager route pass their own
-tools' checks (and tests/test_monitoring.py runs them for real)."""
+read) and load as the docs' blocks do (tests/support/yamlblocks.py), the reference-engine config serves, the
+Prometheus config and the Alertmanager route pass their own tools' checks (and tests/test_monitoring.py runs them
+for real)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prober.testbed import TestbedServer, build_config, load_config_file
 from tests.support.cli import invoke
 from tests.support.keys import BEARER_A
 from tests.support.tools import need
+from tests.support.yamlblocks import example_files, is_leakprobe, load_leakprobe
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ENGINE_KEYS = {"LEAKPROBE_KEY_ALICE": "key-of-alice-0001", "LEAKPROBE_KEY_BOB": "key-of-bob-0002"}
@@ -25,6 +27,15 @@ ENGINE_KEYS = {"LEAKPROBE_KEY_ALICE": "key-of-alice-0001", "LEAKPROBE_KEY_BOB": 
 def test_every_example_is_tested_here() -> None:
     tested = {"leakprobe.yaml", "daemon-testbed.yaml", "testbed.yaml", "prometheus.yml", "alertmanager.yml"}
     assert {p.name for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".yml")} == tested
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("example", [p for p in example_files() if is_leakprobe(p)], ids=lambda p: p.name)
+def test_every_leakprobe_example_loads_as_a_docs_block_does(example: Path, tmp_path: Path) -> None:
+    """The same loader and rule as every YAML block of the docs (tests/test_docs.py): an example the prober reads
+    is a config it takes as written, daemon section and job names included."""
+    config = load_leakprobe(example.read_text(encoding="utf-8"), tmp_path)
+    assert config.targets and config.daemon.schedule, example.name
 
 
 def test_the_engines_config_checks_with_its_credentials(tmp_path: Path) -> None:

@@ -123,8 +123,8 @@ def _kind(field: FieldInfo, child: type[BaseModel] | None) -> str:
 
 
 def _type_name(annotation: Any, metadata: list[Any] | None = None) -> str:
-    if _is_duration(metadata or []):
-        return "duration"
+    if kind := _duration_kind(metadata or []):
+        return kind
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
         return _type_name(args[0], list(args[1:]))
@@ -143,8 +143,18 @@ def _type_name(annotation: Any, metadata: list[Any] | None = None) -> str:
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
+# The validators that read durations (prober/config/sections.py), by the type the reference names.
+_DURATIONS = {"parse_duration": "duration", "duration_or_off": "duration or `off`",
+              "jitter_seconds": "duration or `off`"}
+
+
+def _duration_kind(metadata: list[Any]) -> str | None:
+    names = [getattr(getattr(item, "func", None), "__name__", "") for item in metadata]
+    return next((_DURATIONS[n] for n in names if n in _DURATIONS), None)
+
+
 def _is_duration(metadata: list[Any]) -> bool:
-    return any(getattr(getattr(item, "func", None), "__name__", "") == "parse_duration" for item in metadata)
+    return _duration_kind(metadata) is not None
 
 
 def _limit(item: Any) -> str:

@@ -65,10 +65,33 @@ def http_url(value: str) -> str:
     return value
 
 
+def switched_off(value: Any) -> bool:
+    """`off` as the docs write it: YAML 1.1 (PyYAML) reads a bare `off` (or `no`, `false`) as false; a quoted
+    `"off"` stays a string."""
+    return value is False or (isinstance(value, str) and value.strip().lower() == "off")
+
+
+def duration_or_off(value: Any) -> float | None:
+    """Seconds, or None where the value switches it off."""
+    if switched_off(value):
+        return None
+    if value is True:  # a bare on, yes or true
+        raise ValueError("expected a duration such as 30s, 5m or 6h, or off, not true (a bare on or yes reads so)")
+    return parse_duration(value)
+
+
+def jitter_seconds(value: Any) -> float:
+    """A job's random delay: a duration, or none (`off`, 0)."""
+    return 0.0 if switched_off(value) or (isinstance(value, int | float) and value == 0) else parse_duration(value)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-Interval = Annotated[float | None, BeforeValidator(lambda v: None if v == "off" else parse_duration(v))]  # None: off
+DurationOrOff = Annotated[float | None, BeforeValidator(duration_or_off)]  # None: off
+
+
+Jitter = Annotated[float, BeforeValidator(jitter_seconds)]
 
 
 SeverityName = Annotated[Severity, BeforeValidator(_severity)]
@@ -99,12 +122,12 @@ class AuditSettings(Strict):
     """How many times the whole plan runs."""
     bisect_budget: int = Field(default=0, ge=0)
     """Tokens bisection of the accept/refuse boundary may spend when the engine exposes no context length (0: never)."""
-    deadline: Duration | None = None
+    deadline: DurationOrOff | None = None
     """Total time for the whole audit (e.g. `30m`); what is still running then ends, and the audit is incomplete.
-    Unset: only each target's deadline bounds it."""
-    target_deadline: Duration | None = None
-    """Total time per target: survey, probe-shape choice, campaign and isolation checks.  Unset: 5 minutes for the
-    survey, then 2 minutes plus what follows derives — its prompt tokens at 1,000 a second and each request's
+    Unset or `off`: only each target's deadline bounds it."""
+    target_deadline: DurationOrOff | None = None
+    """Total time per target: survey, probe-shape choice, campaign and isolation checks.  Unset or `off`: 5 minutes for
+    the survey, then 2 minutes plus what follows derives — its prompt tokens at 1,000 a second and each request's
     `max_tokens` at 10 a second."""
 
 
@@ -267,12 +290,13 @@ class Links(Strict):
 class DaemonSettings(Strict):
     listen: str = DEFAULT_LISTEN
     """HOST:PORT of the metrics and status server (0.0.0.0 in a container; :0 picks a free port)."""
-    schedule: dict[str, Interval] = Field(default_factory=dict)
-    """How often each job runs per target, by job (`{sentinel: 1m, campaign: 6h, idle-slots: off}`); a job not
-    named keeps its default: `preflight` (the survey) every 5 minutes, each check as docs/checks.md lists."""
-    jitter: dict[str, Duration] = Field(default_factory=dict)
+    schedule: dict[str, DurationOrOff] = Field(default_factory=dict)
+    """How often each job runs per target, by job (`{sentinel: 1m, campaign: 6h, idle-slots: off}`); `off` (or
+    `false`) never runs it; a job not named keeps its default: `preflight` (the survey) every 5 minutes, each check
+    as docs/checks.md lists."""
+    jitter: dict[str, Jitter] = Field(default_factory=dict)
     """Random delay added to each run of a job, by job (`{campaign: 36m}`), so replicas and targets do not fire
-    in step; a job not named gets a tenth of its interval."""
+    in step; `off` (or 0): none; a job not named gets a tenth of its interval."""
     tokens_per_day: int = Field(default=50_000_000, gt=0)
     """Prompt tokens per target per UTC day, all replicas together."""
     sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
