@@ -18,14 +18,14 @@ from prober.canaries.mint import Minter
 from prober.checks import DEADLINE_BASE_S, REGISTRY, SURVEY_ALLOWANCE_S, Check, Planned, Registry, Run, perform
 from prober.config.schema import ProberConfig, TargetConfig
 from prober.domain.errors import BuildError, CountError, PlanError, TargetUnusable
-from prober.domain.types import FindingKind, Severity
+from prober.domain.types import Severity
+from prober.domain.verdicts import Verdict
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TARGET_DEADLINE = "the audit's deadline for this target"
 
 
@@ -128,9 +128,6 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
 
 
 def exit_code(result: AuditResult, fail_on: Severity) -> int:
-    """Errors outrank findings: an audit that did not finish, or whose answers never showed their own canary
-    (blind: it could not have seen a leak), never exits 0 or 1 — unless it saw a leak all the same."""
-    leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
-    if not result.complete or (result.blind and not leaked and not result.dry_run):
-        return EXIT_ERROR
-    return EXIT_FINDINGS if any(f.severity >= fail_on for f in result.findings) else EXIT_CLEAN
+    """By the verdict table (prober/domain/verdicts.py): 1 for a leak or an engine fault seen, finished or not; 2 for
+    an audit that could not see or did not finish; else 1 for a finding at or above `fail_on`, 0 for none."""
+    return Verdict.of(result).exit_code(fail_on)

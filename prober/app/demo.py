@@ -24,13 +24,12 @@ from prober.campaign import AuditResult
 from prober.config.schema import ProberConfig, assemble_config
 from prober.domain.errors import StartupError
 from prober.domain.types import FindingKind
+from prober.domain.verdicts import Weight, weight
 from prober.report import ReportFormat, render
 from prober.targets.credentials import Secret
 from prober.testbed import DEFAULT_TENANTS, TestbedServer, build_config
 from prober.testbed.backend import ModelState
 from prober.testbed.config import QUOTER
-
-LEAKS = {FindingKind.CROSS_TENANT_ECHO, FindingKind.BOUNDARY_ACCEPTED, FindingKind.PLACEHOLDER_SUBSTITUTION}
 
 
 async def _audit(console: Console, preset: str, out: Path, overrides: dict[str, Any]) -> AuditResult:
@@ -96,7 +95,7 @@ async def run_demo(out: Path = Path("leakprobe-demo"), overrides: dict[str, Any]
     fixed = await _audit(console, "fixed", out, overrides or {})
     _summary(console, "fixed", fixed, out)
     caught = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in incident.findings)
-    clean = not any(f.kind in LEAKS for f in fixed.findings)
+    clean = all(weight(f.kind, f.severity) is Weight.NOTE for f in fixed.findings)  # no leak, no engine fault
     console.rule()
     console.print(f"incident preset: leak {'caught' if caught else 'NOT caught'}; fixed preset: "
                   f"{'clean' if clean else 'NOT clean'}.  Open {out / 'incident.html'} to read the evidence.")

@@ -145,7 +145,8 @@ def audit(
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
 
-    Exit 0 clean, 1 findings at or above --fail-on, 2 error or an audit that could not finish."""
+    Exit 0 clean; 1 a leak or an engine fault (finished or not), or findings at or above --fail-on; 2 an error,
+    or an audit that could not see or could not finish."""
     from prober.app.audit import exit_code, run_audit
     from prober.app.progress import AuditProgress
     from prober.app.run_secrets import load_secrets, scrubber_for
@@ -187,8 +188,8 @@ def audit(
         typer.echo(rendered(output_format, Terminal.of(sys.stdout)), nl=False)
     code = exit_code(result, threshold)
     if code == 2:
-        typer.echo("error: the audit did not finish; see the errors above" if not result.complete else
-                   "error: the audit was blind: no answer repeated its own canary (see why above)", err=True)
+        typer.echo("error: the audit was blind: no answer repeated its own canary (see why above)" if result.blind
+                   else "error: the audit did not finish; see the errors above", err=True)
     raise typer.Exit(code)
 
 

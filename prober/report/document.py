@@ -7,7 +7,6 @@ follow as evidence."""
 from __future__ import annotations
 
 from collections import Counter
-from enum import StrEnum
 from typing import TypedDict
 
 from prober import __version__
@@ -17,27 +16,8 @@ from prober.campaign.results import AuditResult, StepResult, TargetReport
 from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.domain.incidents import Incident, IncidentDoc
-from prober.domain.types import Finding, FindingDoc, FindingKind
-
-
-class Status(StrEnum):
-    """The audit's verdict: a leak outranks an incomplete run (what was seen stays seen)."""
-
-    LEAK = "leak"
-    NO_LEAK = "no_leak"
-    INCOMPLETE = "incomplete"
-    BLIND = "blind"
-    DRY_RUN = "dry_run"
-
-
-HEADLINES = {
-    Status.LEAK: "LEAK: another tenant's canary appeared in an answer",
-    Status.INCOMPLETE: "INCOMPLETE: not every planned request was observed; no leak in those that were",
-    Status.BLIND: "BLIND: no answer repeated its own canary, so none could have shown another tenant's; "
-                  "what was still checked is listed below",
-    Status.NO_LEAK: "NO LEAK: no tenant's canary reached another tenant",
-    Status.DRY_RUN: "DRY RUN: the plan and its cost only; nothing was sent",
-}
+from prober.domain.types import Finding, FindingDoc
+from prober.domain.verdicts import Status, Verdict, Weight, weight
 
 
 class VerdictDoc(TypedDict):
@@ -52,7 +32,7 @@ class VerdictDoc(TypedDict):
 
 class MatrixDoc(TypedDict):
     tenants: list[str]
-    cells: dict[str, dict[str, int]]  # victim -> observer -> cross-tenant findings
+    cells: dict[str, dict[str, int]]  # victim -> observer -> findings of a crossing (echoes, shared-cache hits)
 
 
 class StepDoc(TypedDict):
@@ -146,15 +126,15 @@ def incident_json(incident: Incident, findings: list[Finding]) -> IncidentEntry:
 
 
 def verdict(result: AuditResult) -> VerdictDoc:
-    leaked = any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in result.findings)
-    status = (Status.DRY_RUN if result.dry_run else Status.LEAK if leaked else Status.INCOMPLETE
-              if not result.complete else Status.BLIND if result.blind else Status.NO_LEAK)
+    """Status and headline by the verdict table (prober/domain/verdicts.py); the reasons say what was not observed
+    or could not be seen, whatever the status."""
+    judged = Verdict.of(result)
     worst = result.worst()
     # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
     reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]
     reasons += [f"{t.name}: {'; '.join(t.sights[check].reason(check) for check in t.blind)}; still checked: "
                 f"{', '.join(still_checked(t))}" for t in result.targets if t.blind and not result.dry_run]
-    return {"status": status, "headline": HEADLINES[status], "worst": worst.label if worst else None,
+    return {"status": judged.status, "headline": judged.headline, "worst": worst.label if worst else None,
             "complete": result.complete, "reasons": reasons, "tokens_sent": sum(t.tokens_sent for t in result.targets),
             "duration_s": round(max(0.0, result.finished - result.started), 1)}
 
@@ -172,13 +152,14 @@ def still_checked(report: TargetReport) -> list[str]:
 
 
 def matrix(report: TargetReport) -> MatrixDoc:
-    """Cross-tenant findings of one target by victim (rows) and observer (columns)."""
+    """One target's findings that another tenant's data or cache state crossed (the verdict table's leaks), by
+    victim (rows) and observer (columns)."""
     tenants = sorted({s.step.tenant for s in report.steps}
                      | {f.victim_tenant for f in report.findings if f.victim_tenant}
                      | ({e.victim for e in report.plan.exchanges} if report.plan else set()))
     cells = {v: dict.fromkeys((o for o in tenants if o != v), 0) for v in tenants}
     for f in report.findings:
-        if f.kind is FindingKind.CROSS_TENANT_ECHO and f.victim_tenant in cells and f.observer_tenant in cells:
+        if weight(f.kind, f.severity) is Weight.LEAK and f.victim_tenant in cells and f.observer_tenant in cells:
             cells[f.victim_tenant][f.observer_tenant] += 1
     return {"tenants": tenants, "cells": cells}
 

@@ -16,17 +16,19 @@ import json
 
 from prober.domain.evidence import EngineCounters, find, of_json
 from prober.domain.types import FindingDoc, FindingKind
+from prober.domain.verdicts import Status
 from prober.report.advice import WHAT_TO_DO
-from prober.report.document import Document, Status, TargetDoc, advertised_and_pool
+from prober.report.document import Document, TargetDoc, advertised_and_pool
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
-VERDICT_COLOURS = {Status.LEAK: "#c92a2a", Status.INCOMPLETE: "#e67700", Status.BLIND: "#e67700",
-                   Status.NO_LEAK: "#2b8a3e", Status.DRY_RUN: "#495057"}
+VERDICT_COLOURS = {Status.LEAK: "#c92a2a", Status.ENGINE_FAULT: "#e8590c", Status.INCOMPLETE: "#e67700",
+                   Status.BLIND: "#e67700", Status.NO_LEAK: "#2b8a3e", Status.DRY_RUN: "#495057"}
 W, H, PAD = 720, 220, 48
 LABEL_FONT, LABEL_CHAR, LABEL_ROW = 9, 5.4, 10  # boundary labels: px per character at that size, px per row
 PAIR_LEGEND = ("<b>victim → observer</b>: a canary planted in the victim's prompts came back in an answer to the "
-               "observer; one name alone: what that tenant's answer showed, with no victim known.")
+               "observer, or the victim's prompt filled a cache that the observer's was served from; one name alone: "
+               "what that tenant's answer showed, with no victim known.")
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#212529}
@@ -208,8 +210,9 @@ def matrix_table(target: TargetDoc) -> str:
             cells.append(f'<td class="cell {"leak" if n else "clean"}" data-victim="{_esc(victim)}" '
                          f'data-observer="{_esc(observer)}" data-count="{n}">{n}</td>')
         rows.append(f'<tr><th scope="row">{_esc(victim)}</th>{"".join(cells)}</tr>')
-    return (f'<table class="matrix" data-target="{_esc(target["name"])}"><caption class="muted">Cross-tenant '
-            f'findings: whose canaries (rows, the victim) reached whom (columns, the observer)</caption><tr><th>'
+    return (f'<table class="matrix" data-target="{_esc(target["name"])}"><caption class="muted">Crossings '
+            f'(canaries in answers, shared-cache hits): whose data (rows, the victim) reached whom (columns, the '
+            f'observer)</caption><tr><th>'
             f'victim → observer</th>{head}</tr>{"".join(rows)}</table>')
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 
-from prober.report.document import Document, Status, TargetDoc, advertised_and_pool
+from prober.domain.verdicts import Status
+from prober.report.document import Document, TargetDoc, advertised_and_pool
 from prober.report.terminal import Terminal
 
-STATUS_STYLE = {Status.LEAK: "bold red", Status.INCOMPLETE: "bold yellow", Status.BLIND: "bold yellow",
-                Status.NO_LEAK: "bold green", Status.DRY_RUN: "bold"}
+STATUS_STYLE = {Status.LEAK: "bold red", Status.ENGINE_FAULT: "bold red", Status.INCOMPLETE: "bold yellow",
+                Status.BLIND: "bold yellow", Status.NO_LEAK: "bold green", Status.DRY_RUN: "bold"}
 
 
 def table_report(doc: Document, terminal: Terminal | None = None) -> str:
