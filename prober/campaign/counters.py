@@ -14,9 +14,13 @@ Under "same rate" (no abort of ours), given the K + B events in all, the number 
 Binomial(K + B, D / (D + T)): the conditional test for two Poisson rates, exact whatever the rate and however little
 background was seen (a short background only weakens the test, it never makes a false alarm likelier).  The
 p-value is that binomial's upper tail at K; a counter is a finding where p is at most the false-alarm rate divided
-by the counters tested (Bonferroni).  Windows that cannot be evidence are left out, and said: another replica
-answered a read, a counter went down, another of our requests ran beside, or an answer took a retry (the engine
-may have aborted the first attempt when the connection dropped).
+by the number of failure counters the engine exposed in the run's windows (Bonferroni over every counter that could
+have risen, not only those that did: a family picked after seeing which rose would make a false alarm likelier).
+With no background at all (T = 0: every read of the counters came while a request of ours was out, or failed) there
+is nothing to test against: the rise is undecided, and the check says so as something it could not do.  Windows that
+cannot be evidence are left out, and said: another replica answered a read, a counter went down, another of our
+requests ran beside, or an answer took a retry (the engine may have aborted the first attempt when the connection
+dropped).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext
 from prober.targets.telemetry import FAILURES, Background, EngineTelemetry, Window
 
 TEST = ("conditional binomial test of two Poisson rates: the counter's rise in leakprobe's own windows against its "
-        "rise in stretches with none of its requests out; one-sided, Bonferroni over the counters tested")
+        "rise in stretches with none of its requests out; one-sided, Bonferroni over the failure counters the engine "
+        "exposed")
 MIN_BACKGROUND_S = 5.0  # with less background than this a run takes a quiet stretch before it decides
 
 
@@ -52,17 +57,23 @@ class CounterEvidence:
 
     windows: list[CountedWindow] = field(default_factory=list)
     set_aside: list[str] = field(default_factory=list)  # why windows were not evidence
+    exposed: set[str] = field(default_factory=set)  # failure counters the engine showed in the evidence windows
+    undecided: list[str] = field(default_factory=list)  # why a rise could not be tested: the check's errors
 
     def add(self, window: Window, *, request: str, tenant: str, context: ProbeContext, unserved: int,
-            retried: bool) -> None:
+            retried: bool) -> bool:
+        """Whether the window is evidence: what only the counters show is checked for its requests."""
         if window.problem is not None:
             self.set_aside.append(f"{request}: {window.problem}")
         elif retried:
             self.set_aside.append(f"{request}: an answer took a retry (the engine may have counted the dropped "
                                   "attempt as an abort)")
         elif window.changed is not None:
+            self.exposed |= FAILURES & window.changed.keys()
             excess = {name: rise - unserved for name, rise in window.failures().items() if rise > unserved}
             self.windows.append(CountedWindow(request, tenant, context, window.seconds, excess))
+            return True
+        return False
 
     def notes(self) -> list[str]:
         """What the report says of windows that were not evidence, by why."""
@@ -80,9 +91,20 @@ class CounterEvidence:
         our windows took, between `settings.quiet` and three times it), then the test."""
         if telemetry is None or not self.rose:
             return []
+        own = sum(w.seconds for w in self.windows)
+        waited = min(3 * settings.quiet, max(settings.quiet, own))
         if quiet and telemetry.background.seconds < MIN_BACKGROUND_S:
-            own = sum(w.seconds for w in self.windows)
-            await telemetry.quiet(min(3 * settings.quiet, max(settings.quiet, own)))
+            await telemetry.quiet(waited)
+        if telemetry.background.seconds <= 0:
+            rose = Counter[str]()
+            for w in self.windows:
+                rose.update(w.excess)
+            tried = f"a quiet stretch of {waited:g} s was read" if quiet else "the run was stopping: no quiet stretch"
+            self.undecided.append(
+                f"engine counters: {', '.join(f'{n} +{k:g}' for n, k in sorted(rose.items()))} in {own:.1f} s of "
+                f"leakprobe's windows, and no stretch with none of its requests out to test that against ({tried}, "
+                "none came back from one engine process with nothing of ours out): undecided")
+            return []
         return self.findings(self.decide(telemetry.background, settings.false_alarm))
 
     def decide(self, background: Background, false_alarm: float) -> list[CounterDecision]:
@@ -91,7 +113,7 @@ class CounterEvidence:
         if not risen:
             return []
         own_seconds = sum(w.seconds for w in self.windows)
-        alpha = false_alarm / len(FAILURES)
+        alpha = false_alarm / len(self.exposed)  # every counter that rose was exposed: at least one
         return [CounterDecision(name, k, round(own_seconds, 3), b, round(background.seconds, 3),
                                 rate_test(k, own_seconds, b, background.seconds), alpha)
                 for name in risen

@@ -42,6 +42,7 @@ async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event
             named = next((s for s in result.steps if s.step.id == finding.record_id), None)
             if named is not None:
                 named.findings.append(finding)
+        result.errors += counted.undecided
 
 
 async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_event: Listener,

@@ -160,5 +160,6 @@ class CrosstalkCheck(Check):
                                  counted=counted)
         result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
         result.extra += await ctx.decide_counters(counted, run.on_event, check=self.name)
+        result.errors += counted.undecided
         run.on_event(CheckDone(ctx.config.name, result))
         return result

@@ -248,7 +248,8 @@ class CounterSettings(Strict):
     in stretches with none of leakprobe's requests out."""
 
     false_alarm: float = Field(default=0.001, gt=0, lt=0.5)
-    """Chance that a run against a healthy engine reports a counted failure (Bonferroni over the counters)."""
+    """Chance that one check's run against a healthy engine reports a counted failure (Bonferroni over the failure
+    counters the engine exposes)."""
     quiet: Duration = 10.0
     """Where a run has seen less than 5 s of background, it reads the counters over a quiet stretch of this long
     (up to three times it, as long as its own windows took) before it decides."""

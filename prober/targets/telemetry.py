@@ -59,6 +59,7 @@ PREFIXES = ("sglang:", "vllm:", "llamacpp:")
 SOURCE = "process_start_time_seconds"  # which process answered a read (client_python exports it on Linux)
 SAME_SOURCE_TRIES = 3  # reads of an after-snapshot until the process that answered the before one answers again
 BACKGROUND_S = 3_600.0  # how far back the background goes: other users' rate changes over a day
+SOURCES_KEPT = 16  # processes whose last reading is kept: replicas behind one address (a changing source is not one)
 
 
 @dataclass(frozen=True)
@@ -165,15 +166,16 @@ async def window(telemetry: EngineTelemetry | None, requests: int = 1) -> AsyncI
 
 
 class EngineTelemetry:
-    """Reads `metrics_url` with the tenant's credential; each read that follows one with none of this process's
-    generation requests out in between adds that stretch to the background."""
+    """Reads `metrics_url` with the tenant's credential; each read that follows one of the same engine process with
+    none of this process's generation requests out in between adds that stretch to the background (replicas
+    balanced in turn behind one address answer reads alternately: each is compared with its own last)."""
 
     def __init__(self, transport: Transport, metrics_url: str, secret: Secret | None) -> None:
         self.transport = transport
         self.metrics_url = metrics_url
         self.secret = secret
         self.background = Background()
-        self._last: Reading | None = None
+        self._last: dict[float | None, Reading] = {}  # by the process that answered it
 
     async def read(self, like: Reading | None = None) -> Reading | None:
         """The explaining series now, or None when the engine exposes none (or not now).  `like`: read again, a
@@ -208,7 +210,10 @@ class EngineTelemetry:
         # What was out when the read began, and what had started when it ended: the stretch before it is quiet
         # only if nothing of ours was out at either end and nothing started in between.
         reading = Reading(values, time.monotonic(), source, outbox.started, max(out, outbox.out))
-        last, self._last = self._last, reading
+        last = self._last.pop(source, None)
+        self._last[source] = reading
+        if len(self._last) > SOURCES_KEPT:
+            del self._last[next(iter(self._last))]
         if (last is not None and last.out == 0 and reading.out == 0 and reading.started == started == last.started
                 and incomparable(last, reading) is None):
             rises = {name: d for name in FAILURES if (d := values.get(name, 0.0) - last.values.get(name, 0.0)) > 0}
