@@ -92,6 +92,43 @@ def test_a_stall_past_the_timeout() -> None:
     assert answer.text == "first"
 
 
+def _reasoning(text: str) -> str:
+    """One event of a reasoning model's stream: its reasoning, before any content."""
+    return sse({"object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"reasoning_content": text}, "finish_reason": None}]})
+
+
+def _hang_up_mid_body(r: Reply, _: Seen) -> None:
+    """A chunked body whose server goes away after the reasoning: its end never comes (an engine's worker died)."""
+    r.handler.send_response(200)
+    r.handler.send_header("Content-Type", "text/event-stream")
+    r.handler.send_header("Transfer-Encoding", "chunked")
+    r.handler.end_headers()
+    for text in ("The code word is ", "PELICAN-SEVEN."):
+        event = _reasoning(text).encode()
+        r.write(b"%x\r\n%s\r\n" % (len(event), event))
+    r.handler.close_connection = True
+
+
+def _stall_after_reasoning(r: Reply, _: Seen) -> None:
+    r.start_stream()
+    for text in ("The code word is ", "PELICAN-SEVEN."):
+        r.write(_reasoning(text))
+    r.hold()
+
+
+@pytest.mark.parametrize(("route", "kind"), [(_hang_up_mid_body, ErrorKind.TRUNCATED),
+                                             (_stall_after_reasoning, ErrorKind.TIMEOUT)])
+def test_a_stream_cut_after_the_reasoning_keeps_it(route: Any, kind: ErrorKind) -> None:
+    """Cut before any content, by a hang-up or a stall: the reasoning that came is kept for the scanner (another
+    tenant's canary there has left the engine), and the answer is marked cut, not served."""
+    with ShapedServer(_route(route)) as srv:
+        answer = ask(srv.url + "/v1", Prompt("hi", stream=True), policy=TransportPolicy(timeout_s=2, retries=0))
+    assert answer.status == 200 and not answer.served and answer.error is not None and answer.error.kind is kind
+    assert answer.text == "" and answer.other_text == "The code word is PELICAN-SEVEN."
+    assert "PELICAN-SEVEN" in answer.full_text and answer.ttft_s is not None
+
+
 def test_a_hang_up_before_any_response_is_retried_then_typed() -> None:
     """llama.cpp once closed a connection without a byte mid-audit (CI): that request is sent again."""
     calls: list[int] = []

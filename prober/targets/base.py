@@ -207,7 +207,7 @@ class _StreamReader:
 
     def finish(self, exchange: HTTPExchange) -> Completion:
         common = _common(exchange)
-        if exchange.status != 200 or (exchange.error is not None and not self.parts):
+        if exchange.status != 200 or (exchange.error is not None and not self.parts and not self.others):
             return Completion(**common, streamed=True, error=exchange.error or _http_error(exchange))
         if exchange.error is None:  # a cut-off tail is not an event; flush only a cleanly ended stream
             for event in self.decoder.close():
@@ -218,7 +218,7 @@ class _StreamReader:
             error = TargetError(ErrorKind.MALFORMED, "stream is not valid UTF-8", 200)
         if error is None and not self.done:
             error = TargetError(ErrorKind.TRUNCATED, "stream ended without its [DONE] terminator", 200)
-        # Partial text stays: a truncated answer can still carry someone else's data.
+        # Partial text stays, reasoning before any content too: a cut answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
                           ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others),
                           answer_id=self.answer_id)
