@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from prober.app.audit import run_audit
+from prober.app.audit import exit_code, run_audit
 from prober.campaign import AuditResult
 from prober.canaries.adapters import canary_text
 from prober.canaries.keys import KEY_ENV, shared_key
 from prober.config.schema import TargetConfig, assemble_config
-from prober.domain.types import FindingKind
+from prober.domain.types import FindingKind, Severity
+from prober.report import document
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
 from tests.support.keys import KEYS
@@ -26,6 +27,7 @@ from tests.support.testbed import SMALL, StartTestbed
 TENANTS = {"tenant-a", "tenant-b"}
 DEPLOYMENT_KEY = "the engine-bug table's deployment key"
 PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # name a victim as well
+SHARED_CACHES = [b for b in BUGS if b.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
 
 
 def audit(url: str, ledger: Path, target: dict[str, Any]) -> AuditResult:
@@ -59,3 +61,19 @@ def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path:
     clean = audit(fixed.url, tmp_path / "fixed.sqlite", bug.audit)
     assert not [f for f in clean.findings if f.kind is bug.kind], [f.describe() for f in clean.findings]
     assert clean.complete and not clean.blind
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", SHARED_CACHES, ids=[b.public.split(",")[0].replace(" ", "-") for b in SHARED_CACHES])
+def test_a_shared_prefix_cache_alone_is_a_leak_that_its_headline_names(testbed: StartTestbed, tmp_path: Path,
+                                                                        bug: EngineBug) -> None:
+    """The rows of a prefix cache shared between tenants (vLLM #16016, CVE-2025-46570): an audit whose findings are
+    that cache's hits alone exits 1 whatever --fail-on says, under a headline that names the shared cache."""
+    faulty = testbed("fixed", **engine(bug), faults=bug.faults)
+    result = audit(faulty.url, tmp_path / "faulty.sqlite", bug.audit)
+    serious = {f.kind for f in result.findings if f.severity >= Severity.WARNING}  # beside refusals due (info)
+    assert serious == {FindingKind.CROSS_TENANT_CACHE_HIT}, [f.describe() for f in result.findings]
+    verdict = document(result)["verdict"]
+    assert verdict["status"] == "leak", verdict
+    assert verdict["headline"].startswith("LEAK: the prefix cache is shared between tenants"), verdict
+    assert [exit_code(result, fail_on) for fail_on in Severity] == [1] * len(Severity)

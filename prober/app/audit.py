@@ -19,7 +19,7 @@ from prober.checks import DEADLINE_BASE_S, REGISTRY, SURVEY_ALLOWANCE_S, Check, 
 from prober.config.schema import ProberConfig, TargetConfig
 from prober.domain.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.domain.types import Severity
-from prober.domain.verdicts import Verdict
+from prober.domain.verdicts import AuditVerdict
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
 from prober.targets.bounds import deadline_passed, run_deadline
@@ -130,4 +130,4 @@ async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, 
 def exit_code(result: AuditResult, fail_on: Severity) -> int:
     """By the verdict table (prober/domain/verdicts.py): 1 for a leak or an engine fault seen, finished or not; 2 for
     an audit that could not see or did not finish; else 1 for a finding at or above `fail_on`, 0 for none."""
-    return Verdict.of(result).exit_code(fail_on)
+    return AuditVerdict.of(result).exit_code(fail_on)

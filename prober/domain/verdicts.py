@@ -71,7 +71,7 @@ class Status(StrEnum):
     NO_LEAK = "no_leak"
 
 
-HEADLINES = {  # the statuses no finding names; a leak's and a fault's headline says which (`Verdict.headline`)
+HEADLINES = {  # of the statuses no finding names (a leak's and a fault's say which: `AuditVerdict.headline`)
     Status.DRY_RUN: "DRY RUN: the plan and its cost only; nothing was sent",
     Status.BLIND: "BLIND: no answer repeated its own canary, so none could have shown another tenant's; "
                   "what was still checked is listed below",
@@ -109,14 +109,16 @@ class Audited(Protocol):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AuditVerdict:
+    """How an audit ended, by the table (a capacity `Verdict` is another thing: what a target's numbers say)."""
+
     status: Status
     named: tuple[FindingKind, ...]  # the kinds the headline names, in the table's order
     findings: tuple[Finding, ...]
     complete: bool
 
     @classmethod
-    def of(cls, audit: Audited) -> Verdict:
+    def of(cls, audit: Audited) -> AuditVerdict:
         findings = tuple(audit.findings)
         weights = {weight(f.kind, f.severity) for f in findings}
         status = (Status.DRY_RUN if audit.dry_run else Status.LEAK if Weight.LEAK in weights

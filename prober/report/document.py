@@ -17,7 +17,7 @@ from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.domain.incidents import Incident, IncidentDoc
 from prober.domain.types import Finding, FindingDoc
-from prober.domain.verdicts import Status, Verdict, Weight, weight
+from prober.domain.verdicts import AuditVerdict, Status, Weight, weight
 
 
 class VerdictDoc(TypedDict):
@@ -128,7 +128,7 @@ def incident_json(incident: Incident, findings: list[Finding]) -> IncidentEntry:
 def verdict(result: AuditResult) -> VerdictDoc:
     """Status and headline by the verdict table (prober/domain/verdicts.py); the reasons say what was not observed
     or could not be seen, whatever the status."""
-    judged = Verdict.of(result)
+    judged = AuditVerdict.of(result)
     worst = result.worst()
     # Why not complete, target by target: the first error of each is the one-line reason the runner gave.
     reasons = [f"{t.name}: {t.errors[0]}" for t in result.targets if not t.complete and t.errors]
