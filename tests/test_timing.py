@@ -1,28 +1,35 @@
 """The timing test's statistics and evidence, on measured-shaped samples (no engine needed): its false-alarm
-rate holds when hits and misses are exchangeable, whatever the timings look like, and it finds a shift."""
+rate holds when hits and misses are exchangeable, whatever the timings look like, and it finds a shift.  Then the
+check behind a gateway that loses answers (the reference engine behind tests/support/shared.py's gateway): lost
+samples are drawn again within what the plan holds, and counted by why they were lost."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from prober.campaign.plan import Planned
 from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
-from prober.checks.timing import check_decidable, findings_of, random_text
-from prober.checks.timing_stats import PairDecision, PairSamples, decide, holm, smallest_p, stouffer
+from prober.checks import REGISTRY, perform
+from prober.checks.timing import TimingResult, check_decidable, findings_of, random_text
+from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, holm, smallest_p, stouffer
 from prober.config.schema import TargetConfig, TenantConfig
 from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError
 from prober.domain.evidence import SaltAsserted, TimingStatistics
 from prober.domain.types import DetectorName, FindingKind, Severity
-
-pytestmark = pytest.mark.unit
+from tests.support.isolation import TESTBED_KEYS, surveyed
+from tests.support.shared import Gateway
+from tests.support.testbed import SMALL, StartTestbed
 
 
 def samples(hits: list[float], misses: list[float], victim: str = "a", observer: str = "b") -> PairSamples:
-    return PairSamples(victim, observer, tuple(hits), tuple(misses), warm=(), prompt_tokens=None, lost=0,
+    return PairSamples(victim, observer, tuple(hits), tuple(misses), warm=(), prompt_tokens=None, lost=(),
                        requests=3 * len(hits), tokens=0)
 
 
@@ -34,6 +41,7 @@ def null_pair(rng: random.Random, n: int) -> PairSamples:
     return samples([t for i, t in enumerate(times) if i in hit], [t for i, t in enumerate(times) if i not in hit])
 
 
+@pytest.mark.unit
 def test_false_alarm_rate_holds_on_exchangeable_samples() -> None:
     rng = random.Random(5)
     alpha, runs = 0.1, 500  # at the default 0.001 the rate would need ~10^5 runs to see
@@ -42,6 +50,7 @@ def test_false_alarm_rate_holds_on_exchangeable_samples() -> None:
     assert alarms / runs <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs), alarms
 
 
+@pytest.mark.unit
 def test_a_cache_shaped_shift_is_found_with_its_evidence() -> None:
     rng = random.Random(9)
     # Measured on vLLM (engines.md): a cached 1,008-token prompt 0.12 s, a fresh one about 1.2 s.
@@ -62,6 +71,7 @@ def test_a_cache_shaped_shift_is_found_with_its_evidence() -> None:
     assert "Mann-Whitney" in stats.test
 
 
+@pytest.mark.unit
 def test_slower_hits_are_no_evidence_of_sharing() -> None:
     """One-sided: load or queueing that slows the would-be hits is not a cache."""
     [decision] = decide([[samples([1.0 + i / 100 for i in range(12)], [0.5 + i / 100 for i in range(12)])]], 0.05)
@@ -84,6 +94,7 @@ def sequential(rng: random.Random, pair: Callable[[], PairSamples], alpha: float
         rounds.append(pair())
 
 
+@pytest.mark.unit
 def test_rounds_keep_the_false_alarm_rate() -> None:
     """Another round only for unclear pairs, each look at alpha / looks: the rate over all looks holds."""
     rng = random.Random(11)
@@ -92,6 +103,7 @@ def test_rounds_keep_the_false_alarm_rate() -> None:
     assert alarms / runs <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs), alarms
 
 
+@pytest.mark.unit
 def test_a_small_shift_in_noise_is_found_with_more_rounds_where_one_could_not() -> None:
     """Load that blurs a cache's gain (hits 40% faster, log-normal noise of sigma 0.5): one round of 12 seldom
     decides at 0.001, up to three mostly do; an isolated cache mostly ends clear after its first round, seldom
@@ -109,6 +121,7 @@ def test_a_small_shift_in_noise_is_found_with_more_rounds_where_one_could_not() 
     assert "Stouffer" in late.method
 
 
+@pytest.mark.unit
 def test_stouffer_combines_rounds() -> None:
     assert stouffer([0.03]) == 0.03
     assert stouffer([0.5, 0.5]) == pytest.approx(0.5)
@@ -117,18 +130,21 @@ def test_stouffer_combines_rounds() -> None:
     assert 0 <= stouffer([1e-300, 1e-300]) < 1e-300 and stouffer([1.0, 1.0]) > 0.99
 
 
+@pytest.mark.unit
 def test_holm_step_down() -> None:
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5]) == [0.5]
     assert holm([0.6, 0.6]) == [1.0, 1.0]
 
 
+@pytest.mark.unit
 def test_too_few_samples_for_the_false_alarm_rate_are_refused() -> None:
     with pytest.raises(PlanError, match=r"raise timing\.samples"):
         check_decidable(TimingSettings(samples=4, false_alarm=0.001), ["a", "b"])
     check_decidable(TimingSettings(samples=8, false_alarm=0.001), ["a", "b"])  # 1/12,870 < 0.0005
 
 
+@pytest.mark.unit
 def test_random_prompts_are_fresh() -> None:
     rng = random.SystemRandom()
     texts = {random_text(40, rng) for _ in range(50)}
@@ -136,6 +152,7 @@ def test_random_prompts_are_fresh() -> None:
     assert len({t[:12] for t in texts}) == 50  # unique from the first block on
 
 
+@pytest.mark.unit
 def test_salted_tenants_and_the_broken_promise() -> None:
     claimed = claimed_salted([TenantConfig(name="a", cache_salted=True), TenantConfig(name="b")])
     plain = TargetConfig(name="t", url="http://127.0.0.1:1/v1")
@@ -152,3 +169,60 @@ def test_salted_tenants_and_the_broken_promise() -> None:
     assert finding.severity is Severity.HIGH and finding.evidence_of(SaltAsserted) == SaltAsserted(("a",))
     assert "salt does not isolate" in finding.excerpt
     assert salt_asserted(finding, frozenset({"c"})) is finding
+
+
+def lossy(testbed: StartTestbed, tmp_path: Path, settings: TimingSettings, *, fail_after_served: float,
+          retries: int) -> tuple[Planned, TimingResult, int]:
+    """The timing check as the audit runs it, through the gateway from the survey on, which answers 502 to a share
+    of the requests the engine served (from the check's first request on); what it planned, what it returned, and
+    how many 502s the gateway gave meanwhile (the check's, and those of the route it measures first)."""
+    engine = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
+
+    async def go(front: Gateway) -> tuple[Planned, TimingResult, int]:
+        async with surveyed(front.url, TESTBED_KEYS, tmp_path / "l.sqlite", retries=retries, timing=settings) as run:
+            check = REGISTRY.get("timing")
+            planned = check.planned(run)
+            front.fail_after_served, before = fail_after_served, front.stats.failed_after_served
+            result = await perform(check, run, planned)
+            assert isinstance(result, TimingResult)
+            return planned, result, front.stats.failed_after_served - before
+
+    with Gateway(engine.url) as front:
+        return asyncio.run(go(front))
+
+
+@pytest.mark.slow
+def test_samples_lost_to_a_gateways_502s_are_drawn_again_and_counted(testbed: StartTestbed, tmp_path: Path) -> None:
+    """One served answer in five replaced by a 502 (the client retries: the retry's clock holds the failed attempt,
+    and an observer's first attempt may have cached its own miss): every pair still gets all its samples, from fresh
+    prompts drawn in the lost ones' places within the plan, the report says how many were lost and why, and the
+    shared cache is still found.  Before re-draws: about four samples of twenty lost per pair, never replaced."""
+    settings = TimingSettings(samples=10, prompt_tokens=200)
+    planned, result, failed = lossy(testbed, tmp_path, settings, fail_after_served=0.2, retries=3)
+    assert failed > 0 and not result.errors, (failed, result.errors)
+    for decision in result.decisions:
+        s = decision.samples
+        assert len(s.hits) == len(s.misses) == settings.samples * decision.rounds, decision.evidence()
+        assert s.redrawn == len(s.lost)  # each lost one drawn again, once it could be
+    lost = result.losses
+    assert 0 < lost[Loss.RETRIED] <= failed and set(lost) <= {Loss.RETRIED, Loss.FAILED, Loss.UNWARMED}, lost
+    assert result.requests <= planned.requests == 2 * (3 * 10 * 3 + 5 * 3)
+    doc = result.to_json()
+    assert doc["lost"] == {loss.value: n for loss, n in lost.items()} and doc["redrawn"] == lost.total()
+    assert [(p["hits"], p["misses"]) for p in doc["pairs"]] == [(10, 10), (10, 10)]
+    assert f"{lost.total()} samples lost" in result.summary() and len(result.notes) == 2, result.notes
+    assert [d.found for d in result.decisions] == [True, True]
+
+
+@pytest.mark.slow
+def test_a_path_that_loses_every_answer_sends_no_more_than_the_plan(testbed: StartTestbed, tmp_path: Path) -> None:
+    """Every answer a 502 and no retries: the check re-draws until what its plan holds for re-draws is spent, not
+    one request more, and ends incomplete, saying why each sample was lost."""
+    settings = TimingSettings(samples=10, prompt_tokens=200, rounds=1)
+    planned, result, failed = lossy(testbed, tmp_path, settings, fail_after_served=1.0, retries=0)
+    assert result.requests <= min(failed, planned.requests), (result.requests, planned, failed)  # + route's own
+    assert planned.requests == 2 * (3 * 10 + 5)
+    assert sum(d.samples.redrawn for d in result.decisions) == 2 * 5  # the re-draws the plan holds, all spent
+    assert set(result.losses) == {Loss.UNWARMED, Loss.FAILED} and len(result.errors) == 2, result.losses
+    assert all(d.samples.hits == d.samples.misses == () for d in result.decisions)
+    assert "unwarmed" in result.errors[0] and "failed" in result.errors[0], result.errors

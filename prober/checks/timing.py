@@ -6,24 +6,36 @@ ordered tenant pair the victim sends prompts of fresh random words; the observer
 prompts (would-be hits) and as many fresh ones (misses), in one random order, streaming, and a two-sample
 test on the observer's TTFTs decides whether the would-be hits came back faster.
 
+A sample that gives no TTFT (a 502 the client retried, a request that failed, an answer with no text: `Loss`) is
+drawn again, a fresh prompt with the same label in a fresh random order, within the re-draws the plan holds; the
+result counts what was lost, why, and what was drawn again.  Replicas behind one address keep a cache each: a
+would-be hit reaches the replica its victim warmed only by chance (one in R, balanced over R), so a cache shared
+on each replica shows as a smaller shift, never a false alarm (where a request lands is blind to its label, so a
+faster replica serves hits and misses alike).  No engine names the replica in its answer, so samples are not
+paired by replica.
+
 The decision (the test, its rounds and pairs) is in prober/checks/timing_stats.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import statistics
 import string
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
+from prober.campaign.documents import CheckDoc
 from prober.campaign.events import CheckDone
 from prober.campaign.plan import Planned, acceptance_limit, pairs
 from prober.campaign.results import CheckResult
 from prober.campaign.salts import salt_asserted
 from prober.checks.base import Check, Run
-from prober.checks.timing_stats import PairDecision, PairSamples, decide, smallest_p
+from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, smallest_p
 from prober.config.schema import ProberConfig
 from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError
@@ -33,10 +45,27 @@ from prober.targets.base import Prompt
 from prober.targets.result import Completion
 from prober.targets.telemetry import EngineTelemetry, window
 
+REDRAW_SHARE = 0.5  # re-draw requests a run may add, per pair and round, as a share of `samples`
 WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific merges to rely on
 CALIBRATION_WORDS = 64
 
 Send = Callable[[str, Prompt], Awaitable[Completion]]  # as this tenant (with its credential and cache salt)
+
+
+class TimingPairDoc(TypedDict):
+    victim: str
+    observer: str
+    rounds: int
+    hits: int
+    misses: int
+    lost: dict[str, int]  # by Loss
+    redrawn: int
+
+
+class TimingDoc(CheckDoc):
+    lost: dict[str, int]  # samples that gave no TTFT, by Loss, every pair's
+    redrawn: int
+    pairs: list[TimingPairDoc]
 
 
 @dataclass(kw_only=True)
@@ -54,10 +83,23 @@ class TimingResult(CheckResult):
     def requests(self) -> int:
         return sum(d.samples.requests for d in self.decisions)
 
+    @property
+    def losses(self) -> Counter[Loss]:
+        return sum((d.samples.losses for d in self.decisions), Counter())
+
     def summary(self) -> str:
-        found = sum(d.found for d in self.decisions)
+        found, lost = sum(d.found for d in self.decisions), self.losses
         return (f"timing: {len(self.decisions)} tenant pairs, {found} answering sooner for another's prompts, "
-                f"{len(self.undecided)} undecided, {self.requests:,} requests")
+                f"{len(self.undecided)} undecided, {self.requests:,} requests") + (
+            f", {lost.total()} samples lost ({described(lost)}), {self.redrawn} drawn afresh" if lost else "")
+
+    @property
+    def redrawn(self) -> int:
+        return sum(d.samples.redrawn for d in self.decisions)
+
+    def to_json(self) -> TimingDoc:
+        return {**super().to_json(), "lost": _by_loss(self.losses), "redrawn": self.redrawn,
+                "pairs": [_pair_doc(d) for d in self.decisions]}
 
     def still_checked(self) -> str | None:
         if not self.decisions:
@@ -67,14 +109,34 @@ class TimingResult(CheckResult):
             f", {undecided} undecided after {self.decisions[0].looks} rounds)" if undecided else ")")
 
 
+def described(losses: Counter[Loss]) -> str:
+    return ", ".join(f"{count} {loss.value.replace('_', ' ')}" for loss, count in losses.most_common())
+
+
+def _by_loss(losses: Counter[Loss]) -> dict[str, int]:
+    return {loss.value: losses[loss] for loss in Loss if losses[loss]}
+
+
+def _pair_doc(decision: PairDecision) -> TimingPairDoc:
+    s = decision.samples
+    return {"victim": s.victim, "observer": s.observer, "rounds": decision.rounds, "hits": len(s.hits),
+            "misses": len(s.misses), "lost": _by_loss(s.losses), "redrawn": s.redrawn}
+
+
 def random_text(words: int, rng: random.Random) -> str:
     return " ".join("".join(rng.choices(string.ascii_lowercase, k=WORD_LETTERS)) for _ in range(words))
 
 
 def planned_requests(settings: TimingSettings, tenants: Sequence[str]) -> int:
     """Requests one run may send: per pair and round, the victim's warm-ups and the observer's hits and misses,
-    for every round (what a budget must hold, though a clear pair stops after its first)."""
-    return len(pairs(list(tenants))) * 3 * settings.samples * settings.rounds
+    for every round (what a budget must hold, though a clear pair stops after its first), and the re-draws."""
+    return len(pairs(list(tenants))) * 3 * settings.samples * settings.rounds + redraw_requests(settings, tenants)
+
+
+def redraw_requests(settings: TimingSettings, tenants: Sequence[str]) -> int:
+    """Requests one run may add to draw fresh samples in lost ones' places: REDRAW_SHARE of the samples per pair
+    and round, shared by all (a lost would-be hit costs two, the victim's warm-up and the observer's request)."""
+    return len(pairs(list(tenants))) * settings.rounds * math.ceil(settings.samples * REDRAW_SHARE)
 
 
 def planned_tokens(settings: TimingSettings, tenants: Sequence[str]) -> int:
@@ -99,49 +161,107 @@ async def words_for(counter: TokenCounter, tokens: int, rng: random.Random) -> i
     return max(1, round((tokens - max(0, short - per_word * CALIBRATION_WORDS // 2)) / per_word))
 
 
-async def measure_pair(send: Send, victim: str, observer: str, *, words: int, settings: TimingSettings,
-                       rng: random.Random, telemetry: EngineTelemetry | None = None) -> PairSamples:
-    """The victim warms `samples` fresh prompts; the observer sends them and as many fresh ones, shuffled.
-    One request at a time, so no request queues behind another."""
-    n = settings.samples
-    texts = [random_text(words, rng) for _ in range(2 * n)]
-    hit_texts = set(rng.sample(range(2 * n), n))  # which fresh prompts become would-be hits: drawn at random
-    async with window(telemetry, 3 * n) as engine:
-        samples = await _sample(send, victim, observer, texts, hit_texts, rng)
-    return replace(samples, engine=engine.evidence())
+@dataclass
+class Spare:
+    """Requests left to re-draw lost samples: what the plan holds beyond the samples, for all pairs and rounds."""
+
+    left: int
 
 
-async def _sample(send: Send, victim: str, observer: str, texts: list[str], hit_texts: set[int],
-                  rng: random.Random) -> PairSamples:
-    n = len(hit_texts)
-    warm: list[float] = []
-    lost, tokens = 0, 0
-    unwarmed: set[int] = set()
-    for i in sorted(hit_texts):
-        answer = await send(victim, _prompt(texts[i]))
-        tokens += _tokens(answer)
+class Draw:
+    """One round of one pair as it is sent: every request, what each measured, and what was lost and why."""
+
+    def __init__(self, send: Send, pair: tuple[str, str], words: int, rng: random.Random, spare: Spare) -> None:
+        self.send, (self.victim, self.observer), self.words, self.rng, self.spare = send, pair, words, rng, spare
+        self.hits: list[float] = []
+        self.misses: list[float] = []
+        self.warm: list[float] = []
+        self.lost: list[Loss] = []
+        self.served: list[int] = []  # usage.prompt_tokens of the observer's answers
+        self.requests = self.tokens = self.redrawn = 0
+
+    def fresh(self) -> str:
+        return random_text(self.words, self.rng)
+
+    async def _send(self, tenant: str, text: str, *, redraw: bool) -> Completion:
+        if redraw:
+            self.spare.left -= 1
+        self.requests += 1
+        answer = await self.send(tenant, _prompt(text))
+        self.tokens += _tokens(answer)
+        return answer
+
+    async def warmed(self, text: str, *, redraw: bool = False) -> bool:
+        """The victim sends `text`; unanswered, it is in no cache and cannot be a would-be hit."""
+        answer = await self._send(self.victim, text, redraw=redraw)
         if answer.served:
-            warm.append(answer.ttft_s if answer.ttft_s is not None else answer.total_s)
-        else:  # never in the victim's cache: no would-be hit, so not sent as one
-            unwarmed.add(i)
-            lost += 1
-    order = [i for i in range(2 * n) if i not in unwarmed]
-    rng.shuffle(order)
-    hits: list[float] = []
-    misses: list[float] = []
-    served: list[int] = []
-    for i in order:
-        answer = await send(observer, _prompt(texts[i]))
-        tokens += _tokens(answer)
-        if answer.usage and answer.usage.prompt_tokens:
-            served.append(answer.usage.prompt_tokens)
-        ttft = _ttft(answer)
-        if ttft is None:
-            lost += 1
+            self.warm.append(answer.ttft_s if answer.ttft_s is not None else answer.total_s)
         else:
-            (hits if i in hit_texts else misses).append(ttft)
-    return PairSamples(victim, observer, tuple(hits), tuple(misses), tuple(warm),
-                       statistics.fmean(served) if served else None, lost, n + len(order), tokens)
+            self.lost.append(Loss.UNWARMED)
+        return answer.served
+
+    async def warmed_or_redrawn(self, text: str) -> str | None:
+        """`text` warmed, or a fresh prompt warmed in its place (its position in the order kept) while the spare
+        allows; None where none could be."""
+        redraw = False
+        while not await self.warmed(text, redraw=redraw):
+            if self.spare.left < 1:
+                return None
+            text, redraw = self.fresh(), True
+            self.redrawn += 1
+        return text
+
+    async def observed(self, text: str, hit: bool, *, redraw: bool = False) -> bool:
+        answer = await self._send(self.observer, text, redraw=redraw)
+        if answer.usage and answer.usage.prompt_tokens:
+            self.served.append(answer.usage.prompt_tokens)
+        ttft = timed(answer)
+        if isinstance(ttft, Loss):
+            self.lost.append(ttft)
+            return False
+        (self.hits if hit else self.misses).append(ttft)
+        return True
+
+    def samples(self) -> PairSamples:
+        return PairSamples(self.victim, self.observer, tuple(self.hits), tuple(self.misses), tuple(self.warm),
+                           statistics.fmean(self.served) if self.served else None, tuple(self.lost), self.requests,
+                           self.tokens, redrawn=self.redrawn)
+
+
+async def measure_pair(send: Send, pair: tuple[str, str], *, words: int, samples: int, rng: random.Random,
+                       spare: Spare, telemetry: EngineTelemetry | None = None) -> PairSamples:
+    """The victim (`pair[0]`) warms `samples` fresh prompts; the observer sends them and as many fresh ones,
+    shuffled; then fresh prompts in the places of those that gave no TTFT, while the spare allows.  One request at
+    a time, so no request queues behind another."""
+    draw = Draw(send, pair, words, rng, spare)
+    async with window(telemetry, 3 * samples + spare.left) as engine:
+        await _sample(draw, samples)
+    return replace(draw.samples(), engine=engine.evidence())
+
+
+async def _sample(draw: Draw, n: int) -> None:
+    chosen = set(draw.rng.sample(range(2 * n), n))  # which fresh prompts become would-be hits: drawn at random
+    prompts: list[tuple[str, bool]] = []  # (text, would-be hit)
+    for i in range(2 * n):
+        text = await draw.warmed_or_redrawn(draw.fresh()) if i in chosen else draw.fresh()
+        if text is not None:  # None: a would-be hit that no warm-up reached; one fewer sent
+            prompts.append((text, i in chosen))
+    draw.rng.shuffle(prompts)
+    pending = [hit for text, hit in prompts if not await draw.observed(text, hit)]
+    # Each lost sample's label, in its own place in a fresh random order: with the labels drawn at random and
+    # losses blind to them (a 502, a retry), the exact test's null still holds.  How many are re-drawn in a pass
+    # is what the spare holds for hits (two requests each), so which are re-drawn does not depend on the labels.
+    while pending and (k := min(len(pending), draw.spare.left // 2)):
+        batch, pending = pending[:k], pending[k:]
+        block: list[tuple[str, bool]] = []
+        for hit in batch:
+            text, draw.redrawn = draw.fresh(), draw.redrawn + 1
+            if hit and not await draw.warmed(text, redraw=True):
+                pending.append(hit)
+            else:
+                block.append((text, hit))
+        draw.rng.shuffle(block)
+        pending += [hit for text, hit in block if not await draw.observed(text, hit, redraw=True)]
 
 
 def _prompt(text: str) -> Prompt:
@@ -149,9 +269,14 @@ def _prompt(text: str) -> Prompt:
     return Prompt(text, max_tokens=1, stream=True)
 
 
-def _ttft(answer: Completion) -> float | None:
-    """A retried request's clock includes the failed attempt: not a sample."""
-    return answer.ttft_s if answer.served and not answer.retried else None
+def timed(answer: Completion) -> float | Loss:
+    """The observer's TTFT, or why it gives none.  A retried request's clock includes the failed attempt, and that
+    attempt may have put the prompt in the observer's own cache: not a sample."""
+    if not answer.served:
+        return Loss.FAILED
+    if answer.retried:
+        return Loss.RETRIED
+    return Loss.NO_TEXT if answer.ttft_s is None else answer.ttft_s
 
 
 def _tokens(answer: Completion) -> int:
@@ -194,11 +319,11 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
     measured: list[list[PairSamples]] = [[] for _ in every]
     unclear = list(range(len(every)))
     decisions: list[PairDecision] = []
+    spare = Spare(redraw_requests(settings, tenants))
     for _ in range(settings.rounds):
         for index in unclear:
-            victim, observer = every[index]
-            measured[index].append(await measure_pair(send, victim, observer, words=words, settings=settings,
-                                                      rng=rng, telemetry=telemetry))
+            measured[index].append(await measure_pair(send, every[index], words=words, samples=settings.samples,
+                                                      rng=rng, spare=spare, telemetry=telemetry))
         # In a worker thread: the first decision imports scipy.stats (seconds of CPU on a busy machine), which on
         # the event loop held up everything else the process serves, a daemon's /metrics among it.
         decisions = await asyncio.to_thread(decide, measured, settings.false_alarm, settings.rounds)
@@ -209,9 +334,15 @@ async def check_timing(send: Send, counter: TokenCounter, tenants: Sequence[str]
                           other_tokens=sum(d.samples.tokens for d in decisions))
     for decision in result.decisions:
         s, wanted = decision.samples, settings.samples * decision.rounds
+        if not s.lost:
+            continue
+        lost = f"{len(s.lost)} samples lost ({described(s.losses)}), {s.redrawn} drawn afresh in their places"
         if len(s.hits) < wanted // 2 or len(s.misses) < wanted // 2:
             result.errors.append(f"timing {s.victim}->{s.observer}: only {len(s.hits)} hits and {len(s.misses)} "
-                                 f"misses of {wanted} each gave a TTFT ({s.lost} lost)")
+                                 f"misses of {wanted} each gave a TTFT: {lost}")
+        else:
+            result.notes.append(f"timing {s.victim}->{s.observer}: {len(s.hits)} hits and {len(s.misses)} misses "
+                                f"of {wanted} each: {lost}")
     result.extra = findings_of(result.decisions, run_id=run_id, salted=salted)
     return result
 

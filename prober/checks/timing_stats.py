@@ -23,8 +23,10 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from prober.domain.evidence import EngineCounters, TimingStatistics
 
@@ -32,6 +34,16 @@ TEST = ("one-sided Mann-Whitney U on streaming TTFT (would-be hits faster than m
         "Bonferroni across rounds, Holm across pairs")
 
 FUTILE_P = 0.2  # a pair at or above this is clearly not faster: no further round for it
+
+
+class Loss(StrEnum):
+    """Why a drawn sample gave no TTFT to test (the check draws another in its place while its budget allows)."""
+
+    UNWARMED = "unwarmed"  # the victim's warm-up got no answer: the prompt is in no cache, so no would-be hit
+    RETRIED = "retried"  # ours or a gateway's retry: the clock holds the failed attempt, which may have cached it
+    FAILED = "failed"  # the observer's request got no answer after every retry (a 5xx, a timeout, a refusal)
+    NO_TEXT = "no_text"  # served, but no text arrived to time
+
 
 @dataclass(frozen=True)
 class PairSamples:
@@ -43,10 +55,15 @@ class PairSamples:
     misses: tuple[float, ...]
     warm: tuple[float, ...]  # the victim's own TTFTs of the prompts it warmed (cold, unless its cache is)
     prompt_tokens: float | None  # mean usage.prompt_tokens of the observer's answers
-    lost: int  # requests that gave no usable TTFT (error, no text, a retry)
+    lost: tuple[Loss, ...]  # one per sample that gave no usable TTFT, each drawn again while the budget allowed
     requests: int
     tokens: int  # prompt tokens sent (victim and observer)
     engine: EngineCounters | None = None
+    redrawn: int = 0  # fresh prompts drawn in lost samples' places
+
+    @property
+    def losses(self) -> Counter[Loss]:
+        return Counter(self.lost)
 
     @classmethod
     def merged(cls, rounds: Sequence[PairSamples]) -> PairSamples:
@@ -59,9 +76,9 @@ class PairSamples:
         engines = [r.engine for r in rounds if r.engine is not None]
         return cls(first.victim, first.observer, tuple(t for r in rounds for t in r.hits),
                    tuple(t for r in rounds for t in r.misses), tuple(t for r in rounds for t in r.warm),
-                   statistics.fmean(served) if served else None, sum(r.lost for r in rounds),
+                   statistics.fmean(served) if served else None, tuple(loss for r in rounds for loss in r.lost),
                    sum(r.requests for r in rounds), sum(r.tokens for r in rounds),
-                   functools.reduce(EngineCounters.then, engines) if engines else None)
+                   functools.reduce(EngineCounters.then, engines) if engines else None, sum(r.redrawn for r in rounds))
 
 
 @dataclass(frozen=True)
@@ -98,7 +115,7 @@ class PairDecision:
             rounds=self.rounds, most_rounds=self.looks, u=self.u, hit_faster_probability=round(self.hit_faster, 4),
             median_ttft_hit_s=median_hit, median_ttft_miss_s=median_miss,
             median_ratio=round(median_hit / median_miss, 4) if median_hit and median_miss else None,
-            median_ttft_victim_warm_s=_median(s.warm), hits=len(s.hits), misses=len(s.misses), lost=s.lost,
+            median_ttft_victim_warm_s=_median(s.warm), hits=len(s.hits), misses=len(s.misses), lost=len(s.lost),
             requests=s.requests, tokens=s.tokens,
             mean_prompt_tokens=round(s.prompt_tokens, 1) if s.prompt_tokens else None)
 
