@@ -23,7 +23,7 @@ from tests.support.aio import run
 from tests.support.isolation import TESTBED_KEYS, run_check, surveyed
 from tests.support.policies import FAST
 from tests.support.shaped import Reply, Seen, ShapedServer, chat_answer
-from tests.support.shared import BackgroundTenant, Gateway, Traffic
+from tests.support.shared import INTROSPECTION, BackgroundTenant, Gateway, Traffic
 from tests.support.testbed import SMALL, StartTestbed
 
 QUOTE = "Quote the document word for word.\nThe reference code for this section is {code}.\n"
@@ -115,3 +115,21 @@ def test_a_healthy_engine_behind_a_gateway_among_other_users_keeps_every_answer_
     assert len(probes) == 3 * 2 * 2 and not result.errors and not result.findings, result.findings
     assert result.named == result.answered == len(probes) and all(s.own_echoes for s in probes), [
         (s.step.id, s.answer.text[:300], s.answer.finish_reason) for s in probes if not s.own_echoes]
+
+
+@pytest.mark.slow
+def test_an_unknown_engine_behind_a_gateway_gets_every_engines_field_and_is_caught(testbed: StartTestbed,
+                                                                                  tmp_path: Path) -> None:
+    """The gateway hides the engine's introspection (the survey cannot name it) and forwards only the key and the
+    body (no X-Request-Id, no traceparent): the ID reaches the engine only in a body field, so every engine's goes,
+    and the front that keeps requests under the client's ID hands one tenant the other's answer."""
+    # 30 ms a token: a set's two requests overlap at the engine however long the gateway holds either (at 10 ms,
+    # on a loaded machine, one answer was done before the other request came through, once in four runs).
+    engine = testbed("fixed", **{**OVERLAPPING, "decode_ms_per_token": 30}, faults={"keys_requests_by_client_id": True})
+    with Gateway(engine.url, hide=INTROSPECTION) as front:
+        result = _check(front.url, tmp_path / "l.sqlite", RequestIdSettings(groups=3))
+    assert result.fields == ("request_id", "rid"), result.fields
+    assert any("the engine is not known" in note for note in result.notes), result.notes
+    echoes = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO]
+    assert echoes and all({f.victim_tenant, f.observer_tenant} == {"tenant-a", "tenant-b"} for f in echoes), (
+        result.summary(), result.errors)

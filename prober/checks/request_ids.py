@@ -11,8 +11,10 @@ can send another's; here two tenants send the same fresh one.  Another tenant's 
 `cross_tenant_echo`, its victim the canary's owner, and the exchange it names is the shared ID.
 
 The ID travels in the `X-Request-Id` header and a `traceparent` derived from it (unknown headers are ignored
-everywhere), and in the body fields the engine takes (`request_ids.fields`; by default vLLM's `request_id` and
-SGLang's `rid` where the survey knows the engine: a hosted API refuses a body field it does not know).  Whether the
+everywhere), and in the body fields the engine takes (`request_ids.fields`; by default the engine's own where the
+survey knows it, and every engine's, vLLM's `request_id` and SGLang's `rid`, where it does not: a gateway that hides
+the engine's introspection often forwards only the body, and vLLM and SGLang ignore each other's field; an API that
+refuses a field it does not know needs `fields: []`).  Whether the
 target took the ID is read back from its answers (vLLM and SGLang name an answer by its request's ID): one that
 named none by it names requests itself, so a collision can only happen in front of it (a gateway, a router).
 """
@@ -38,6 +40,7 @@ from prober.targets.request_ids import RequestId
 
 BOUNDARY = "request-id"
 ENGINE_FIELDS = {Engine.VLLM: ("request_id",), Engine.SGLANG: ("rid",)}  # the body fields each engine takes
+ANY_ENGINE = tuple(dict.fromkeys(f for fields in ENGINE_FIELDS.values() for f in fields))  # for an unknown one
 
 
 @dataclass(kw_only=True)
@@ -57,10 +60,11 @@ class RequestIdResult(CheckResult):
 
 
 def fields_for(settings: RequestIdSettings, engine: Engine | None) -> tuple[str, ...]:
-    """The body fields that carry the ID: those configured, else the engine's own (none for an unknown one)."""
+    """The body fields that carry the ID: those configured, else the engine's own, and every engine's where the
+    engine is not known (behind a gateway it may be either, and the gateway may drop the headers)."""
     if settings.fields is not None:
         return settings.fields
-    return ENGINE_FIELDS.get(engine, ()) if engine is not None else ()
+    return ENGINE_FIELDS.get(engine, ()) if engine is not None else ANY_ENGINE
 
 
 class RequestIdCheck(Check):
@@ -105,8 +109,9 @@ class RequestIdCheck(Check):
             result.notes.append(f"request IDs: the target named none of {result.answered} answers by the client's ID: "
                                 "it names requests itself, so only a gateway or router in front of it could mix "
                                 "them up")
-        if not result.fields and settings.fields is None:
-            result.notes.append("request IDs: the engine is not known, so only the X-Request-Id and traceparent "
-                                "headers carried the ID; `request_ids.fields` adds body fields (`request_id`, `rid`)")
+        if ctx.capacity.engine is None and settings.fields is None:
+            result.notes.append(f"request IDs: the engine is not known, so every engine's body field carried the ID "
+                                f"({', '.join(result.fields)}) beside the X-Request-Id and traceparent headers; an API "
+                                "that refuses a field it does not know needs `request_ids.fields: []`")
         run.on_event(CheckDone(ctx.config.name, result))
         return result

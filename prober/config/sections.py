@@ -221,8 +221,9 @@ class RequestIdSettings(Strict):
     """Completion tokens per request (enough to repeat a canary behind whatever the model says first)."""
     fields: tuple[BodyField, ...] | None = None
     """Body fields that carry the ID besides the `X-Request-Id` and `traceparent` headers.  Null: the engine's own
-    (vLLM's `request_id`, SGLang's `rid`), and none where the survey does not know the engine (an API that does
-    not take a field may refuse the request)."""
+    (vLLM's `request_id`, SGLang's `rid`; none for an engine that takes none), and every one of those where the
+    survey does not know the engine (behind a gateway that hides it); `[]`: the headers alone, for an API that
+    refuses a field it does not know."""
 
 
 class AbortRetrySettings(Strict):
