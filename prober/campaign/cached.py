@@ -78,7 +78,8 @@ class CacheExplainer:
         `overhead`: what the path adds before the prompt; `fresh`: whether a claim beyond every earlier prompt is a
         phantom (off where decode counts what a prefill instance sent it as cached)."""
         cached = answer.usage.cached_tokens if answer.served and answer.usage else None
-        floor = built.fresh_from if fresh else None
+        # Where the path adds more than the prompt was built for, its new part starts that much later.
+        floor = built.fresh_from + max(0, overhead - built.path) if fresh and built.fresh_from is not None else None
         if not cached or (floor is not None and cached <= floor + SLACK_TOKENS) or answer.retried:
             return []  # the template, the path's prefix and the instruction; or its own first attempt, retried
         if cached <= overhead + await counter.count(built.text[:1]) + SLACK_TOKENS:

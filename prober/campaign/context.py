@@ -14,7 +14,7 @@ from prober.campaign.counters import CounterEvidence
 from prober.campaign.events import FindingRecorded, Listener, StepDone, SurveyDone, ignore
 from prober.campaign.judging import Judge
 from prober.campaign.path import measure as measure_path
-from prober.campaign.plan import Step, pairs
+from prober.campaign.plan import Step, acceptance_limit, pairs
 from prober.campaign.planting import Planter
 from prober.campaign.results import CheckResult, ShapeChoice, StepResult
 from prober.campaign.routes import Route, Routes
@@ -24,7 +24,7 @@ from prober.campaign.wiring import Wiring
 from prober.capacity import Capacity, origin_of, reachability
 from prober.config.schema import TargetConfig
 from prober.domain.errors import PlanError, TargetUnusable
-from prober.domain.evidence import EngineCounters
+from prober.domain.evidence import EngineCounters, PathRange
 from prober.domain.types import Finding
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
@@ -122,9 +122,16 @@ class TargetContext:
         outbox's count when it was sent); no phantom check where prefill and decode are split (decode counts what
         prefill sent it as cached)."""
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
+        path = route.path
+        usage = answer.usage.prompt_tokens if answer.served and answer.usage and not answer.implausible_usage else None
+        if usage is not None and built.exact:  # one more reading of what the path adds, while the run goes on
+            path.observe(step.tenant, usage - (built.tokens - built.path))
         cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,
-                                         overhead=route.path.of(step.tenant), fresh=not split)
-        return await self.judge.answer(step, exchange, built, answer, check=check, engine=engine, also=cached)
+                                         overhead=path.high(step.tenant), fresh=not split)
+        limit = acceptance_limit(self.surveyed.capacity) if self.surveyed else None
+        ranged = PathRange(path.low(step.tenant), path.high(step.tenant), limit) if limit else None
+        return await self.judge.answer(step, exchange, built, answer, check=check, engine=engine, also=cached,
+                                       path=ranged)
 
     async def send_judged(self, step: Step, built: BuiltPrompt, route: Route, *, check: str) -> StepResult:
         """One request that is its own exchange (a probe-shape control, an idle-slot request), sent and judged."""

@@ -3,8 +3,9 @@ The scanner judges the text; these judge status, usage and finish reason."""
 
 from __future__ import annotations
 
-from prober.campaign.plan import Step
-from prober.domain.evidence import Envelope
+from prober.campaign.path import DRIFT
+from prober.campaign.plan import Aim, Step
+from prober.domain.evidence import Envelope, PathRange
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.targets.result import Completion, ErrorKind
 
@@ -13,27 +14,58 @@ USUAL_FINISH = frozenset({"stop", "length", "eos", "eos_token", "end_turn", "max
                           "tool_calls", "content_filter"})
 
 
-def check_answer(step: Step, sent_tokens: int, answer: Completion) -> list[Finding]:
-    """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's)."""
+def undecided(step: Step, sent_tokens: int, answer: Completion, path: PathRange | None) -> PathRange | None:
+    """Where a path whose prefix varies (`path`: the least and most it was seen to add, and the limit), not the engine,
+    may have put this answer on the other side of the limit: the range, with what the engine saw where its usage says.
+    A prompt aimed at a length was built for the most the path adds where it must fit and the least where it must be
+    refused; the path can still step past what was seen by about its spread.  Served over the limit with usage that
+    says the engine saw less than its limit, the engine was right; with usage at or over the limit, or a count no
+    path explains (a placeholder's), it was not."""
+    spread = path.high - path.low if path is not None else 0
+    if path is None or step.aim is not Aim.LENGTH or not spread:
+        return None
+    if answer.served and not step.expect_served:
+        usage = answer.usage.prompt_tokens if answer.usage and not answer.implausible_usage else None
+        if usage is None:
+            return path if step.length - path.limit < spread else None
+        added = usage - (sent_tokens - path.low)  # the prompt was built for the least the path adds
+        return PathRange(path.low, path.high, path.limit, usage) if (
+            usage < path.limit and added >= path.low - DRIFT) else None
+    if answer.refused and step.expect_served:
+        return path if path.limit - 1 - step.length < spread else None
+    return None
+
+
+def check_answer(step: Step, sent_tokens: int, answer: Completion, path: PathRange | None = None) -> list[Finding]:
+    """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's); `path`:
+    the range a varying path adds and the limit, for a prompt aimed at a length (`undecided`)."""
     findings: list[Finding] = []
 
-    def add(kind: FindingKind, severity: Severity, message: str, envelope: Envelope | None = None) -> None:
+    def add(kind: FindingKind, severity: Severity, message: str, envelope: Envelope | PathRange | None = None) -> None:
         findings.append(Finding(record_id=step.id, kind=kind, detector=DetectorName.ENVELOPE, severity=severity,
                                 score=1.0, observer_tenant=step.tenant, probe_id=step.id, excerpt=message,
                                 context=ProbeContext(sent_tokens, step.boundary, answer.status),
                                 evidence=(envelope,) if envelope else ()))
 
-    if answer.served and not step.expect_served:
+    jitter = undecided(step, sent_tokens, answer, path)
+    if jitter is not None:
+        outcome = "served" if answer.served else "refused"
+        seen = f"; the engine counted {jitter.seen:,}" if jitter.seen is not None else ""
+        add(FindingKind.PATH_JITTER, Severity.INFO,
+            f"{outcome} a {sent_tokens:,}-token prompt ({step.boundary}) at the limit of {jitter.limit:,}: undecidable "
+            f"by the path's jitter, which adds +{jitter.low:,} to +{jitter.high:,} tokens per request{seen}", jitter)
+    elif answer.served and not step.expect_served:
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
             f"served a {sent_tokens:,}-token prompt ({step.boundary}) that a correct engine refuses",
             Envelope(expected="refused"))
-    if answer.refused and answer.error is not None and step.expect_served:
+    elif answer.refused and answer.error is not None and step.expect_served:
         add(FindingKind.UNEXPECTED_REFUSAL, Severity.INFO,
             f"refused a {sent_tokens:,}-token prompt ({step.boundary}) that the capacity says fits: "
             f"{answer.error.message}", Envelope(expected="served"))
     if answer.in_band_error and answer.error is not None:
-        # Refusing in-band where a refusal is due is correct (SGLang does it); elsewhere it hides a failure.
-        severity = Severity.INFO if not step.expect_served else Severity.WARNING
+        # Refusing in-band where a refusal is due (or the path may have made it due) is correct (SGLang does it);
+        # elsewhere it hides a failure.
+        severity = Severity.INFO if not step.expect_served or jitter is not None else Severity.WARNING
         add(FindingKind.STREAM_ERROR, severity,
             f"error inside an HTTP-200 {'stream' if answer.streamed else 'body'}: {answer.error.message}")
     if answer.error is not None and answer.error.kind is ErrorKind.SERVER_ERROR and answer.status:

@@ -13,7 +13,7 @@ from prober.campaign.plan import Step
 from prober.campaign.results import StepResult
 from prober.campaign.salts import salt_asserted
 from prober.campaign.wiring import Wiring
-from prober.domain.evidence import EngineCounters, Evidence, Exchange, of_json
+from prober.domain.evidence import EngineCounters, Evidence, Exchange, PathRange, of_json
 from prober.domain.types import Finding, ProbeContext, Record
 from prober.prompts import BuiltPrompt
 from prober.targets.result import Completion
@@ -48,9 +48,11 @@ class Judge:
         return tuple(of_json(self.scrubber.value(item.to_json())) for item in evidence)
 
     async def answer(self, step: Step, exchange: str, built: BuiltPrompt, answer: Completion, *, check: str,
-                     engine: EngineCounters | None = None, also: list[Finding] | None = None) -> StepResult:
-        """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable."""
-        checked = check_answer(step, built.tokens, answer) + (also or [])
+                     engine: EngineCounters | None = None, also: list[Finding] | None = None,
+                     path: PathRange | None = None) -> StepResult:
+        """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable; `path`:
+        what a varying path adds, against the limit (prober/campaign/envelope.py's `undecided`)."""
+        checked = check_answer(step, built.tokens, answer, path) + (also or [])
         findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
         if answer.full_text:

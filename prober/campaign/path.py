@@ -3,17 +3,20 @@
 A gateway in front of an engine often puts the operator's system prompt or a preamble before every conversation:
 hundreds of tokens the engine counts and leakprobe never wrote.  A token-exact prompt aimed just below the KV pool
 then lands above it, and that prefix, cached from everyone's requests, looks like cached tokens nobody sent.  So
-each route is measured once per survey: each tenant sends a short prompt of a fresh nonce twice (one answer token),
-and the engine's `usage.prompt_tokens` minus leakprobe's own count of it is what the path added.  Every prompt is
-then built that much shorter, so that what the engine sees is the planned length; the phantom check counts the
-path's prefix as shared.  A tenant whose two measurements differ has a varying overhead, reported as such (the
-smaller is used, so that a prompt meant to be over a limit stays over it).  With a usage-calibrated counter the
-measurement is relative to the first tenant's path, through which that counter counts.
+each route is measured when first used: each tenant sends a few short prompts of a fresh nonce (one answer token),
+and the engine's `usage.prompt_tokens` minus leakprobe's own count of it is what the path added.  Many paths add a
+different amount each time (an operator prompt that ends with the date or a request reference; replicas behind one
+address), so what is kept is a range, and every served answer whose prompt was counted exactly adds to it while the
+run goes on.  A prompt that must fit is built for the most the path was seen to add, one that must be refused for
+the least; an answer within the range's width of the limit is undecided by the path (prober/campaign/envelope.py).
+With a usage-calibrated counter the measurement is relative to the first tenant's path, through which that counter
+counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from secrets import token_hex
 from typing import TypedDict
@@ -23,22 +26,54 @@ from prober.targets.api import Api
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 
-MEASUREMENTS = 2  # per tenant: two that differ show a varying overhead
+MEASUREMENTS = 4  # per tenant when a route is first used; every served, exactly counted prompt adds one more
+KEPT = 64  # per tenant, the most recent: a path can change under a long-lived daemon
+DRIFT = 64  # tokens beyond the range that an answer's figure may add to it: more is the engine's count, not the path
 PROBE = "Reply with one word. Reference {nonce}."
 
 Send = Callable[[str, Prompt], Awaitable[Completion]]  # as this tenant, on the route being measured
 
 
-@dataclass(frozen=True)
+@dataclass
 class PathOverhead:
     api: Api
-    by_tenant: dict[str, tuple[int, ...]] = field(default_factory=dict)  # usage minus our count, per measurement
+    by_tenant: dict[str, deque[int]] = field(default_factory=dict)  # usage minus our count, the latest KEPT each
     problem: str | None = None  # why it was not measured (no usage in the answers, a refusal)
 
-    def of(self, tenant: str) -> int:
-        """Tokens the path adds to this tenant's prompts (the smaller of its measurements; 0 where unmeasured)."""
-        measured = self.by_tenant.get(tenant) or min(self.by_tenant.values(), default=())
-        return min(measured, default=0)
+    @classmethod
+    def measured(cls, api: Api, values: Mapping[str, Iterable[int]], problem: str | None = None) -> PathOverhead:
+        return cls(api, {t: deque(v, maxlen=KEPT) for t, v in values.items()}, problem)
+
+    def _values(self, tenant: str) -> Sequence[int]:
+        """This tenant's measurements, else every tenant's (a tenant measured on no request of its own)."""
+        return self.by_tenant.get(tenant) or [v for values in self.by_tenant.values() for v in values]
+
+    def low(self, tenant: str) -> int:
+        """The least the path was seen to add to this tenant's prompts (0 where unmeasured)."""
+        return min(self._values(tenant), default=0)
+
+    def high(self, tenant: str) -> int:
+        """The most the path was seen to add to this tenant's prompts (0 where unmeasured)."""
+        return max(self._values(tenant), default=0)
+
+    def spread(self, tenant: str) -> int:
+        """How far the path's prefix moves a prompt's length from one request to the next."""
+        return self.high(tenant) - self.low(tenant)
+
+    def aimed(self, tenant: str, *, must_fit: bool) -> int:
+        """What to build a token-exact prompt for: the most the path adds where the engine must see no more than the
+        planned length, the least where it must see no less."""
+        return self.high(tenant) if must_fit else self.low(tenant)
+
+    def observe(self, tenant: str, added: int) -> bool:
+        """One more measurement, from a served answer whose prompt was counted exactly; kept only within DRIFT of
+        what the path was seen to add (an engine that reports a placeholder's count is not the path).  Returns
+        whether it was kept."""
+        values = self.by_tenant.get(tenant)
+        if values is None or not (min(values) - DRIFT <= added <= max(values) + DRIFT):
+            return False
+        values.append(added)
+        return True
 
     @property
     def varying(self) -> bool:
@@ -51,10 +86,14 @@ class PathOverhead:
         if len({span for span in spans.values()}) == 1:
             low, high = next(iter(spans.values()))
             added = f"+{low:,}" if low == high else f"+{low:,} to +{high:,}"
-            return f"{self.api.value}: {added} tokens per prompt" + (" (varies between requests)" if self.varying
-                                                                      else "")
-        each = ", ".join(f"{t} +{lo:,}" + (f" to +{hi:,}" if hi != lo else "") for t, (lo, hi) in sorted(spans.items()))
-        return f"{self.api.value}: {each} tokens per prompt" + (" (varies between requests)" if self.varying else "")
+            said = f"{self.api.value}: {added} tokens per prompt"
+        else:
+            said = f"{self.api.value}: " + ", ".join(f"{t} +{lo:,}" + (f" to +{hi:,}" if hi != lo else "")
+                                                     for t, (lo, hi) in sorted(spans.items())) + " tokens per prompt"
+        if not self.varying:
+            return said
+        return (f"{said} (varies between requests: prompts that must fit are built for the most, those that must be "
+                "refused for the least)")
 
     def to_json(self) -> PathDoc:
         return {"api": self.api.value, "by_tenant": {t: list(v) for t, v in self.by_tenant.items()},
@@ -71,7 +110,7 @@ class PathDoc(TypedDict):
 
 async def measure(api: Api, counter: TokenCounter, tenants: Sequence[str], send: Send) -> PathOverhead:
     """Each tenant's short prompts through the route, usage against our count."""
-    by_tenant: dict[str, tuple[int, ...]] = {}
+    by_tenant: dict[str, list[int]] = {}
     problem = None
     for tenant in tenants:
         values = []
@@ -86,11 +125,11 @@ async def measure(api: Api, counter: TokenCounter, tenants: Sequence[str], send:
                 continue
             values.append(usage - counted)
         if values:
-            by_tenant[tenant] = tuple(values)
-    return PathOverhead(api, by_tenant, None if by_tenant else problem)
+            by_tenant[tenant] = values
+    return PathOverhead.measured(api, by_tenant, None if by_tenant else problem)
 
 
 def behind_path(paths: Sequence[PathOverhead], tenants: Sequence[str]) -> str | None:
     """What the path adds to these tenants' prompts, where it adds anything: why an aimed prompt cannot be built."""
-    adding = [p.describe() for p in paths if any(p.of(t) for t in tenants)]
+    adding = [p.describe() for p in paths if any(p.high(t) for t in tenants)]
     return f"behind a path that adds {'; '.join(adding)}" if adding else None

@@ -40,6 +40,7 @@ class Aim(StrEnum):
     LENGTH = "length"  # what the engine must see (a boundary): the prompt is that much shorter
     PAGE = "page"  # where the request must end in the KV page in which the path's prefix ends (a one-page prime)
     NONE = "none"  # an everyday size of the prompt's own: what the engine sees is that much longer
+    OWN = "own"  # the tenant's own part, the path's prefix on top, the whole under the step's `ceiling`
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Boundary:
     length: int
     expect_served: bool
     aim: Aim = Aim.LENGTH
+    ceiling: int | None = None  # with Aim.OWN: the most the engine may see of it, the path's prefix included
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +68,7 @@ class Step:
     max_tokens: int = 160  # clamped so prompt + completion fit the advertised context
     ask: Ask = "quote"
     aim: Aim = Aim.LENGTH
+    ceiling: int | None = None  # with Aim.OWN: the most the engine may see of it, the path's prefix included
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,16 +132,16 @@ class Plan:
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
                     expect_served=boundary.expect_served, boundary=boundary.label,
                     max_tokens=min(room(boundary.length), PRIME_ANSWER_TOKENS), ask=ask,
-                    aim=aim) if repeat else None
+                    aim=aim, ceiling=boundary.ceiling) if repeat else None
         self.exchanges.append(Exchange(
             id=eid, victim=victim, observer=observer, concurrent=concurrent, same_text=same_text, lead=lead,
             prime=Step(id=f"{eid}-prime", role="prime", tenant=victim, length=prime_length, stream=stream,
                        expect_served=True, boundary=prime_label,
                        max_tokens=room(prime_length) if concurrent else min(room(prime_length), PRIME_ANSWER_TOKENS),
-                       aim=prime_aim or aim),
+                       aim=prime_aim or aim, ceiling=boundary.ceiling),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
-                       max_tokens=room(boundary.length), ask=ask, aim=aim)))
+                       max_tokens=room(boundary.length), ask=ask, aim=aim, ceiling=boundary.ceiling)))
 
     def to_json(self) -> PlanDoc:
         return {"target": self.target, "tokens": self.tokens,
@@ -211,14 +214,14 @@ def pairs(tenants: list[str]) -> list[tuple[str, str]]:
 def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
                max_tokens: int = 160, run_id: str = "", fact_share: float = 0.0) -> Plan:
     """The prefix-cache check (the observer resends the victim's canary-free prompt) and the repeat check (the
-    observer's prompt, the victim's, the observer's again), every direction, short of the acceptance limit by an
-    answer's room (a probe that cannot answer cannot show its own canary)."""
+    observer's prompt, the victim's, the observer's again), every direction: prompts of the tenant's own text, with
+    whatever the path puts in front on top (what a cache between tenants could serve is the part they control), the
+    whole short of the acceptance limit by an answer's room (a probe that cannot answer cannot show its own canary)."""
     plan = Plan(target, [], run_id=run_id, fact_share=fact_share, letter="k")
     add = _adder(plan, capacity, max_tokens)
-    prime = prime_length(capacity)
-    room = max_tokens if capacity.advertised else 0
-    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, prime - room)), True)
-    repeat = Boundary(REPEAT, cache.length, True)
+    ceiling = prime_length(capacity) - (max_tokens if capacity.advertised else 0)
+    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, ceiling)), True, aim=Aim.OWN, ceiling=ceiling)
+    repeat = Boundary(REPEAT, cache.length, True, aim=Aim.OWN, ceiling=ceiling)
     plan.boundaries = [cache, repeat]
     for victim, observer in pairs(tenants):
         add(victim, observer, cache, False, False, same_text=True)

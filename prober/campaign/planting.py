@@ -42,7 +42,6 @@ class Planter:
         sound engine the model finishes the cue with it, over a stale first page with the victim's.  Sized for
         what the route's path puts in front (`content_length`; raises BuildError where it leaves no room)."""
         wiring = self.wiring
-        overhead = route.path.of(step.tenant)
         length = await content_length(step, route, page, instruction, cue=cue, nonce=nonce)
         language = wiring.languages.get(step.tenant, "en")
         tokens = self._minting(partial(wiring.minter.tokens, step.tenant, probe_id=step.id,
@@ -62,7 +61,7 @@ class Planter:
         record = Shingler(wiring.minter.key).record(built.text, step.tenant, step.id, now, now + retention)
         await asyncio.to_thread(wiring.ledger.add_prompt_shingles, [record])
         wiring.scanner.add_prompts([record])
-        return built.through(overhead)
+        return built.through(path_aimed(step, route))
 
     @staticmethod
     async def plain(step: Step, route: Route, nonce: str) -> BuiltPrompt:
@@ -70,7 +69,7 @@ class Planter:
         so nothing the observer sent before (in any run) shares its prefix; sized like `prompt`'s."""
         length = await content_length(step, route, None, ASKED["quote"], nonce=nonce)
         built = await route.builder.build(length, instruction=ASKED["quote"], nonce=nonce, seed=int(nonce[:4], 16))
-        return built.through(route.path.of(step.tenant))
+        return built.through(path_aimed(step, route))
 
     async def canary(self, tenant: str, request_id: str) -> Canary:
         """One token canary for one request (the cross-talk burst's)."""
@@ -101,15 +100,24 @@ def instruction(step: Step, languages: Mapping[str, str]) -> str:
     return ASKED[step.ask].format(language=LANGUAGE_NAMES[other])
 
 
+def path_aimed(step: Step, route: Route) -> int:
+    """What the path is taken to add to this step's prompt: the most it was seen to add where the engine must serve
+    it, the least where it must refuse it (prober/campaign/path.py)."""
+    return route.path.aimed(step.tenant, must_fit=step.expect_served)
+
+
 async def content_length(step: Step, route: Route, page: int | None, instruction: str, *, cue: bool = False,
                          nonce: str | None = None) -> int:
     """How many tokens to write, as the route counts, for `step` behind its path: a length the engine must see less
     the path's prefix; a one-page prime less the part of its page the prefix fills (so that the request ends in
     the page where the prefix ends, where the engine puts it); an everyday size as it is, but never below what one
-    canary takes (a usage-calibrated counter counts the path's prefix)."""
-    overhead = route.path.of(step.tenant)
+    canary takes (a usage-calibrated counter counts the path's prefix); the tenant's own part of a prompt whose
+    whole must stay under a ceiling (`Step.ceiling`) at most what the ceiling leaves behind the path."""
+    overhead = path_aimed(step, route)
     if step.aim is Aim.LENGTH:
         return step.length - overhead
     if step.aim is Aim.PAGE:
         return step.length - (overhead % page if page else overhead)
+    if step.aim is Aim.OWN and step.ceiling is not None:
+        return min(step.length, step.ceiling - overhead)
     return max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))

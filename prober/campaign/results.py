@@ -13,7 +13,7 @@ from prober.campaign.path import PathOverhead
 from prober.campaign.plan import Plan, Planned, Step
 from prober.campaign.survey import Survey
 from prober.domain.incidents import Incident, group
-from prober.domain.types import Finding, Severity
+from prober.domain.types import Finding, FindingKind, Severity
 from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
 
@@ -67,17 +67,23 @@ class StepResult:
         return self.answer.error.kind if self.answer.error else Outcome.UNKNOWN
 
     @property
+    def undecided(self) -> bool:
+        """Served or refused at a length the path's varying prefix leaves undecided."""
+        return any(f.kind is FindingKind.PATH_JITTER for f in self.findings)
+
+    @property
     def observed(self) -> bool:
         """Whether this request shows how the engine isolates tenants.  Served: its answer was checked.
         Refused, or failed with the engine's own 5xx, where the plan expects a refusal (above the acceptance
         limit): that is the engine's verdict on an over-limit prompt.  Anything else is not an observation:
         no usable answer (timeout, connect, malformed, truncated, too large, unauthorized, rate limited), and
         a refusal or a 5xx at a length the capacity says fits — the boundary it was sent to test went
-        untested."""
+        untested — unless a path whose prefix varies may have put it over the limit (`path_jitter`): at the limit,
+        either verdict is the engine's correct one."""
         answer = self.answer
         if answer.served:
             return True
-        if self.step.expect_served or answer.error is None:
+        if answer.error is None or (self.step.expect_served and not self.undecided):
             return False
         return answer.refused or (answer.error.kind is ErrorKind.SERVER_ERROR and answer.status is not None)
 
@@ -160,6 +166,13 @@ class CheckResult:
         probes = [s for s in self.steps if s.step.role == "probe" and s.answer.served]
         return Sight(len(probes), sum(1 for s in probes if s.own_echoes)) if self.content and probes else None
 
+    @property
+    def sighted(self) -> bool:
+        """Some answer of its repeated its own canary, so that a clean one would have shown another tenant's: its
+        clean answers re-check what only content shows (prober.domain.incidents)."""
+        sight = self.sight
+        return sight is not None and sight.echoed > 0
+
     def coverage(self) -> Coverage:
         """Of the requests its plan holds (a probe-shape control says which shape to use, not what the engine
         does)."""
@@ -192,6 +205,11 @@ class ShapeResult(CheckResult):
 
     choice: ShapeChoice | None = None
     content: bool = False  # its controls are picked for echoing: they vouch for no check
+
+    @property
+    def sighted(self) -> bool:
+        """Its controls vouch for no other check, but for its own answers they do."""
+        return self.choice is not None and not self.choice.blind
 
     def summary(self) -> str:
         return self.choice.summary() if self.choice else "no probe shape could be tried"

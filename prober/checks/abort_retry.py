@@ -68,10 +68,17 @@ class AbortRetryResult(CheckResult):
                 f"answered before the hang-up, {retries} retries, {len(self.findings)} findings")
 
 
-def length_of(settings: AbortRetrySettings, capacity: Capacity) -> int:
-    """Each prompt's length: as configured, at most what the target serves with the answer's room."""
+def ceiling_of(settings: AbortRetrySettings, capacity: Capacity) -> int | None:
+    """The most the engine may see of each prompt, the path's prefix included: what it serves with the answer's
+    room."""
     limit = acceptance_limit(capacity)
-    return settings.tokens if limit is None else max(1, min(settings.tokens, limit - 1 - settings.max_tokens))
+    return None if limit is None else max(1, limit - 1 - settings.max_tokens)
+
+
+def length_of(settings: AbortRetrySettings, capacity: Capacity) -> int:
+    """Each prompt's own text: as configured, at most its ceiling."""
+    ceiling = ceiling_of(settings, capacity)
+    return settings.tokens if ceiling is None else min(settings.tokens, ceiling)
 
 
 class AbortRetryCheck(Check):
@@ -113,7 +120,8 @@ class _Sender:
         settings = self.run.config.abort_retry
         return Step(id=f"{self.exchange}-{kind}", role="probe" if kind in ("same", "retry") else "prime",
                     tenant=tenant, length=length, stream=True, expect_served=True, boundary=BOUNDARY,
-                    max_tokens=settings.max_tokens, aim=Aim.LENGTH)
+                    max_tokens=settings.max_tokens, aim=Aim.OWN,
+                    ceiling=ceiling_of(settings, self.ctx.capacity))
 
     async def planted(self, step: Step) -> BuiltPrompt:
         """A prompt of the tenant's canaries asking to quote them, led by a fresh nonce."""

@@ -87,10 +87,9 @@ class ShapeCheck(Check):
         async def trial(shape: Shape, tenant: str) -> StepResult:
             route = await ctx.routes.get(shape.api)
             # Short, whatever the path adds in front, and below the limit with it.
-            length = min(CONTROL_TOKENS, limit - 1 - route.path.of(tenant)) if limit else CONTROL_TOKENS
-            step = Step(id=f"{run.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant, length=length,
-                        stream=False, expect_served=True, boundary=f"shape:{shape.name}",
-                        max_tokens=answer_tokens(run.config), aim=Aim.NONE)
+            step = Step(id=f"{run.run_id}c{shape.name}-{tenant}", role="control", tenant=tenant,
+                        length=CONTROL_TOKENS, stream=False, expect_served=True, boundary=f"shape:{shape.name}",
+                        max_tokens=answer_tokens(run.config), aim=Aim.OWN, ceiling=limit - 1 if limit else None)
             cue = shape.layout is Layout.CUE
             built = await ctx.planter.prompt(step, ASKED["quote"], route, controls, page=page, cue=cue, lead=cue)
             judged = await ctx.send_judged(step, built, route, check=self.name)

@@ -117,6 +117,19 @@ class Envelope(Tagged):
 
 
 @dataclass(frozen=True)
+class PathRange(Tagged):
+    """Why the engine's verdict on a prompt at its limit proves nothing: the path in front adds a different number of
+    tokens each time (`low` to `high` seen), so what the engine saw (`seen`, where its usage said) may lie on either
+    side of `limit`, the shortest prompt a correct engine refuses."""
+
+    type = "path_range"
+    low: int
+    high: int
+    limit: int
+    seen: int | None = None
+
+
+@dataclass(frozen=True)
 class SharedPrefix:
     """The longest prefix a prompt shares with one sender's earlier prompts, in the engine's tokens."""
 
@@ -288,7 +301,7 @@ class Unread(Tagged):
 
 
 Evidence: TypeAlias = (MacVerified | Fragment | PromptRun | Unexplained | Garbled | Retold | Escaped | Envelope
-                       | CacheUsage | EngineCounters | CounterTest | TimingStatistics | Burst | AdapterAsk
+                       | PathRange | CacheUsage | EngineCounters | CounterTest | TimingStatistics | Burst | AdapterAsk
                        | SaltAsserted | Exchange | Unread)
 TYPES: dict[str, Callable[..., Evidence]] = {cls.type: cls for cls in get_args(Evidence)}
 

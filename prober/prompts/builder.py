@@ -48,6 +48,7 @@ class BuiltPrompt:
     # Characters from the start that hold something no other prompt holds (its nonce, its first canary): a prompt
     # that shares this much of it shares what only this one was sent with.  None: nothing unique is known.
     unique_at: int | None = None
+    path: int = 0  # tokens the path was taken to put in front (`through`): the rest of `tokens` is this text's
 
     @property
     def exact(self) -> bool:
@@ -57,7 +58,7 @@ class BuiltPrompt:
         """As the engine sees it behind a path that puts `overhead` tokens in front (a gateway's system prompt)."""
         if not overhead:
             return self
-        return replace(self, requested=self.requested + overhead, tokens=self.tokens + overhead,
+        return replace(self, requested=self.requested + overhead, tokens=self.tokens + overhead, path=overhead,
                        fresh_from=None if self.fresh_from is None else self.fresh_from + overhead)
 
 

@@ -15,8 +15,9 @@ import contextlib
 import json
 import random
 import threading
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,17 @@ OPERATOR_PROMPT = (
     "not ship by air. Office hours are Monday to Friday, eight to six. Prices are quoted in the customer's currency "
     "and include tax. If a question is outside what Northwind does, say so in one sentence and offer to help with "
     "something else. Keep answers under one hundred words unless the customer asks for more detail.")
+
+
+def dated(prompt: str, rng: random.Random) -> Callable[[], str]:
+    """The operator's prompt as many apps send it: ending with a per-request reference and the time, so that what the
+    path adds varies from one request to the next (by up to 10 tokens with the reference engine's tokenizer)."""
+    def stamped() -> str:
+        reference = "-".join(str(rng.randrange(100, 1000)) for _ in range(rng.randint(1, 6)))
+        return f"{prompt} Request {reference}. Now: {time.strftime('%A %d %B %Y, %H:%M:%S')}."
+    return stamped
+
+
 GENERATION = ("/v1/chat/completions", "/v1/completions")
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "content-encoding"}
 # The engine's own routes that a gateway may keep to itself: SGLang's, vLLM's and llama.cpp's.
@@ -53,16 +65,20 @@ class GatewayStats:
 
 
 class Gateway:
-    """`engine`: the engine's origin (generation goes there); `hide`: the engine's own routes the gateway answers
+    """`engine`: the engine's origin (generation goes there); `system_prompt`: what it puts before every chat, the
+    same text each time or made anew per request (`dated`); `hide`: the engine's own routes the gateway answers
     404 (`INTROSPECTION` for all of them); `replicas`: origins one of which, at
-    random, answers each read of the gateway's `/metrics` (default: the engine alone); `upstream_key`: the one key the
+    random, answers each read of the gateway's `/metrics` (default: the engine alone); `balanced`: every request
+    goes to the next of `replicas` in turn, as behind a Kubernetes Service (generation, introspection and
+    `/metrics` alike); `upstream_key`: the one key the
     gateway itself sends upstream in place of each client's (every client then looks like one tenant to the
     engine); `models`: the `model` a request names -> the one the gateway asks the engine for (its adapter routes: a
     wrong entry serves one tenant's requests with another tenant's adapter)."""
 
-    def __init__(self, engine: str, *, system_prompt: str = OPERATOR_PROMPT, fail_after_served: float = 0.0,
-                 hide: Sequence[str] = (), replicas: Sequence[str] = (),
-                 upstream_key: str | None = None, models: Mapping[str, str] | None = None, seed: int = 0) -> None:
+    def __init__(self, engine: str, *, system_prompt: str | Callable[[], str] = OPERATOR_PROMPT,
+                 fail_after_served: float = 0.0, hide: Sequence[str] = (), replicas: Sequence[str] = (),
+                 balanced: bool = False, upstream_key: str | None = None, models: Mapping[str, str] | None = None,
+                 seed: int = 0) -> None:
         self.engine = engine.rstrip("/")  # settable: a deploy swaps the engine behind the gateway
         self.system_prompt = system_prompt
         self.fail_after_served = fail_after_served
@@ -71,6 +87,8 @@ class Gateway:
         self.models = dict(models or {})
         self.stats = GatewayStats()
         self._replicas = [r.rstrip("/") for r in replicas]
+        self._turn = 0
+        self.balanced = balanced
         self._rng = random.Random(seed)
         self._client = httpx.AsyncClient()  # replaced in the server's own event loop
 
@@ -109,10 +127,18 @@ class Gateway:
         if path in self.hide:
             return JSONResponse({"error": {"message": "Not Found", "type": "not_found"}}, status_code=404)
         if path == "/metrics":
-            replica = self._rng.choice(self._replicas) if self._replicas else self.engine
+            replica = self._origin() if self.balanced else (self._rng.choice(self._replicas) if self._replicas
+                                                             else self.engine)
             self.stats.metrics_scrapes[replica] += 1
             return await self._relay(request, replica)
-        return await self._relay(request, self.engine)
+        return await self._relay(request, self._origin())
+
+    def _origin(self) -> str:
+        """Where the next request goes: the next replica in turn when balanced, else the engine."""
+        if not (self.balanced and self._replicas):
+            return self.engine
+        self._turn += 1
+        return self._replicas[self._turn % len(self._replicas)]
 
     async def _relay(self, request: Request, origin: str, body: bytes | None = None) -> Response:
         upstream = await self._client.send(
@@ -133,22 +159,24 @@ class Gateway:
             body = json.loads(await request.body())
         except ValueError:
             return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
-        if isinstance(body, dict) and self.system_prompt and isinstance(body.get("messages"), list):
-            body["messages"] = [{"role": "system", "content": self.system_prompt}, *body["messages"]]
+        system = self.system_prompt() if callable(self.system_prompt) else self.system_prompt
+        if isinstance(body, dict) and system and isinstance(body.get("messages"), list):
+            body["messages"] = [{"role": "system", "content": system}, *body["messages"]]
         if isinstance(body, dict) and body.get("model") in self.models:
             body["model"] = self.models[body["model"]]
         self.stats.forwarded += 1
         content = json.dumps(body).encode()
+        origin = self._origin()
         if self._rng.random() < self.fail_after_served:
             # The engine serves it to the end; the gateway's own upstream timeout has fired meanwhile.
-            async with self._client.stream("POST", self.engine + request.url.path, content=content,
+            async with self._client.stream("POST", origin + request.url.path, content=content,
                                            headers=self._headers(request)) as upstream:
                 async for _ in upstream.aiter_raw():
                     pass
             self.stats.failed_after_served += 1
             return JSONResponse({"error": {"message": "upstream request timed out", "type": "bad_gateway"}},
                                 status_code=502)
-        return await self._relay(request, self.engine, content)
+        return await self._relay(request, origin, content)
 
 
 @dataclass(frozen=True)
