@@ -36,6 +36,20 @@ def undecided(step: Step, sent_tokens: int, answer: Completion, path: PathRange 
     return None
 
 
+def over_limit(answer: Completion, path: PathRange | None) -> PathRange | None:
+    """A prompt served although the engine's own count of it is at or over the limit (`seen`): behind a path whose
+    prefix is as long as the limit (a long operator prompt before a small KV pool), every request is over it, and an
+    engine that serves them all is wrong whatever the plan aimed at."""
+    usage = answer.usage.prompt_tokens if answer.served and answer.usage and not answer.implausible_usage else None
+    if path is None or usage is None or usage < path.limit:
+        return None
+    return PathRange(path.low, path.high, path.limit, usage)
+
+
+def added(path: PathRange) -> str:
+    return f"{path.low:,}" if path.low == path.high else f"{path.low:,} to {path.high:,}"
+
+
 def check_answer(step: Step, sent_tokens: int, answer: Completion, path: PathRange | None = None) -> list[Finding]:
     """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's); `path`:
     the range a varying path adds and the limit, for a prompt aimed at a length (`undecided`)."""
@@ -58,6 +72,12 @@ def check_answer(step: Step, sent_tokens: int, answer: Completion, path: PathRan
         add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
             f"served a {sent_tokens:,}-token prompt ({step.boundary}) that a correct engine refuses",
             Envelope(expected="refused"))
+    elif (over := over_limit(answer, path)) is not None:
+        # Planned to fit, but what the path put in front took it over: the engine's own count says so.
+        add(FindingKind.BOUNDARY_ACCEPTED, Severity.HIGH,
+            f"served a prompt ({step.boundary}) that the engine itself counted at {over.seen:,} tokens, "
+            f"{added(over)} of them the path's: over the limit of {over.limit:,}, where a correct engine refuses",
+            Envelope(expected="refused", usage_prompt_tokens=over.seen))
     elif answer.refused and answer.error is not None and step.expect_served:
         add(FindingKind.UNEXPECTED_REFUSAL, Severity.INFO,
             f"refused a {sent_tokens:,}-token prompt ({step.boundary}) that the capacity says fits: "
