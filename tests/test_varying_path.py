@@ -21,7 +21,7 @@ import pytest
 from prober.domain.types import Severity
 from prober.testbed import TestbedServer
 from tests.support.cli import invoke
-from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
+from tests.support.shared import INTROSPECTION, OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
 from tests.support.testbed import SMALL, StartTestbed
 
 pytestmark = pytest.mark.slow
@@ -79,3 +79,21 @@ def test_the_incident_behind_replicas_and_a_dated_prompt_is_an_echo_between_the_
     assert code == 1 and doc["verdict"]["status"] == "leak" and echoes and echoes <= PAIRS, (code, doc["verdict"],
                                                                                              echoes)
     assert doc["targets"][0]["skipped"] == {}
+
+
+def test_unknown_capacity_behind_a_gateway_is_one_line_and_the_other_checks_run(testbed: StartTestbed,
+                                                                                tmp_path: Path) -> None:
+    """A gateway that forwards no introspection and lists models without their context (LiteLLM's way), and no
+    `capacity:` in the config: the checks that size their prompts by the capacity say in one line how to give it,
+    the audit exits 2, and the checks that need no capacity (cross-talk, request IDs, media) still run."""
+    engine = testbed("fixed", **SMALL, tenants=TENANTS)
+    with Gateway(engine.url, hide=(*INTROSPECTION, "/v1/models")) as front:
+        code, doc = audit(front.url, tmp_path)
+    target = doc["targets"][0]
+    why = "capacity unknown: no advertised context, KV pool or input limit; set `capacity:`"
+    assert code == 2 and doc["verdict"]["status"] in ("incomplete", "blind"), doc["verdict"]
+    unplanned = {c["check"] for c in target["checks"] if any(why in e for e in c["errors"])}
+    assert {"campaign", "prefix-cache"} <= unplanned, target["checks"]
+    ran = {c["check"] for c in target["checks"] if c["requests"]}
+    assert {"crosstalk", "request-ids"} <= ran, target["checks"]
+    assert any(why in reason for reason in doc["verdict"]["reasons"]), doc["verdict"]["reasons"]

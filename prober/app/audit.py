@@ -15,7 +15,17 @@ from prober.campaign.scanning import ledger_scanner
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
-from prober.checks import DEADLINE_BASE_S, REGISTRY, SURVEY_ALLOWANCE_S, Check, Planned, Registry, Run, perform
+from prober.checks import (
+    DEADLINE_BASE_S,
+    REGISTRY,
+    SURVEY_ALLOWANCE_S,
+    Check,
+    Planned,
+    Registry,
+    Run,
+    perform,
+    planning,
+)
 from prober.config.schema import ProberConfig, TargetConfig
 from prober.domain.errors import BuildError, CountError, PlanError, TargetUnusable
 from prober.domain.types import Severity
@@ -78,7 +88,7 @@ class Auditor:
             finally:
                 report.survey = ctx.surveyed
             run = Run(ctx, self.config, on_event=self.on_event)
-            planned = [(check, check.planned(run)) for check in self.checks]
+            planned = [(check, planning(check, run)) for check in self.checks]
             report.planned = {check.name: p for check, p in planned}
             self._spend(cfg, planned, dry_run)
             if dry_run:

@@ -168,11 +168,18 @@ def acceptance_limit(capacity: Capacity) -> int | None:
     return min(known) if known else None
 
 
-def boundaries(capacity: Capacity) -> list[Boundary]:
+def known_limit(capacity: Capacity) -> int:
+    """`acceptance_limit`, or PlanError saying how to give it: behind a gateway that forwards no introspection the
+    capacity is unknown, the ordinary case, and every check that sizes its prompts by it says so in one line."""
     limit = acceptance_limit(capacity)
     if limit is None:
         raise PlanError("capacity unknown: no advertised context, KV pool or input limit; set `capacity:` for the "
                         "target in the config or allow bisection with --bisect-budget")
+    return limit
+
+
+def boundaries(capacity: Capacity) -> list[Boundary]:
+    limit = known_limit(capacity)
     candidates: list[tuple[str, int]] = []
     if capacity.max_req_input_len:
         m = capacity.max_req_input_len.value
@@ -195,10 +202,9 @@ def boundaries(capacity: Capacity) -> list[Boundary]:
 
 
 def prime_length(capacity: Capacity) -> int:
-    """As long as a correct engine still serves, so the victim's canaries cover as many pages as possible."""
-    limit = acceptance_limit(capacity)
-    assert limit is not None
-    return max(1, limit - 1)
+    """As long as a correct engine still serves, so the victim's canaries cover as many pages as possible (raises
+    PlanError where the capacity is unknown)."""
+    return max(1, known_limit(capacity) - 1)
 
 
 def pairs(tenants: list[str]) -> list[tuple[str, str]]:
@@ -342,6 +348,7 @@ class Planned:
     seconds: float
     plan: Plan | None = None  # the exchanges it will send, where it runs a plan
     moot: str | None = None  # why it has nothing to check on this target (an engine without slots): not run
+    unplanned: str | None = None  # why it could not be planned (the capacity unknown): not run, and the run incomplete
 
     @classmethod
     def of(cls, tokens: int, requests: int, answer_tokens: int, plan: Plan | None = None) -> Planned:
@@ -355,6 +362,10 @@ class Planned:
     @classmethod
     def moot_because(cls, why: str) -> Planned:
         return cls(0, 0, 0.0, moot=why)
+
+    @classmethod
+    def unplanned_because(cls, why: str) -> Planned:
+        return cls(0, 0, 0.0, unplanned=why)
 
     def to_json(self) -> PlannedDoc:
         return {"tokens": self.tokens, "requests": self.requests, "seconds": round(self.seconds, 1),

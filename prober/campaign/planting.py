@@ -118,6 +118,7 @@ async def content_length(step: Step, route: Route, page: int | None, instruction
         return step.length - overhead
     if step.aim is Aim.PAGE:
         return step.length - (overhead % page if page else overhead)
+    own = max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))
     if step.aim is Aim.OWN and step.ceiling is not None:
-        return min(step.length, step.ceiling - overhead)
-    return max(step.length, await route.builder.shortest(instruction, cue=cue, nonce=nonce))
+        return min(own, step.ceiling - overhead)
+    return own

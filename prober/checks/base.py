@@ -20,6 +20,7 @@ from prober.campaign.events import CheckDone, Listener
 from prober.campaign.plan import Planned
 from prober.campaign.results import CheckResult
 from prober.config.schema import ProberConfig
+from prober.domain.errors import PlanError
 
 SURVEY_ALLOWANCE_S = 300.0  # reachability, introspection, finding a tokenizer: before any check can plan
 DEADLINE_BASE_S = 120.0  # what a run adds once, beyond its checks' requests at the floors
@@ -60,10 +61,21 @@ class Check(ABC):
         be observed."""
 
 
+def planning(check: Check, run: Run) -> Planned:
+    """What a check will send, or why it could not be planned: one check that cannot plan (its prompts sized by a
+    capacity nobody gave) never keeps the others of the run from theirs."""
+    try:
+        return check.planned(run)
+    except PlanError as exc:
+        return Planned.unplanned_because(str(exc))
+
+
 async def perform(check: Check, run: Run, planned: Planned) -> CheckResult:
-    """A check's run, or where it is moot on this target a result that says why (it sent nothing)."""
-    if planned.moot is None:
+    """A check's run, or where it is moot on this target, or could not be planned, a result that says why (it sent
+    nothing; not planned is an error, so the run is incomplete)."""
+    if planned.moot is None and planned.unplanned is None:
         return await check.run(run, planned)
-    result = CheckResult(check=check.name, moot=planned.moot)
+    result = CheckResult(check=check.name, moot=planned.moot,
+                         errors=[f"{check.name}: {planned.unplanned}"] if planned.unplanned else [])
     run.on_event(CheckDone(run.target.config.name, result))
     return result
