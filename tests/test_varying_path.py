@@ -97,3 +97,18 @@ def test_unknown_capacity_behind_a_gateway_is_one_line_and_the_other_checks_run(
     ran = {c["check"] for c in target["checks"] if c["requests"]}
     assert {"crosstalk", "request-ids"} <= ran, target["checks"]
     assert any(why in reason for reason in doc["verdict"]["reasons"]), doc["verdict"]["reasons"]
+
+
+def test_a_check_that_nothing_could_be_built_for_behind_the_path_is_a_reason_not_clean(testbed: StartTestbed,
+                                                                                       tmp_path: Path) -> None:
+    """An operator prompt that leaves less room under the limit than the boundary and prefix-cache prompts need: their
+    exchanges cannot be built and are skipped, and a check none of whose exchanges was sent is an error among the
+    verdict's reasons (exit 2), never a clean verdict for what it did not test."""
+    engine = testbed("fixed", **SMALL, tenants=TENANTS)
+    crowding = " ".join([OPERATOR_PROMPT] * 15) + " " + OPERATOR_PROMPT[:len(OPERATOR_PROMPT) // 2]
+    with Gateway(engine.url, system_prompt=crowding) as front:
+        code, doc = audit(front.url, tmp_path)
+    target = doc["targets"][0]
+    untested = {c["check"] for c in target["checks"] if any("exchanges could be built" in e for e in c["errors"])}
+    assert code == 2 and doc["verdict"]["status"] != "no_leak", doc["verdict"]
+    assert "prefix-cache" in untested and target["skipped"], (target["checks"], target["skipped"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import threading
@@ -33,7 +34,7 @@ from prober.ledger import open_ledger
 from tests.support.cli import invoke
 from tests.support.daemonproc import FAST, DaemonProcess
 from tests.support.pdproxy import MissedAbortRouter
-from tests.support.shared import BackgroundTenant, Gateway, Traffic
+from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed
 
@@ -185,6 +186,24 @@ def test_behind_a_gateway_among_other_users_the_leak_is_caught(pair: Pair, tmp_p
     assert code == 1 and echoes(doc) and echoes(doc) <= BOTH_WAYS, (doc["verdict"], target["skipped"], target["paths"])
     (chat,) = [path for path in target["paths"] if path["api"] == "chat"]
     assert min(chat["by_tenant"]["tenant-a"]) > 100, chat
+
+
+def test_behind_an_operator_prompt_longer_than_the_pool_the_fault_is_still_reported(pair: Pair,
+                                                                                    tmp_path: Path) -> None:
+    """An operator prompt longer than the pool the operator declared (some 400 tokens before a 256-token pool, dated
+    per request): no prime fits under the pool behind it, so the boundary exchanges cannot be built and are said to
+    be skipped, but every other check's prompts still reach the engine, each over the pool, and the engine serves
+    them all: the fault is reported (a prompt served over the limit, with the engine's own count; phantom hits or
+    an echo where they show), never zero findings."""
+    with Gateway(pair.decode.url, system_prompt=dated(f"{OPERATOR_PROMPT} {OPERATOR_PROMPT}", random.Random(7)),
+                 fail_after_served=0.05) as front:
+        code, doc = audit(front.url, tmp_path, retries=3)
+    target = doc["targets"][0]
+    (chat,) = [path for path in target["paths"] if path["api"] == "chat"]
+    assert min(chat["by_tenant"]["tenant-a"]) > THRESHOLD, chat
+    faults = {f["kind"] for f in doc["findings"]} & {"boundary_accepted", "phantom_cache_hit", "cross_tenant_echo"}
+    assert code == 1 and "boundary_accepted" in faults, (code, doc["verdict"], target["skipped"])
+    assert doc["verdict"]["status"] != "no_leak", doc["verdict"]
 
 
 def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event
     finally:
         result.notes += counted.notes()
         result.planned -= sum(len(e.steps) for e in plan.exchanges if e.id in result.skipped)
+        if plan.exchanges and len(result.skipped) == len(plan.exchanges):
+            # Nothing it tests was sent: the verdict must not read clean for it.
+            result.errors.append(f"{result.check}: none of its {len(plan.exchanges)} exchanges could be built: "
+                                 f"{next(iter(result.skipped.values()))}")
         for finding in await ctx.decide_counters(counted, on_event, check=result.check):
             named = next((s for s in result.steps if s.step.id == finding.record_id), None)
             if named is not None:
