@@ -421,9 +421,11 @@ def test_implausible_usage_is_flagged_not_trusted(tmp_path: Path) -> None:
             # No timing check: this engine streams nothing, and the check would have no TTFT to compare.
             config = _config(tmp_path, engine.url, more="timing: {audit: false}\n")
             run = leakprobe("audit", "--config", str(config), "-f", "json", "--no-semantic", "--streaming", "plain")
-        assert run.returncode == 2, run.stderr[-2000:]  # blind: it never repeats a canary
+        # It never repeats a canary (blind), and it answers an image named by a uuid alone (an engine fault, which
+        # outranks blind: what was seen stays seen).
+        assert run.returncode == 1, run.stderr[-2000:]
         doc = json.loads(run.stdout)
-        assert doc["verdict"]["status"] == "blind"
+        assert doc["verdict"]["status"] == "engine_fault" and any(" blind: " in r for r in doc["verdict"]["reasons"])
         flagged = [f for f in doc["findings"] if f["kind"] == "implausible_usage"]
         assert flagged and all(f["severity"] == "warning" for f in flagged)
         assert not any(f["kind"] == "placeholder_substitution" for f in doc["findings"])
