@@ -3,9 +3,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools demo test check unit lint typecheck builds suite llama vllm litellm adapters image bench fuzz docs clean
+.PHONY: setup hooks tools demo test check unit lint subjects typecheck builds suite llama vllm litellm adapters image \
+        bench fuzz docs clean
 
-setup: $(STAMP)
+setup: $(STAMP) hooks
+
+# The repository's own git hooks (.githooks: a commit subject of at most 72 characters), where this is a clone.
+hooks:
+	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true
 
 # Idempotent: re-runs only when pyproject.toml changes.  torch is installed first, pinned to the CPU
 # build that lies on disk, so nothing later can resolve a multi-GB CUDA build.  --no-compile: modules are
@@ -33,8 +38,12 @@ tools:
 demo: setup
 	$(VENV)/bin/leakprobe demo
 
-lint: setup
+lint: setup subjects
 	$(VENV)/bin/ruff check .
+
+# Every commit since the rule came in has a subject of at most 72 characters (.ci/subjects).
+subjects:
+	bash .ci/subjects
 
 # mypy's cache lives with the other one-time builds, outside the checkout: a fresh clone reuses what is unchanged
 # (mypy compares hashes when paths and times differ); cold, it takes ~80 s here, warm a few.
