@@ -6,6 +6,7 @@ The real engine's shared prefix cache under this rule is tests/test_engine_bugs.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -128,3 +129,10 @@ def test_the_matrix_and_junit_say_what_the_verdict_says() -> None:
               for case in suite}
     assert failed["findings beside the requests above"] == "1 finding(s): cross_tenant_cache_timing", failed
     assert failed["x001-probe probe b 300 tokens (pool+1)"] == "1 finding(s): cross_tenant_cache_hit", failed
+
+
+def test_the_docs_verdict_table_names_every_finding_kind() -> None:
+    """docs/auditing.md's verdict table is what an operator reads: a kind added without a row there is caught."""
+    docs = (Path(__file__).parent.parent / "docs" / "auditing.md").read_text()
+    table = docs.split("## The verdict {#the-verdict}", 1)[1].split("\n## ", 1)[0]
+    assert [k.value for k in FindingKind if f"`{k.value}`" not in table] == []
