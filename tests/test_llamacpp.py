@@ -124,10 +124,12 @@ def test_shared_prompt_cache_is_reported(llama: LlamaServer, tmp_path: Path) -> 
 def test_an_audit_that_never_sees_its_own_canary_is_blind_not_clean(llama: LlamaServer, tmp_path: Path) -> None:
     """Gemma's GGUF carries no chat template: llama.cpp falls back to ChatML and the base model babbles (0 of 46
     answers repeated the prompt's code, measured).  Held to the chat route, the audit could not have seen a leak by
-    content: `blind`, exit 2, naming what it still checked."""
+    content (blind), and says so, naming what it still checked; what it still checked caught llama.cpp's shared
+    prompt cache, a leak seen all the same, which outranks blind: `leak`, exit 1, the headline naming the cache."""
     held = _audit(llama, tmp_path / "held.sqlite", api=Api.CHAT, shapes=["chat-ask"], concurrent=False)
     doc = document(held)
-    assert held.blind and doc["verdict"]["status"] == "blind" and exit_code(held, Severity.CRITICAL) == 2
+    assert held.blind and doc["verdict"]["status"] == "leak" and exit_code(held, Severity.CRITICAL) == 1
+    assert doc["verdict"]["headline"].startswith("LEAK: the prefix cache is shared between tenants"), doc["verdict"]
     (reason,) = doc["verdict"]["reasons"]
     assert "repeated its own tenant's canary" in reason and "still checked: prefix-cache (" in reason, reason
     assert "campaign (" in reason.split("still checked:")[1], reason
