@@ -17,7 +17,6 @@ from secrets import token_hex
 from prober.campaign.context import TargetContext, record
 from prober.campaign.counters import CounterEvidence
 from prober.campaign.events import Listener, PlanReady
-from prober.campaign.path import behind_path
 from prober.campaign.plan import Exchange, Plan
 from prober.campaign.planting import PRIME_INSTRUCTION, instruction
 from prober.campaign.results import CheckResult
@@ -38,10 +37,7 @@ async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event
     finally:
         result.notes += counted.notes()
         result.planned -= sum(len(e.steps) for e in plan.exchanges if e.id in result.skipped)
-        if plan.exchanges and len(result.skipped) == len(plan.exchanges):
-            # Nothing it tests was sent: the verdict must not read clean for it.
-            result.errors.append(f"{result.check}: none of its {len(plan.exchanges)} exchanges could be built: "
-                                 f"{next(iter(result.skipped.values()))}")
+        result.none_built(len(plan.exchanges))
         for finding in await ctx.decide_counters(counted, on_event, check=result.check):
             named = next((s for s in result.steps if s.step.id == finding.record_id), None)
             if named is not None:
@@ -62,10 +58,8 @@ async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_eve
         try:
             await _exchange(ctx, exchange, result, on_event, plan, counted)
         except BuildError as exc:
-            behind = behind_path(ctx.routes.paths, (exchange.victim, exchange.observer))
-            if behind is None:
-                raise
-            result.skipped[exchange.id] = f"{exchange.probe.boundary}: {exc}, {behind}"
+            result.skip(exchange.id, BuildError(f"{exchange.probe.boundary}: {exc}"), ctx.routes.paths,
+                        (exchange.victim, exchange.observer))
             continue
         for step in result.steps[sent:]:
             unobserved = 0 if step.observed else unobserved + 1

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from prober.campaign.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
-from prober.campaign.path import PathOverhead
+from prober.campaign.path import PathOverhead, behind_path
 from prober.campaign.plan import Plan, Planned, Step
 from prober.campaign.survey import Survey
+from prober.domain.errors import BuildError
 from prober.domain.incidents import Incident, group
 from prober.domain.types import Finding, FindingKind, Severity
 from prober.prompts.shape import Shape
@@ -153,6 +155,21 @@ class CheckResult:
     @property
     def tokens(self) -> int:
         return sum(s.sent_tokens for s in self.steps) + self.other_tokens
+
+    def skip(self, exchange: str, why: BuildError, paths: Sequence[PathOverhead], tenants: Sequence[str]) -> None:
+        """An exchange whose prompt cannot be built behind the path (a prime that cannot fit under the limit behind a
+        long operator prompt): not sent and said, not planned.  Raises `why` where the path is not the reason."""
+        behind = behind_path(paths, tenants)
+        if behind is None:
+            raise why
+        self.skipped[exchange] = f"{why}, {behind}"
+
+    def none_built(self, exchanges: int) -> None:
+        """Where every one of its `exchanges` was skipped, it tested nothing: an error, so that the verdict never
+        reads clean for it."""
+        if exchanges and len(self.skipped) >= exchanges:
+            self.errors.append(f"{self.check}: none of its {exchanges} exchanges could be built: "
+                               f"{next(iter(self.skipped.values()))}")
 
     @property
     def requests(self) -> int:

@@ -40,6 +40,7 @@ from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import AbortRetrySettings
+from prober.domain.errors import BuildError
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
 
@@ -99,8 +100,14 @@ class AbortRetryCheck(Check):
         ctx = run.target
         result = AbortRetryResult(check=self.name)
         await shaped(run, result)
-        for index, (victim, observer) in enumerate(pairs(ctx.tenants), 1):
-            await _pair(run, result, f"{run.run_id}ar{index:02d}", victim, observer)
+        directions = pairs(ctx.tenants)
+        for index, (victim, observer) in enumerate(directions, 1):
+            exchange = f"{run.run_id}ar{index:02d}"
+            try:
+                await _pair(run, result, exchange, victim, observer)
+            except BuildError as exc:
+                result.skip(exchange, exc, ctx.routes.paths, (victim, observer))
+        result.none_built(len(directions))
         if result.answered_early and not result.abandoned:
             result.notes.append(f"abort and retry: all {result.answered_early} prompts meant to be abandoned were "
                                 "answered before the hang-up (prefill faster than the client could hang up): no "

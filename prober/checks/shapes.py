@@ -19,7 +19,7 @@ from prober.campaign.planting import ASKED
 from prober.campaign.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
 from prober.checks.base import NOTHING, Check, Run
 from prober.config.schema import ProberConfig
-from prober.domain.errors import CountError
+from prober.domain.errors import BuildError, CountError
 from prober.prompts.shape import Layout, Shape
 
 # Short: a control only has to show whether the model repeats a code it was given, and runs before every
@@ -35,9 +35,13 @@ def planned_tokens(shapes: Sequence[Shape], tenants: Sequence[str]) -> int:
     return len(shapes) * len(tenants) * CONTROL_TOKENS
 
 
-async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: Trial,
-                       unusable: type[Exception], stopped: Callable[[], bool]) -> ShapeChoice:
-    """`unusable`: what `trial` raises when a shape cannot be tried at all (its route has no way to count).
+Unusable = type[Exception] | tuple[type[Exception], ...]
+
+
+async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: Trial, unusable: Unusable,
+                       stopped: Callable[[], bool]) -> ShapeChoice:
+    """`unusable`: what `trial` raises when a shape cannot be tried at all (its route has no way to count, its
+    control cannot be built behind the path).
     Stops early once `stopped()`, or once every control so far went unanswered (no answer and no refusal: the
     target does not answer, whatever the shape)."""
     trials: list[ShapeTrial] = []
@@ -96,7 +100,8 @@ class ShapeCheck(Check):
             record(judged, result, run.on_event)
             return judged
 
-        result.choice = ctx.shape = await choose_shape(ctx.config.shapes, ctx.tenants, trial, CountError,
+        result.choice = ctx.shape = await choose_shape(ctx.config.shapes, ctx.tenants, trial,
+                                                       (CountError, BuildError),
                                                        stopped=lambda: ctx.wiring.stop_reason() is not None)
         run.on_event(CheckDone(ctx.config.name, result))
         return result
