@@ -28,7 +28,7 @@ FORBIDDEN = {
     "prober.campaign": ("prober.checks", "prober.app", "prober.daemon", "prober.cli", "prober.report"),
     "prober.checks": ("prober.app", "prober.daemon", "prober.cli", "prober.report"),
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
-    "prober.daemon": ("prober.cli",),
+    "prober.daemon": ("prober.cli", "prober.app"),
     "prober.app": ("prober.daemon", "prober.cli"),
     "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.adapters": ("prober.targets", "prober.campaign", "prober.checks", "prober.daemon", "prober.cli", "httpx"),

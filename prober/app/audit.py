@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from prober.app.run_secrets import scrubber_for
 from prober.campaign import AuditResult, TargetReport
 from prober.campaign.context import TargetContext
 from prober.campaign.events import Listener, PlanReady, TargetFailed, ignore
 from prober.campaign.scanning import ledger_scanner
+from prober.campaign.secrets import scrubber_for
 from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter

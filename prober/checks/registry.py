@@ -35,9 +35,6 @@ class Registry:
             raise ValueError(f"a check named {check.name!r} is registered already")
         self._checks[check.name] = check
 
-    def unregister(self, name: str) -> None:
-        self._checks.pop(name, None)
-
     def __iter__(self) -> Iterator[Check]:
         return iter(list(self._checks.values()))
 

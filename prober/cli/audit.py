@@ -35,7 +35,7 @@ def preflight(
     1 at or above --fail-on, 2 on error.
 
     The first tenant's key reads the introspection endpoints (and measures the path)."""
-    from prober.app.run_secrets import scrubber_for
+    from prober.campaign.secrets import scrubber_for
     from prober.campaign.survey import preflight as run_preflight
     from prober.capacity.limits import FIELDS
     from prober.config.schema import assemble_config
@@ -149,7 +149,7 @@ def audit(
     or an audit that could not see or could not finish."""
     from prober.app.audit import exit_code, run_audit
     from prober.app.progress import AuditProgress
-    from prober.app.run_secrets import load_secrets, scrubber_for
+    from prober.campaign.secrets import load_secrets, scrubber_for
     from prober.config.schema import assemble_config
     from prober.embeddings import make_embedder
     from prober.ledger import masked

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prober.app.run_secrets import load_secrets, scrubber_for
 from prober.campaign.plan import pairs
+from prober.campaign.secrets import load_secrets, scrubber_for
 from prober.canaries.keys import KEY_ENV, resolve_key
 from prober.checks import REGISTRY, Registry
 from prober.config.schema import ProberConfig, assemble_config
