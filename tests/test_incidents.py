@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.events import PlanReady, StepDone
-from prober.campaign.plan import Exchange, Plan, Step
-from prober.campaign.results import StepResult
+from prober.campaign.context import record
+from prober.campaign.events import CheckDone, FindingRecorded
+from prober.campaign.exchanges import counterpart
+from prober.campaign.plan import Exchange, Step
+from prober.campaign.results import CheckResult, ShapeResult, StepResult
 from prober.daemon.evidence import RunEvidence
 from prober.domain.incidents import (
     Acknowledgement,
@@ -25,7 +27,7 @@ from prober.domain.incidents import (
     RunChecks,
     Sighting,
 )
-from prober.domain.types import Finding, FindingKind, Severity
+from prober.domain.types import Finding, FindingKind, ProbeContext, Severity
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import MIGRATIONS
 from prober.targets.result import Completion
@@ -174,12 +176,45 @@ def test_a_blind_recheck_clears_what_the_envelope_shows_not_what_content_shows(c
     assert by_kind[FindingKind.BOUNDARY_ACCEPTED].checks[0].last_clean == 2_010.0
 
 
+def test_a_recheck_without_the_engines_counters_leaves_a_counted_failure_open(connect: OpenLedger) -> None:
+    """An abort the engine counted while it answered 200 shows only in its counters: a run that could not read them
+    (the engine's /metrics gone, every window set aside) re-checks what the answers show, not that."""
+    ledger = connect()
+    counted = IncidentKey("sglang", FindingKind.COUNTED_FAILURE, "", "bob")
+    ledger.add_findings([finding(found_at=1_000.0, victim_tenant=None, kind=FindingKind.COUNTED_FAILURE),
+                         finding(found_at=1_000.0, victim_tenant=None, kind=FindingKind.BOUNDARY_ACCEPTED)])
+    ledger.record_checks(checks(990.0, Sighting(counted, "pool+1", 1_000.0, 4_097),
+                                Sighting(IncidentKey("sglang", FindingKind.BOUNDARY_ACCEPTED, "", "bob"), "pool+1",
+                                         1_000.0, 4_097)), 1_010.0)
+    ledger.record_checks(checks(2_000.0, observed=(Observation("pool+1", "bob", "alice"),)), 2_010.0)
+    by_kind = {i.key.kind: i for i in ledger.incidents()}
+    assert by_kind[FindingKind.BOUNDARY_ACCEPTED].checks[0].last_clean == 2_010.0
+    assert by_kind[FindingKind.COUNTED_FAILURE].checks[0].last_clean is None
+    ledger.record_checks(checks(3_000.0, observed=(Observation("pool+1", "bob", "alice", counted=True),)), 3_010.0)
+    assert {i.key.kind: i for i in ledger.incidents()}[FindingKind.COUNTED_FAILURE].checks[0].last_clean == 3_010.0
+
+
+def _step(step: Step, own: int = 0, found: tuple[Finding, ...] = (), served: bool = True) -> StepResult:
+    answer = Completion(200, "an answer") if served else Completion(None, "", error=None)
+    return StepResult(step=step, exchange=step.id.split("-")[0], target="sglang", sent_tokens=64, counted=True,
+                      answer=answer, canary_ids=[], findings=list(found), own_echoes=own)
+
+
+def _evidence(job: str, tenants: tuple[str, ...] = ("alice", "bob")) -> tuple[RunEvidence, list[RunChecks]]:
+    written: list[RunChecks] = []
+
+    async def write(checks: RunChecks) -> None:
+        written.append(checks)
+
+    return RunEvidence("sglang", job, 100.0, tenants, write), written
+
+
 @pytest.mark.unit
 def test_an_answer_that_drew_a_finding_rechecks_only_the_envelope() -> None:
     """An engine that still serves a prompt above its pool answers from whatever its stale pages hold (another
     job's prompt, under load): that answer lacking the victim's canary is luck, not a fix, so the pair there
     re-checks only what the envelope shows, while the run's sound answers elsewhere (an info finding is no fault)
-    still re-check content."""
+    still re-check content; the engine's counters read around an exchange re-check what only they show."""
     def exchange(name: str, boundary: str) -> Exchange:
         def step(role: str, tenant: str) -> Step:
             return Step(id=f"{name}-{role}", role=role, tenant=tenant, length=64, stream=False,  # type: ignore[arg-type]
@@ -187,28 +222,57 @@ def test_an_answer_that_drew_a_finding_rechecks_only_the_envelope() -> None:
         return Exchange(id=name, victim="alice", observer="bob", prime=step("prime", "alice"),
                         probe=step("probe", "bob"))
 
-    def done(step: Step, own: int = 0, found: tuple[Finding, ...] = ()) -> StepDone:
-        return StepDone(StepResult(step=step, exchange=step.id.split("-")[0], target="sglang", sent_tokens=64,
-                                   counted=True, answer=Completion(200, "an answer"), canary_ids=[],
-                                   findings=list(found), own_echoes=own))
-
-    written: list[RunChecks] = []
-
-    async def write(checks: RunChecks) -> None:
-        written.append(checks)
-
     fits, above = exchange("x001", "pool"), exchange("x002", "pool+1")
-    evidence = RunEvidence("sglang", "campaign", 100.0, write)
-    evidence(PlanReady(Plan("sglang", [], [fits, above])))
+    evidence, written = _evidence("campaign")
+    result = CheckResult(check="campaign")
     note = finding(kind=FindingKind.ODD_FINISH_REASON, severity=Severity.INFO, victim_tenant=None)
-    for event in (done(fits.prime), done(fits.probe, own=1, found=(note,)), done(above.prime),
-                  done(above.probe, found=(finding(kind=FindingKind.BOUNDARY_ACCEPTED, victim_tenant=None),))):
-        evidence(event)
-    asyncio.run(evidence.finish(True, ["alice", "bob"]))
-    (run,) = written
-    assert run.observations == {Observation("pool", "bob", "alice"), Observation("pool", "alice", "bob"),
-                                Observation("pool+1", "alice", "bob"),
-                                Observation("pool+1", "bob", "alice", sighted=False)}
+    accepted = finding(kind=FindingKind.BOUNDARY_ACCEPTED, victim_tenant=None)
+
+    async def run() -> None:  # findings are written as they are told: on the run's loop
+        for ex, step, judged, read in ((fits, fits.prime, _step(fits.prime), True),
+                                       (fits, fits.probe, _step(fits.probe, own=1, found=(note,)), True),
+                                       (above, above.prime, _step(above.prime), False),
+                                       (above, above.probe, _step(above.probe, found=(accepted,)), False)):
+            record(judged, result, evidence, others=counterpart(ex, step), counted=read)
+        evidence(CheckDone("sglang", result))
+        await evidence.finish()
+
+    asyncio.run(run())
+    assert [run.job for run in written] == ["campaign", "campaign"]  # the finding's check, then the re-checks
+    assert written[-1].observations == {
+        Observation("pool", "bob", "alice", counted=True), Observation("pool", "alice", "bob", counted=True),
+        Observation("pool+1", "alice", "bob"), Observation("pool+1", "bob", "alice", sighted=False)}
+
+
+@pytest.mark.unit
+def test_every_check_reports_its_own_observations_and_sight() -> None:
+    """A check without exchanges (request IDs, idle slots, a burst) scans each answer for every tenant's canaries: a
+    clean one re-checks each pair its tenant is the observer of, itself included (two requests of one tenant), at
+    that check's boundary.  A check without sight re-checks only what the envelope shows; a request that was not
+    observed re-checks nothing; the probe-shape controls a check ran first are the `shapes` check's."""
+    def step(tenant: str, boundary: str, role: str = "probe") -> Step:
+        return Step(id=f"{tenant}-{boundary}", role=role, tenant=tenant, length=64, stream=False,  # type: ignore[arg-type]
+                    expect_served=True, boundary=boundary)
+
+    evidence, written = _evidence("request-ids", ("alice", "bob", "carol"))
+    shapes, ids = ShapeResult(check="shapes"), CheckResult(check="request-ids")
+
+    async def run() -> None:
+        record(_step(step("alice", "shape:chat", "control"), own=1), shapes, evidence)
+        evidence(FindingRecorded(finding(check="shapes", context=ProbeContext(boundary="shape:chat"))))
+        evidence(CheckDone("sglang", shapes))  # no choice recorded: blind
+        record(_step(step("bob", "request-id")), ids, evidence)
+        record(_step(step("carol", "request-id"), served=False), ids, evidence)
+        evidence(CheckDone("sglang", ids))
+        await evidence.finish()
+
+    asyncio.run(run())
+    by_job = {run.job: run for run in written if run.observations}
+    assert [run.job for run in written if run.sightings] == ["shapes"]
+    assert by_job["shapes"].observations == {Observation("shape:chat", "alice", other, sighted=False)
+                                             for other in ("alice", "bob", "carol")}
+    assert by_job["request-ids"].observations == {Observation("request-id", "bob", other, sighted=False)
+                                                  for other in ("alice", "bob", "carol")}
 
 
 def test_a_ledger_of_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:

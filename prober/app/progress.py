@@ -19,7 +19,16 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
+from prober.campaign.events import (
+    CheckDone,
+    Event,
+    FindingRecorded,
+    Observed,
+    PlanReady,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+)
 
 
 class AuditProgress:
@@ -71,8 +80,8 @@ class AuditProgress:
                 self._line(finding.describe())
             case TargetFailed(target=target, message=message):
                 self._line(f"error: {target}: {message}")
-            case SurveyDone():
-                pass  # the report shows what it learned
+            case SurveyDone() | Observed():
+                pass  # the report shows what it learned; what a request observed is for incidents
             case _:
                 assert_never(event)
 

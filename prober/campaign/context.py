@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from prober.campaign.cached import CacheExplainer
 from prober.campaign.counters import CounterEvidence
-from prober.campaign.events import FindingRecorded, Listener, StepDone, SurveyDone, ignore
+from prober.campaign.events import FindingRecorded, Listener, Observed, StepDone, SurveyDone, ignore
 from prober.campaign.judging import Judge
 from prober.campaign.path import measure as measure_path
 from prober.campaign.plan import Step, acceptance_limit, pairs
@@ -145,12 +145,22 @@ class TargetContext:
         return await self.judge.persist(found, None, on_event, check=check)
 
 
-def record(result: StepResult, check: CheckResult, on_event: Listener) -> None:
-    """Into the check's result, then told: the step, then its findings (already durable)."""
+def record(result: StepResult, check: CheckResult, on_event: Listener, *, others: tuple[str, ...] | None = None,
+           counted: bool = False) -> None:
+    """Into the check's result, then told (`tell`)."""
     check.steps.append(result)
     if not result.observed and result.step.role != "control":
         check.errors.append(f"{result.step.id} ({result.step.length:,} tokens): "
                             f"{result.answer.error or 'not observed'}")
+    tell(result, check.check, on_event, others=others, counted=counted)
+
+
+def tell(result: StepResult, check: str, on_event: Listener, *, others: tuple[str, ...] | None = None,
+         counted: bool = False) -> None:
+    """The step, what it observed for incidents (`Observed`: `others` and `counted` as there), then its findings
+    (already durable)."""
     on_event(StepDone(result))
+    if (seen := Observed.of(result, check, others, counted)) is not None:
+        on_event(seen)
     for finding in result.findings:
         on_event(FindingRecorded(finding))

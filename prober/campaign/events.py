@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from prober.campaign.plan import Plan
 from prober.campaign.results import CheckResult, StepResult
 from prober.campaign.survey import Survey
-from prober.domain.types import Finding
+from prober.domain.types import Finding, Severity
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,34 @@ class PlanReady:
 @dataclass(frozen=True)
 class StepDone:
     result: StepResult
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A request a check judged in full (served, or refused where refusing is right), told by every check that can
+    find anything, as it goes: what a clean answer re-checks of the incidents that check found
+    (prober.domain.incidents).  The `observer`'s request at `boundary`, whose answer could have carried the data of
+    `others` (None: any tenant's, itself included, as a request whose answer is scanned for every canary);
+    `faulted`: its answer drew a finding above info, so what it lacks proves nothing of content; `counted`: the
+    engine's failure counters were read around it as evidence.  Whether the check could see content at all is its
+    result's, told with `CheckDone`."""
+
+    check: str
+    boundary: str
+    observer: str
+    others: tuple[str, ...] | None = None
+    faulted: bool = False
+    counted: bool = False
+
+    @classmethod
+    def of(cls, result: StepResult, check: str, others: tuple[str, ...] | None = None,
+           counted: bool = False) -> Observed | None:
+        """What one judged request observed (None where its answer shows nothing: no answer, or a refusal where the
+        plan expected it served)."""
+        if not result.observed:
+            return None
+        faulted = result.answer.served and any(f.severity > Severity.INFO for f in result.findings)
+        return cls(check, result.step.boundary, result.step.tenant, others, faulted, counted)
 
 
 @dataclass(frozen=True)
@@ -51,7 +79,7 @@ class CheckDone:
     result: CheckResult
 
 
-Event = SurveyDone | PlanReady | StepDone | FindingRecorded | TargetFailed | CheckDone
+Event = SurveyDone | PlanReady | StepDone | Observed | FindingRecorded | TargetFailed | CheckDone
 Listener = Callable[[Event], None]
 
 

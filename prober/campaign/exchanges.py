@@ -17,7 +17,7 @@ from secrets import token_hex
 from prober.campaign.context import TargetContext, record
 from prober.campaign.counters import CounterEvidence
 from prober.campaign.events import Listener, PlanReady
-from prober.campaign.plan import Exchange, Plan
+from prober.campaign.plan import Exchange, Plan, Step
 from prober.campaign.planting import PRIME_INSTRUCTION, instruction
 from prober.campaign.results import CheckResult
 from prober.domain.errors import BuildError
@@ -88,11 +88,19 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
     # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
     named = len(sent) - 1 if sent[-1][0].served else len(sent) - 2
     step, built = sends[named]
-    counted.add(engine, request=step.id, tenant=step.tenant,
-                context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
-                unserved=sum(not answer.served for answer, _ in sent),
-                retried=any(answer.retried for answer, _ in sent))
+    read = counted.add(engine, request=step.id, tenant=step.tenant,
+                       context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
+                       unserved=sum(not answer.served for answer, _ in sent),
+                       retried=any(answer.retried for answer, _ in sent))
     for (step, built), (answer, before) in zip(sends, sent, strict=True):
         judged = await ctx.judged(step, exchange.id, built, answer, route, check=result.check, before=before,
                                   engine=engine.evidence())
-        record(judged, result, on_event)
+        record(judged, result, on_event, others=counterpart(exchange, step), counted=read)
+
+
+def counterpart(exchange: Exchange, step: Step) -> tuple[str, ...]:
+    """Whose canaries a step's answer could carry from this exchange: the observer's in the victim's answer (primed by
+    an earlier exchange), the victim's in the observer's probe; none in a lead, sent before the victim's prime."""
+    if step.role == "prime":
+        return (exchange.observer,)
+    return (exchange.victim,) if step.role == "probe" else ()

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from prober.campaign.events import CheckDone
+from prober.campaign.events import CheckDone, Observed
 from prober.campaign.plan import Planned
 from prober.campaign.results import CheckResult, Sight
 from prober.canaries.adapters import asking
@@ -33,7 +33,7 @@ from prober.checks.base import Check, Run
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PromptError
 from prober.domain.evidence import AdapterAsk, adding
-from prober.domain.types import Canary, Finding, ProbeContext, Record
+from prober.domain.types import Canary, Finding, ProbeContext, Record, Severity
 from prober.prompts import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
@@ -64,6 +64,7 @@ class AdaptersResult(CheckResult):
     answered: int = 0  # served answers through an adapter
     own_echoed: int = 0  # of those, answers that carried their adapter's own canary
     foreign: int = 0  # answers that carried another adapter's canary
+    seen: list[Observed] = field(default_factory=list)  # what its served answers observed, told once judged
 
     @property
     def requests(self) -> int:
@@ -140,6 +141,8 @@ class AdaptersCheck(Check):
                                                   canaries, result)
         result.asked = len(asks)
         result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
+        for seen in result.seen:
+            run.on_event(seen)
         run.on_event(CheckDone(ctx.config.name, result))
         return result
 
@@ -170,6 +173,9 @@ class AdaptersCheck(Check):
         where = ProbeContext(answer.usage.prompt_tokens if answer.usage else None, BOUNDARY, answer.status)
         if scanned.crossed:
             result.foreign += 1
+        if answer.served:  # scanned for every adapter's canary
+            result.seen.append(Observed(AdaptersCheck.name, BOUNDARY, ask.tenant, None,
+                                        faulted=any(f.severity > Severity.INFO for f in scanned.findings)))
         return [replace(f, probe_id=f.probe_id or ask.id, context=where, evidence=adding(f.evidence, asked))
                 for f in scanned.findings]
 

@@ -26,9 +26,6 @@ SURVEY_ALLOWANCE_S = 300.0  # reachability, introspection, finding a tokenizer: 
 DEADLINE_BASE_S = 120.0  # what a run adds once, beyond its checks' requests at the floors
 
 
-NOTHING = Planned(0, 0, 0.0)
-
-
 @dataclass(frozen=True)
 class Run:
     """One run of checks against one target: its context, the whole config (each check reads its own section),

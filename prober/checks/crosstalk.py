@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from prober.campaign.counters import CounterEvidence
-from prober.campaign.events import CheckDone
+from prober.campaign.events import CheckDone, Observed
 from prober.campaign.plan import Planned, Streaming
 from prober.campaign.results import CheckResult, Sight
 from prober.checks.base import Check, Run
@@ -55,6 +55,7 @@ class CrosstalkResult(CheckResult):
     answered: int = 0  # served answers
     own_echoed: int = 0  # answers that carried their own canary: the check can see what comes back
     foreign: int = 0  # answers that carried another request's canary (any tenant)
+    seen: list[Observed] = field(default_factory=list)  # what its served answers observed, told once judged
 
     @property
     def sight(self) -> Sight | None:
@@ -90,20 +91,22 @@ async def run_burst(send: Send, mint: Mint, scan: Scan, tenants: Sequence[str], 
                                          for r in requests))
     result = CrosstalkResult(check=CrosstalkCheck.name, requests=len(requests))
     served = [(r, a) for r, a in zip(requests, answers, strict=True) if a.served]
+    read = False  # the engine's counters around the burst are evidence
     if served and counted is not None:
         first, answer = served[0]
         tokens = answer.usage.prompt_tokens if answer.usage else None
-        counted.add(engine, request=first.id, tenant=first.tenant,
-                    context=ProbeContext(tokens, BOUNDARY, answer.status), unserved=len(requests) - len(served),
-                    retried=any(a.retried for a in answers))
+        read = counted.add(engine, request=first.id, tenant=first.tenant,
+                           context=ProbeContext(tokens, BOUNDARY, answer.status), unserved=len(requests) - len(served),
+                           retried=any(a.retried for a in answers))
     for request, answer in zip(requests, answers, strict=True):
-        result.extra += await _judge(request, answer, scan, result)
+        result.extra += await _judge(request, answer, scan, result, read)
     if (counters := engine.evidence()) is not None:
         result.extra = [f.adding(counters) for f in result.extra]
     return result
 
 
-async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: CrosstalkResult) -> list[Finding]:
+async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: CrosstalkResult,
+                 counted: bool) -> list[Finding]:
     result.other_tokens += (answer.usage.prompt_tokens or 0) if answer.usage else 0
     if not answer.served:
         result.errors.append(f"{request.id} ({request.tenant}): {answer.error or f'HTTP {answer.status}'}")
@@ -130,6 +133,9 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
             evidence=(replace(burst, other_request=hit.canary.probe_id),)))
     if strays or scanned.crossed:
         result.foreign += 1
+    if answer.served:  # scanned for every canary of the burst, its own tenant's other requests' too
+        result.seen.append(Observed(CrosstalkCheck.name, BOUNDARY, request.tenant, None,
+                                    faulted=any(f.severity > Severity.INFO for f in findings), counted=counted))
     return findings
 
 
@@ -161,5 +167,7 @@ class CrosstalkCheck(Check):
         result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
         result.extra += await ctx.decide_counters(counted, run.on_event, check=self.name)
         result.errors += counted.undecided
+        for seen in result.seen:
+            run.on_event(seen)
         run.on_event(CheckDone(ctx.config.name, result))
         return result

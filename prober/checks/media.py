@@ -33,6 +33,7 @@ from typing import Literal
 
 from prober.campaign.context import record
 from prober.campaign.events import CheckDone, PlanReady
+from prober.campaign.exchanges import counterpart
 from prober.campaign.plan import Aim, Exchange, Plan, Planned, Step, pairs
 from prober.campaign.results import CheckResult, Sight
 from prober.campaign.routes import Route
@@ -88,7 +89,7 @@ def _step(eid: str, role: Literal["prime", "probe"], tenant: str, probe: Probe, 
 
 def media_plan(run: Run) -> Plan:
     """Per ordered pair of tenants and per probe, an exchange: the victim's card (prime), the observer's image
-    (probe).  Announced before the first is sent, so that the daemon's incidents and metrics know its boundaries."""
+    (probe).  Announced before the first is sent, so that the daemon's metrics know its boundaries."""
     plan = Plan(run.target.config.name, [], run_id=run.run_id, letter="md")
     max_tokens = run.config.media.max_tokens
     for victim, observer in pairs(run.target.tenants):
@@ -197,5 +198,5 @@ class _Sender:
         judged = await ctx.judge.answer(step, exchange.id, built, answer, check=MediaCheck.name)
         usage = answer.usage.prompt_tokens if answer.usage else None
         result.other_tokens += max(0, (usage or 0) - self.ask_tokens)  # the image's tokens, as the engine counts them
-        record(judged, result, self.run.on_event)
+        record(judged, result, self.run.on_event, others=counterpart(exchange, step))
         return answer.served

@@ -17,7 +17,7 @@ from prober.campaign.events import CheckDone
 from prober.campaign.plan import Aim, Plan, Planned, Step, acceptance_limit
 from prober.campaign.planting import ASKED
 from prober.campaign.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
-from prober.checks.base import NOTHING, Check, Run
+from prober.checks.base import Check, Run
 from prober.config.schema import ProberConfig
 from prober.domain.errors import BuildError, CountError
 from prober.prompts.shape import Layout, Shape
@@ -39,9 +39,10 @@ Unusable = type[Exception] | tuple[type[Exception], ...]
 
 
 async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: Trial, unusable: Unusable,
-                       stopped: Callable[[], bool]) -> ShapeChoice:
+                       stopped: Callable[[], bool], *, every_shape: bool = False) -> ShapeChoice:
     """`unusable`: what `trial` raises when a shape cannot be tried at all (its route has no way to count, its
-    control cannot be built behind the path).
+    control cannot be built behind the path).  `every_shape`: go on past the first shape that brings every canary
+    back (the choice is the same), so that each shape's controls re-check what they found before.
     Stops early once `stopped()`, or once every control so far went unanswered (no answer and no refusal: the
     target does not answer, whatever the shape)."""
     trials: list[ShapeTrial] = []
@@ -63,7 +64,7 @@ async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: T
         except unusable as exc:
             tried.error = str(exc)
             continue
-        if tried.controls and tried.echoed == len(tried.controls):
+        if tried.controls and tried.echoed == len(tried.controls) and not every_shape:
             break
     best = max(trials, key=lambda t: (t.echoed / len(t.controls) if t.controls else -1.0, -trials.index(t)),
                default=None)
@@ -82,6 +83,10 @@ class ShapeCheck(Check):
         return Planned.of(planned_tokens(shapes, tenants), requests, requests * answer_tokens(run.config))
 
     async def run(self, run: Run, planned: Planned) -> CheckResult:
+        """Every shape: a control's finding at any shape is re-checked by its next run (a daemon's job)."""
+        return await self.choose(run, every_shape=True)
+
+    async def choose(self, run: Run, *, every_shape: bool) -> ShapeResult:
         ctx = run.target
         capacity = ctx.capacity
         limit, page = acceptance_limit(capacity), capacity.page_size.value if capacity.page_size else None
@@ -102,7 +107,8 @@ class ShapeCheck(Check):
 
         result.choice = ctx.shape = await choose_shape(ctx.config.shapes, ctx.tenants, trial,
                                                        (CountError, BuildError),
-                                                       stopped=lambda: ctx.wiring.stop_reason() is not None)
+                                                       stopped=lambda: ctx.wiring.stop_reason() is not None,
+                                                       every_shape=every_shape)
         run.on_event(CheckDone(ctx.config.name, result))
         return result
 
@@ -113,8 +119,8 @@ def answer_tokens(config: ProberConfig) -> int:
 
 
 async def shaped(run: Run, result: CheckResult) -> None:
-    """Before a check's first canary-bearing request: the probe shape, chosen now where none was (its controls
-    join `result`)."""
+    """Before a check's first canary-bearing request: the probe shape, chosen now where none was, at the first shape
+    that brings every canary back (its controls join `result`)."""
     if run.target.shape is None:
-        chosen = await ShapeCheck().run(run, NOTHING)
+        chosen = await ShapeCheck().choose(run, every_shape=False)
         result.steps += chosen.steps

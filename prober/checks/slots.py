@@ -16,7 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from secrets import token_hex
 
-from prober.campaign.events import CheckDone, FindingRecorded, StepDone
+from prober.campaign.context import tell
+from prober.campaign.events import CheckDone
 from prober.campaign.plan import Aim, Plan, Planned, Step, pairs
 from prober.campaign.planting import ASKED, PRIME_INSTRUCTION
 from prober.campaign.results import CheckResult, StepResult
@@ -103,9 +104,7 @@ class SlotsCheck(Check):
             ask = ASKED["quote"] if step.role == "probe" else PRIME_INSTRUCTION
             built = await ctx.planter.prompt(step, ask, route, plan, page=page, cue=False, nonce=token_hex(6))
             judged = await ctx.send_judged(step, built, route, check=self.name)
-            run.on_event(StepDone(judged))
-            for finding in judged.findings:
-                run.on_event(FindingRecorded(finding))
+            tell(judged, self.name, run.on_event)  # any slot may hold any tenant's conversation
             return judged
 
         result = await check_idle_slots(send, ctx.tenants, settings, width=width, run_id=run.run_id)

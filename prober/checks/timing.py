@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from prober.campaign.documents import CheckDoc
-from prober.campaign.events import CheckDone
+from prober.campaign.events import CheckDone, Observed
 from prober.campaign.plan import Planned, acceptance_limit, pairs
 from prober.campaign.results import CheckResult
 from prober.campaign.salts import salt_asserted
@@ -368,5 +368,8 @@ class TimingCheck(Check):
                                     salted=ctx.salted, telemetry=ctx.telemetry,
                                     longest=refused_from - 1 if refused_from else None)
         result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
+        for decision in result.decisions:  # a pair clearly no faster re-checks its incident; an undecided one does not
+            if not (decision.found or decision.unclear):
+                run.on_event(Observed(self.name, "", decision.samples.observer, (decision.samples.victim,)))
         run.on_event(CheckDone(ctx.config.name, result))
         return result

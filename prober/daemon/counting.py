@@ -8,7 +8,16 @@ import time
 from statistics import median
 from typing import assert_never
 
-from prober.campaign.events import CheckDone, Event, FindingRecorded, PlanReady, StepDone, SurveyDone, TargetFailed
+from prober.campaign.events import (
+    CheckDone,
+    Event,
+    FindingRecorded,
+    Observed,
+    PlanReady,
+    StepDone,
+    SurveyDone,
+    TargetFailed,
+)
 from prober.campaign.results import ShapeChoice, ShapeResult, StepResult
 from prober.campaign.survey import Survey
 from prober.capacity.limits import VerdictCode
@@ -35,7 +44,7 @@ class RunCounter:
             case FindingRecorded(finding=f):
                 m.findings.labels(self.target, f.kind.value, f.severity.label, f.victim_tenant or "",
                                   f.observer_tenant).inc()
-                m.incidents.record(f, self.job)
+                m.incidents.record(f, f.check or self.job)  # the check that made it (prober/daemon/evidence.py)
             case SurveyDone(result=result):
                 self._survey(result)
             case CheckDone(result=TimingResult() as timing):
@@ -57,7 +66,7 @@ class RunCounter:
                 for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
                                        ("unanswered", burst.requests - burst.answered)):
                     m.checks.burst_answers.labels(self.target, outcome).inc(count)
-            case TargetFailed() | CheckDone():
+            case TargetFailed() | CheckDone() | Observed():
                 pass  # a job's failure is its outcome's (JobRecords); other checks' results are their steps
             case _:
                 assert_never(event)

@@ -14,7 +14,6 @@ from functools import partial
 from typing import Any
 
 from prober.campaign.events import Event, FindingRecorded
-from prober.checks import PREFLIGHT
 from prober.config.sections import DaemonSettings
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
@@ -63,7 +62,8 @@ class Turns:
         started = self.clock()
         count = RunCounter(self.metrics, target, job)
         # The wall clock, as findings are stamped with it.
-        evidence = RunEvidence(target, job, time.time(), partial(self.housekeeper.record_checks, daemon=daemon))
+        evidence = RunEvidence(target, job, time.time(), session.context.tenants,
+                               partial(self.housekeeper.record_checks, daemon=daemon))
 
         def on_event(event: Event) -> None:
             count(event)
@@ -77,9 +77,9 @@ class Turns:
         finally:
             status.running = False
             turn.release()
-            # Also when cancelled at shutdown: the findings it recorded must name the probe that made them.
-            await evidence.finish(outcome is not None and outcome.ok and job != PREFLIGHT,
-                                  session.context.tenants)
+            # Also when cancelled at shutdown, or cut short: the findings it recorded must name the check that made
+            # them, and what it observed meanwhile re-checks what it can.
+            await evidence.finish()
         await self.records.concluded(target, job, outcome, started)
 
 

@@ -212,19 +212,23 @@ class Sighting:
 
 # What only an answer's text shows: a run whose answers never carried their own canary (blind) cannot re-check these.
 CONTENT_KINDS = frozenset({FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_REQUEST_ECHO, FindingKind.FOREIGN_CONTENT})
+# What only the engine's failure counters show: a request whose counters were not read cannot re-check these.
+COUNTER_KINDS = frozenset({FindingKind.COUNTED_FAILURE})
 
 
 @dataclass(frozen=True)
 class Observation:
     """A request of a job run whose answer was fully checked: the `observer` tenant's request at `boundary`,
-    in an exchange with `other` (the tenant whose canaries it could have carried).  `sighted`: the run's answers
+    where it could have carried `other`'s data (its canaries, its cache state).  `sighted`: the check's answers
     showed their own canaries and no answer served to this pair here drew a finding above info, so a clean one
-    also re-checks what only content shows."""
+    also re-checks what only content shows.  `counted`: the engine's failure counters were read around it as
+    evidence, so a clean one also re-checks what only counters show."""
 
     boundary: str
     observer: str
     other: str
     sighted: bool = True
+    counted: bool = False
 
 
 @dataclass

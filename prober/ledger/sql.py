@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing
 from typing import Any, ClassVar
 
-from prober.domain.incidents import CONTENT_KINDS, Acknowledgement, Incident, IncidentKey, RunChecks
+from prober.domain.incidents import CONTENT_KINDS, COUNTER_KINDS, Acknowledgement, Incident, IncidentKey, RunChecks
 from prober.domain.types import Canary, Finding
 from prober.ledger.rows import (
     ACK_COLUMNS,
@@ -89,9 +89,11 @@ class SQLIncidents(SQLBase):
         """In one transaction: the checks that found incidents in this run, then the re-checks it made.  A re-check
         sets `last_clean` only where none came after the last finding: the first clean re-check closes the
         incident, and later ones leave its closing time (and so its resolved notice) where it was.  A run that
-        could not see content (no answer carried its own canary) re-checks only what the envelope shows."""
+        could not see content (no answer carried its own canary) re-checks only what the envelope shows, and a request
+        around which the engine's failure counters were not read re-checks nothing that only they show."""
         g = self.greatest
         blind_kinds = ", ".join(f"'{kind.value}'" for kind in sorted(CONTENT_KINDS))
+        counter_kinds = ", ".join(f"'{kind.value}'" for kind in sorted(COUNTER_KINDS))
         with self._transaction() as conn, closing(conn.cursor()) as cursor:
             cursor.executemany(self._sql(
                 f"INSERT INTO incident_checks ({CHECK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) "
@@ -104,8 +106,8 @@ class SQLIncidents(SQLBase):
                 "UPDATE incident_checks SET last_clean = ? "
                 "WHERE target = ? AND job = ? AND boundary = ? AND observer = ? AND victim IN (?, '') "
                 "AND last_found < ? AND (last_clean IS NULL OR last_clean <= last_found) "
-                f"AND (? OR kind NOT IN ({blind_kinds}))"),
-                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started, o.sighted)
+                f"AND (? OR kind NOT IN ({blind_kinds})) AND (? OR kind NOT IN ({counter_kinds}))"),
+                [(at, checks.target, checks.job, o.boundary, o.observer, o.other, checks.started, o.sighted, o.counted)
                  for o in sorted(checks.observations, key=lambda o: (o.boundary, o.observer, o.other))])
 
     def acknowledge(self, key: IncidentKey, ack: Acknowledgement) -> bool:
