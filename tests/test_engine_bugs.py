@@ -14,18 +14,16 @@ import pytest
 
 from prober.app.audit import exit_code, run_audit
 from prober.campaign import AuditResult
-from prober.canaries.adapters import canary_text
-from prober.canaries.keys import KEY_ENV, shared_key
+from prober.canaries.keys import KEY_ENV
 from prober.config.schema import TargetConfig, assemble_config
 from prober.domain.types import FindingKind, Severity
 from prober.report import document
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug
 from tests.support.keys import KEYS
-from tests.support.testbed import SMALL, StartTestbed
+from tests.support.testbed import DEPLOYMENT_KEY, StartTestbed, bug_engine
 
 TENANTS = {"tenant-a", "tenant-b"}
-DEPLOYMENT_KEY = "the engine-bug table's deployment key"
 PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # name a victim as well
 SHARED_CACHES = [b for b in BUGS if b.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
 
@@ -37,19 +35,12 @@ def audit(url: str, ledger: Path, target: dict[str, Any]) -> AuditResult:
     return asyncio.run(run_audit(cfg, {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}))
 
 
-def engine(bug: EngineBug) -> dict[str, Any]:
-    """The row's engine settings, with the canary adapters its audit names."""
-    key = shared_key(DEPLOYMENT_KEY)
-    served = {name: canary_text(key, tenant, name) for tenant, name in bug.audit.get("adapters", {}).items()}
-    return {**SMALL, **bug.engine, **({"adapters": served} if served else {})}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("bug", BUGS, ids=[b.public.split(",")[0].replace(" ", "-") for b in BUGS])
 def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path: Path, bug: EngineBug,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, DEPLOYMENT_KEY)
-    faulty = testbed("fixed", **engine(bug), faults=bug.faults)
+    faulty = testbed("fixed", **bug_engine(bug), faults=bug.faults)
     result = audit(faulty.url, tmp_path / "faulty.sqlite", bug.audit)
     found = [f for f in result.findings if f.kind is bug.kind]
     assert found, sorted({f.kind.value for f in result.findings})
@@ -57,7 +48,7 @@ def test_each_engine_bug_is_caught_by_its_probe(testbed: StartTestbed, tmp_path:
         assert finding.observer_tenant in TENANTS and finding.target
         if bug.kind in PAIRED:
             assert finding.victim_tenant in TENANTS - {finding.observer_tenant}, finding.describe()
-    fixed = testbed("fixed", **engine(bug))
+    fixed = testbed("fixed", **bug_engine(bug))
     clean = audit(fixed.url, tmp_path / "fixed.sqlite", bug.audit)
     assert not [f for f in clean.findings if f.kind is bug.kind], [f.describe() for f in clean.findings]
     assert clean.complete and not clean.blind
@@ -69,7 +60,7 @@ def test_a_shared_prefix_cache_alone_is_a_leak_that_its_headline_names(testbed: 
                                                                         bug: EngineBug) -> None:
     """The rows of a prefix cache shared between tenants (vLLM #16016, CVE-2025-46570): an audit whose findings are
     that cache's hits alone exits 1 whatever --fail-on says, under a headline that names the shared cache."""
-    faulty = testbed("fixed", **engine(bug), faults=bug.faults)
+    faulty = testbed("fixed", **bug_engine(bug), faults=bug.faults)
     result = audit(faulty.url, tmp_path / "faulty.sqlite", bug.audit)
     serious = {f.kind for f in result.findings if f.severity >= Severity.WARNING}  # beside refusals due (info)
     assert serious == {FindingKind.CROSS_TENANT_CACHE_HIT}, [f.describe() for f in result.findings]

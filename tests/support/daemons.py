@@ -22,15 +22,18 @@ from prober.ledger import open_ledger
 from tests.support.daemonproc import daemon_config
 
 
-def make_daemon(url: str, folder: Path, *, targets: list[dict[str, Any]] | None = None,
-                audit: dict[str, Any] | None = None, checks: Registry = REGISTRY, **daemon: Any) -> Daemon:
-    """`targets`: more targets beside the reference engine's; `audit`: the audit settings campaigns take;
-    `checks`: the registry its jobs come from."""
+def make_daemon(url: str, folder: Path, *, target: dict[str, Any] | None = None,
+                targets: list[dict[str, Any]] | None = None, audit: dict[str, Any] | None = None,
+                sections: dict[str, Any] | None = None, checks: Registry = REGISTRY, **daemon: Any) -> Daemon:
+    """`target`: more settings of the reference engine's target; `targets`: more targets beside it; `audit`: the
+    audit settings campaigns take; `sections`: other top-level settings (a check's); `checks`: the registry its jobs
+    come from."""
     settings = daemon_config(url, folder / "l.sqlite", **daemon)
+    settings["targets"][0].update(target or {})
     settings["targets"] += targets or []
     config = folder / "daemon.yaml"
     config.write_text(yaml.safe_dump({**settings, "detection": {"semantic": False},
-                                      **({"audit": audit} if audit else {})}))
+                                      **({"audit": audit} if audit else {}), **(sections or {})}))
     settings = load_settings(config, {}, checks)
     ledger = open_ledger(settings.config.ledger)
     return Daemon(settings, Minter(ledger, resolve_key(ledger)), registry=CollectorRegistry())

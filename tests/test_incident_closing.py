@@ -1,0 +1,158 @@
+"""Every check's incident closes by that check: for each check of the registry, a daemon running it (and the probe
+shape every check takes) against the reference engine with the engine bug that check catches (prober/testbed/bugs.py;
+a check the table names nowhere takes what every answer shows) opens an incident; the engine restarted at the same
+address without the fault, the check's next run re-checks it clean, and it closes, once, by that check's clean
+re-check: `leakprobe_incident_alerting` leaves 1 within the check's period and the hold, after one run (a timing run
+that leaves the pair undecided is no re-check, and does not count)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from prober.canaries.keys import KEY_ENV
+from prober.checks import REGISTRY, Check
+from prober.daemon import Daemon
+from prober.testbed import TestbedServer, build_config
+from prober.testbed.bugs import BUGS, EngineBug
+from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.testbed import DEPLOYMENT_KEY, bug_engine
+
+pytestmark = pytest.mark.usefixtures("keys_in_env")
+
+PERIOD = "1s"
+RUNS_TO_FIND = 3  # a check's runs against its bug before it must have found it
+# Each check at its smallest that still catches its bug.
+SECTIONS = {"timing": {"samples": 8, "rounds": 3, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 2},
+            "request_ids": {"groups": 1}, "abort_retry": {"tokens": 4_096}, "adapters": {"per_tenant": 1},
+            "media": {"hash_bits": 8}}
+# What a check needs of the engine beyond its bug: timing measures prefill, which the small engine does not simulate.
+ENGINE = {"timing": {"prefill_ms_per_1k_tokens": 1_000}}
+# Cases measured over 8 s on 2 cores (a campaign's long prompts, a prefill long enough to hang up in, timing's samples).
+LONG = {"campaign", "abort-retry", "timing"}
+FOUND = "leakprobe_incident_check_last_found_timestamp_seconds"
+CLEAN = "leakprobe_incident_check_last_clean_timestamp_seconds"
+CLOSED = "leakprobe_incident_closed_timestamp_seconds"
+UNDECIDED = "leakprobe_cache_timing_undecided"
+
+Key = tuple[str, str, str]  # kind, victim, observer
+
+
+def fault_of(check: Check) -> EngineBug:
+    """The first engine bug the check's runs catch; a check the table names nowhere takes what every answer shows."""
+    return ([b for b in BUGS if check.name in b.checks] or [b for b in BUGS if not b.checks])[0]
+
+
+@pytest.mark.unit
+def test_the_bug_table_names_registered_checks() -> None:
+    assert {name for bug in BUGS for name in bug.checks} <= {check.name for check in REGISTRY}
+
+
+def series(daemon: Daemon, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(dict(s.labels), s.value) for f in daemon.metrics.registry.collect() for s in f.samples if s.name == name]
+
+
+def key_of(labels: dict[str, str]) -> Key:
+    return labels["kind"], labels["victim"], labels["observer"]
+
+
+class Runs:
+    """A job's runs since the fix, as the test sees them end: how many began, and how many left a tenant pair
+    undecided (timing's, which re-check nothing)."""
+
+    def __init__(self, daemon: Daemon, job: str) -> None:
+        self.daemon, self.job = daemon, job
+        self.began = self._began()
+        self.ended = self._ended()
+        self.undecided = 0
+
+    def _began(self) -> float:
+        return sample(self.daemon, "leakprobe_job_runs_total", job=self.job)
+
+    def _ended(self) -> float:
+        return sample(self.daemon, "leakprobe_last_run_timestamp_seconds", job=self.job)
+
+    def poll(self) -> None:
+        if (ended := self._ended()) != self.ended:
+            self.ended = ended
+            self.undecided += sample(self.daemon, UNDECIDED) > 0
+
+    @property
+    def late(self) -> bool:
+        """More runs began than the one under way at the fix, the first after it (which re-checks), the next (which
+        may begin before the first's re-check is read here), and the undecided ones."""
+        return self._began() - self.began > 2 + self.undecided
+
+
+def alerts(daemon: Daemon, keys: set[Key]) -> dict[Key, float]:
+    return {key_of(labels): value for labels, value in series(daemon, "leakprobe_incident_alerting")
+            if key_of(labels) in keys}
+
+
+def closings(daemon: Daemon, keys: set[Key]) -> dict[Key, tuple[str, str, float]]:
+    return {key_of(labels): (labels["how"], labels["job"], value) for labels, value in series(daemon, CLOSED)
+            if key_of(labels) in keys}
+
+
+@pytest.mark.parametrize("name", [pytest.param(c.name, marks=pytest.mark.slow) if c.name in LONG else c.name
+                                  for c in REGISTRY])
+def test_every_checks_incident_closes_by_that_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    name: str) -> None:
+    bug = fault_of(REGISTRY.get(name))
+    monkeypatch.setenv(KEY_ENV, DEPLOYMENT_KEY)
+    settings = {**bug_engine(bug), **ENGINE.get(name, {})}
+    engine = TestbedServer(build_config("fixed", {**settings, "faults": bug.faults})).start()
+    port = engine.port
+    # The probe shape's controls (which a check runs first where none was chosen) are the `shapes` check's: where
+    # every answer shows the bug they find it too, and its job re-checks them.  Elsewhere it stays off, as its
+    # requests beside a check's would set that check's counter windows aside.
+    jobs = [name] if bug.checks else list(dict.fromkeys((name, "shapes")))
+    schedule: dict[str, Any] = {job: PERIOD if job in jobs else "off" for job in REGISTRY.jobs}
+    daemon = make_daemon(engine.url, tmp_path, target=bug.audit, sections=SECTIONS,
+                         schedule={**schedule, "preflight": "1h"}, incident_hold="1s", resolved_notice="1h")
+
+    async def body(client: httpx.AsyncClient) -> None:
+        nonlocal engine
+        def opened() -> bool:
+            ran = sample(daemon, "leakprobe_job_runs_total", job=name)
+            found = any(labels["job"] == name for labels, _ in series(daemon, FOUND))
+            assert found or ran <= RUNS_TO_FIND, f"{ran:g} {name} runs found nothing of {bug.public}"
+            return found and sample(daemon, "leakprobe_last_run_timestamp_seconds", job=name) > 0
+
+        await until(daemon, opened, f"a run of the {name} job to end with an incident open on {bug.public}")
+        found = {key_of(labels) for labels, value in series(daemon, "leakprobe_incident_alerting") if value == 1}
+        engine.stop()
+        engine = TestbedServer(build_config("fixed", settings), port=port).start()  # the same address, fixed
+        tracked = [Runs(daemon, job) for job in jobs]
+
+        def closed() -> bool:
+            for job in tracked:
+                job.poll()
+            if all(value != 1 for value in alerts(daemon, found).values()):
+                return True
+            assert not all(job.late for job in tracked), (
+                f"still open after {[(job.job, job.began) for job in tracked]} runs at the fix: {alerts(daemon, found)}"
+                f"; found: {series(daemon, FOUND)}; clean: {series(daemon, CLEAN)}")
+            return False
+
+        await until(daemon, closed, f"the {name} job's clean re-checks to close {sorted(found)}")
+        rows = {(key_of(labels), labels["job"], labels["boundary"]) for labels, _ in series(daemon, FOUND)
+                if key_of(labels) in found}
+        assert any(job == name for _, job, _ in rows), rows
+        assert rows <= {(key_of(labels), labels["job"], labels["boundary"]) for labels, _ in series(daemon, CLEAN)}
+        closed_at = closings(daemon, found)
+        assert {how for how, _, _ in closed_at.values()} == {"rechecked"} and closed_at.keys() == found, closed_at
+        # Closed once: later clean runs leave it closed, at the time it closed.
+        later = sample(daemon, "leakprobe_job_runs_total", job=name) + 2
+        await until(daemon, lambda: sample(daemon, "leakprobe_job_runs_total", job=name) >= later,
+                    f"two more {name} runs")
+        assert closings(daemon, found) == closed_at
+        assert set(alerts(daemon, found).values()) == {2}
+
+    try:
+        scenario(daemon, body)
+    finally:
+        engine.stop()
