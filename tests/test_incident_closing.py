@@ -1,9 +1,9 @@
-"""Every check's incident closes by that check: for each check of the registry, a daemon running it (and the probe
-shape every check takes) against the reference engine with the engine bug that check catches (prober/testbed/bugs.py;
-a check the table names nowhere takes what every answer shows) opens an incident; the engine restarted at the same
-address without the fault, the check's next run re-checks it clean, and it closes, once, by that check's clean
-re-check: `leakprobe_incident_alerting` leaves 1 within the check's period and the hold, after one run (a timing run
-that leaves the pair undecided is no re-check, and does not count)."""
+"""Every check's incident closes by that check: for each check of the registry, a daemon running it against the
+reference engine with the engine bug that check catches (prober/testbed/bugs.py; a check the table names nowhere takes
+what every answer shows, and the `shapes` job runs beside it, as the controls find that too) opens incidents; the
+engine restarted at the same address without the fault, the check's next run re-checks them clean, and each closes,
+once, by a clean re-check: `leakprobe_incident_alerting` leaves 1 within the check's period and the hold, after one
+run (a timing run that leaves a pair undecided is no re-check, and does not count)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.usefixtures("keys_in_env")
 
 PERIOD = "1s"
 RUNS_TO_FIND = 3  # a check's runs against its bug before it must have found it
-# Each check at its smallest that still catches its bug.
+# Each check at its smallest that still catches its bug (abort-retry's prompt spans the engine's prefill chunks, so
+# that a hang-up lands between two).
 SECTIONS = {"timing": {"samples": 8, "rounds": 3, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 2},
             "request_ids": {"groups": 1}, "abort_retry": {"tokens": 4_096}, "adapters": {"per_tenant": 1},
             "media": {"hash_bits": 8}}
