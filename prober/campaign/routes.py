@@ -79,11 +79,14 @@ class Routes:
             self._routes[api] = Route(api, target, PromptBuilder(counter), PathOverhead(api))
         if self.measure is not None and api not in self._measured:
             route = self._routes[api]
-            measured = replace(route, path=await self.measure(route))
-            if self._routes.get(api) is route:  # not replaced by a survey meanwhile
-                self._routes[api] = measured
-                self._measured.add(api)
-            return measured
+            path = await self.measure(route)
+            current = self._routes.get(api)
+            if current is None or current.counter.source != route.counter.source:
+                return replace(route, path=path)  # a survey meanwhile changed how this route counts: for this caller
+            # Kept, also where a survey replaced the route meanwhile: the measurement is newer.  Else, with surveys
+            # that come faster than a measurement (a busy machine), every job that waits here would measure again.
+            self._routes[api] = replace(current, path=path)
+            self._measured.add(api)
         return self._routes[api]
 
     @property

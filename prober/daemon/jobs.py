@@ -50,6 +50,8 @@ class TargetSession:
     """One target's transport and context; `retire()` closes them once the last running job is done.  Every
     request sent to the target goes to `on_exchange` (its health from every job's, those cut short)."""
 
+    deadline_base_s = DEADLINE_BASE_S  # what each job's deadline allows beyond its plan's requests at the floors
+
     def __init__(self, config: TargetConfig, settings: Settings, wiring: Wiring, *, budget: TokenBudget,
                  on_exchange: OnExchange) -> None:
         """`settings`: the daemon's, its whole config (each check reads its own part) and the checks' registry."""
@@ -126,7 +128,7 @@ class TargetSession:
                               f"{self.budget.per_day:,}")
         tokens = 0
         try:
-            with clock.phase(DEADLINE_BASE_S + planned.seconds):
+            with clock.phase(self.deadline_base_s + planned.seconds):
                 result = await perform(check, run, planned)
                 tokens = result.tokens
         finally:

@@ -49,14 +49,18 @@ def sample(daemon: Daemon, name: str, **labels: str) -> float:
     return total
 
 
-async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s: float = 60) -> None:
-    """Wait while the daemon runs jobs (its run counter moves); fail after `idle_s` without a run."""
-    runs, moved = -1.0, time.monotonic()
+async def until(daemon: Daemon, condition: Callable[[], bool], what: str, idle_s: float = 60,
+                cap_s: float = 1_800) -> None:
+    """Wait while the daemon runs jobs (its run counter moves); fail after `idle_s` without a run, or at `cap_s` in
+    any case (jobs that run and never bring the condition about)."""
+    runs, started = -1.0, time.monotonic()
+    moved = started
     while not condition():
         now_runs = sample(daemon, "leakprobe_job_runs_total")
         if now_runs != runs:
             runs, moved = now_runs, time.monotonic()
         assert time.monotonic() - moved < idle_s, f"no job ran for {idle_s:.0f} s waiting for {what}"
+        assert time.monotonic() - started < cap_s, f"still no {what} after {cap_s:.0f} s"
         await asyncio.sleep(0.1)
 
 
