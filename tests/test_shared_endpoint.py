@@ -24,6 +24,7 @@ from prometheus_client.samples import Sample
 
 from prober.domain.types import Severity
 from prober.testbed import TestbedServer, build_config
+from prober.testbed.bugs import BUGS
 from tests.support.cli import invoke
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
@@ -31,8 +32,9 @@ from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.monitoring import Prometheus, Webhook, alertmanager, fast_rules, prometheus
 from tests.support.shaped import ShapedServer
 from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic
-from tests.support.testbed import SMALL, StartTestbed
+from tests.support.testbed import SMALL, StartTestbed, bug_engine
 from tests.support.tools import need
+from tests.support.waiting import wait_for
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b", "tenant-c": "testbed-key-c"}
 TRAFFIC = Traffic(rate=2.0)  # ~0.6 aborts a second: over-limit prompts, abandoned streams, hang-ups
@@ -40,8 +42,10 @@ PAIRS = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
 
 
 @contextmanager
-def shared(testbed: StartTestbed, preset: str, **gateway: Any) -> Iterator[tuple[TestbedServer, Gateway]]:
-    engine = testbed(preset, **SMALL, tenants=TENANTS)
+def shared(testbed: StartTestbed, preset: str, engine_settings: dict[str, Any] | None = None,
+           **gateway: Any) -> Iterator[tuple[TestbedServer, Gateway]]:
+    """`engine_settings`: the reference engine's, in place of SMALL."""
+    engine = testbed(preset, **(engine_settings or SMALL), tenants=TENANTS)
     with Gateway(engine.url, fail_after_served=0.05, **gateway) as front, \
             BackgroundTenant(front.url + "/v1", TENANTS["tenant-c"], TRAFFIC):
         yield engine, front
@@ -86,34 +90,58 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     assert test["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
 
 
+IDLE_SLOTS = next(bug for bug in BUGS if "idle_slot_keeps_conversation" in bug.faults)  # llama.cpp #27148
+
+
 @pytest.mark.slow
-def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTestbed, tmp_path: Path) -> None:
+@pytest.mark.parametrize("faulty", [False, True], ids=["healthy", "idle-slot-fault"])
+def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTestbed, tmp_path: Path,
+                                                               faulty: bool) -> None:
     """No /server_info or /metrics through the gateway (tokenize passes, as routers pass it): the operator gives the
-    capacity, the engine is unknown, so the idle-slot check runs at llama.cpp's usual width; still clean."""
+    capacity, the engine is unknown, so the idle-slot check runs at llama.cpp's usual width (4): clean on the healthy
+    engine; on one whose idle slots keep a finished conversation (the bug table's llama.cpp #27148 row, 2 slots), it
+    catches the other tenant's conversation all the same.  (That gateway adds no operator prompt: one that every
+    request shares gives each a prefix to reuse, and the fault takes a slot for a prompt that shares none.)"""
+    engine: dict[str, Any] = {**bug_engine(IDLE_SLOTS), "faults": IDLE_SLOTS.faults} if faulty else dict(SMALL)
     config = tmp_path / "c.yaml"
-    limit = min(SMALL["context_length"] - 1, SMALL["pool_tokens"] - 1) - 5  # SGLang's max_req_input_len
-    with shared(testbed, "fixed", hide=("/server_info", "/get_server_info", "/metrics")) as (_, front):
+    limit = min(engine["context_length"] - 1, engine["pool_tokens"] - 1) - 5  # SGLang's max_req_input_len
+    hide = ("/server_info", "/get_server_info", "/metrics")
+    with shared(testbed, "fixed", engine, hide=hide, **({"system_prompt": ""} if faulty else {})) as (_, front):
         config.write_text(f"targets:\n  - name: hidden\n    url: {front.url}/v1\n    capacity: {{context_length: "
-                          f"{SMALL['context_length']}, pool_tokens: {SMALL['pool_tokens']}, page_size: 16, "
+                          f"{engine['context_length']}, pool_tokens: {engine['pool_tokens']}, page_size: 16, "
                           f"max_req_input_len: {limit}}}\n"
                           "tenants:\n  - {name: tenant-a, api_key_env: LP_A}\n  - {name: tenant-b, api_key_env: LP_B}\n"
                           f"ledger: {tmp_path / 'l.sqlite'}\ndetection: {{semantic: false}}\n")
         result = invoke("audit", "--config", str(config), "-f", "json")
     doc = json.loads(result.stdout)
     target = doc["targets"][0]
-    assert result.exit_code == 0 and serious(doc) == [], (result.exit_code, doc["verdict"], serious(doc))
     assert any(note.startswith("engine unknown") for note in target["capacity"]["notes"])
-    assert target["sight"]["idle-slots"] == {"checked": 2 * 2 * 4, "echoed": 2 * 2 * 4, "blind": False}
+    sight = target["sight"]["idle-slots"]
+    assert sight["checked"] == 2 * 2 * 4 and not sight["blind"], sight  # each tenant, one at a time and all at once
+    if not faulty:
+        assert result.exit_code == 0 and serious(doc) == [], (result.exit_code, doc["verdict"], serious(doc))
+        assert sight["echoed"] == sight["checked"], sight
+        return
+    echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"]
+              if f["kind"] == "cross_tenant_echo" and f["check"] == "idle-slots"}
+    assert result.exit_code == 1 and echoes and echoes <= PAIRS, (result.exit_code, doc["verdict"], serious(doc))
 
 
 @pytest.mark.slow
 def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTestbed, tmp_path: Path) -> None:
-    """/metrics answers from the engine or another replica at random: windows whose reads came from different
-    processes are set aside and said, and the other replica's counters never make a finding."""
+    """/metrics answers from the engine or another replica at random, and the other replica has users of its own
+    (the same traffic: aborts under every window): windows whose reads came from different processes are set aside
+    and said, and the other replica's counters, which move, never make a finding."""
     other = testbed("fixed", **SMALL, tenants=TENANTS)
-    with shared(testbed, "fixed") as (engine, front):
+    moving = other.engine.stats
+    with shared(testbed, "fixed") as (engine, front), \
+            BackgroundTenant(other.url + "/v1", TENANTS["tenant-c"], TRAFFIC, seed=2):
         front._replicas = [engine.url, other.url]
+        wait_for(lambda: moving.aborted > 0, "the other replica's first abort", progress=lambda: moving.prompt_tokens)
+        prompt_tokens = moving.prompt_tokens
         code, doc = audit(front.url, tmp_path)
+        prompt_tokens = moving.prompt_tokens - prompt_tokens
+    assert prompt_tokens > 0 and front.stats.metrics_scrapes[other.url] > 0, (prompt_tokens, front.stats)
     assert code == 0 and serious(doc) == [], (code, serious(doc))
     assert any("different engine processes" in note for note in doc["targets"][0]["notes"]), doc["targets"][0]["notes"]
 
