@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tests.support.litellm_proxy import ensure_installed as ensure_litellm
 from tests.support.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
 from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.testbed import StartTestbed
+from tests.support.tools import opted_out
 
 # The test files that run a real engine on the CPU (vLLM, llama.cpp, the real-LM mode): one unit of work.
 ENGINE_FILES = frozenset({"tests/test_vllm.py", "tests/test_vllm_fault.py", "tests/test_vllm_lora.py",
@@ -97,9 +97,8 @@ def embedder() -> Embedder:
 @pytest.fixture(scope="session")
 def llama_install() -> Installation:
     """llama.cpp and Gemma, built and proven once per machine (tests/support/llamacpp.py);
-    LEAKPROBE_SKIP_LLAMACPP=1 skips."""
-    if os.environ.get(OPT_OUT) == "1":
-        pytest.skip(f"{OPT_OUT}=1: llama.cpp tests opted out")
+    LEAKPROBE_SKIP_LLAMACPP=1 skips (fails under CI)."""
+    opted_out(OPT_OUT, "the llama.cpp tests")
     try:
         return ensure_installed()
     except LlamaCppUnavailable as exc:
@@ -109,9 +108,8 @@ def llama_install() -> Installation:
 @pytest.fixture(scope="session")
 def litellm_install() -> LiteLLMInstallation:
     """The LiteLLM proxy, installed once per machine (tests/support/litellm_proxy.py); LEAKPROBE_SKIP_LITELLM=1
-    skips."""
-    if os.environ.get(LITELLM_OPT_OUT) == "1":
-        pytest.skip(f"{LITELLM_OPT_OUT}=1: LiteLLM tests opted out")
+    skips (fails under CI)."""
+    opted_out(LITELLM_OPT_OUT, "the LiteLLM tests")
     try:
         return ensure_litellm()
     except LiteLLMUnavailable as exc:

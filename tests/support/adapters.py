@@ -12,7 +12,6 @@ the folders.
 from __future__ import annotations
 
 import fcntl
-import os
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -23,7 +22,7 @@ from prober.adapters.recipe import Recipe
 from prober.canaries.adapters import canary_text
 from prober.canaries.keys import shared_key
 from prober.testbed.lm.weights import cache_root, folder_name, is_complete, model_dir
-from tests.support.tools import install_main, unavailable
+from tests.support.tools import install_main, opted_out, unavailable
 
 KEY = "the leakprobe tests' deployment key"  # LEAKPROBE_CANARY_KEY where the adapters are served
 ADAPTERS = {"tenant-a": "adapter-a", "tenant-b": "adapter-b"}  # tenant -> the name its adapter is served under
@@ -69,8 +68,7 @@ def find_adapters() -> Adapters | None:
 
 
 def require_adapters() -> Adapters:
-    if os.environ.get(OPT_OUT) == "1":
-        unavailable(f"{OPT_OUT}=1: the canary adapters' tests opted out")
+    opted_out(OPT_OUT, "the canary adapters' tests")
     found = find_adapters()
     if found is None:
         unavailable("the canary adapters are not built: run `make adapters` (python -m tests.support.adapters, "

