@@ -17,14 +17,15 @@ import re
 import select
 import struct
 import threading
-import time
 import zlib
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
+from prober.targets.bounds import Size
 from tests.support.shaped import Reply, Seen, ShapedServer, sse
+from tests.support.waiting import wait_for
 
 CONTEXT, POOL = 2_048, 1_024
 LIMIT = min(CONTEXT - 1, POOL - 1) - 5  # SGLang's max_req_input_len
@@ -184,13 +185,43 @@ def echoing_every_status() -> ChatRoute:
     return route
 
 
+# How late a cut may come on a busy machine: the client's timer, then this server's thread, each waiting for a CPU
+# (seen: up to 2.7 s, at a load of about 15 on 2 cores); far below any later bound that would otherwise end it.
+LATE_S = 5.0
+
+
+def answer_bound_s(seen: Seen, timeout_s: float) -> float:
+    """How long leakprobe reads this request's answer after its first byte (prober/targets/bounds.py): max_tokens at
+    the decode floor on top of min(timeout_s, 30 s); for a request that generates nothing, the latter alone."""
+    body = seen.json() if seen.body else {}
+    return Size(max_tokens=int(body.get("max_tokens") or 0) if isinstance(body, dict) else 0).answer_s(timeout_s)
+
+
+def hung_up(requests: list[Seen]) -> list[Seen]:
+    """The requests, once the engine has seen the client hang up on each (the client has exited: at once)."""
+    assert requests, "no request reached the route"
+    wait_for(lambda: all(r.ended is not None for r in requests), "the engine to see every cut request hung up",
+             idle_s=30)
+    return requests
+
+
+def assert_cut_in_time(requests: list[Seen], timeout_s: float) -> None:
+    """Each request to a route that answers at once and never finishes was cut (the client hung up) within its own
+    bound: the engine's side of the clock, which counts no time spent starting leakprobe or writing its report."""
+    hung_up(requests)
+    late = [(r.path, round(r.held_s or 0, 2), answer_bound_s(r, timeout_s)) for r in requests
+            if (r.held_s or 0) > answer_bound_s(r, timeout_s) + LATE_S]
+    assert not late, f"held past their bounds (path, seconds, bound): {late}"
+
+
 def endless_stream(reply: Reply, seen: Seen) -> None:
     """One SSE chunk a second, forever (until the client hangs up), whether a stream was asked for or not."""
     reply.start_stream()
     try:
         while True:
             reply.write(sse({"choices": [{"index": 0, "delta": {"content": "still going "}, "finish_reason": None}]}))
-            time.sleep(1)
+            if reply.hung_up(1):
+                return
     except OSError:
         return
 
@@ -203,7 +234,8 @@ def endless_json(reply: Reply, seen: Seen) -> None:
         reply.write('{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "')
         while True:
             reply.write("still going ")
-            time.sleep(1)
+            if reply.hung_up(1):
+                return
     except OSError:
         return
 
@@ -214,7 +246,8 @@ def keepalive_only(reply: Reply, seen: Seen) -> None:
     try:
         while True:
             reply.write(": keep-alive\n\n")
-            time.sleep(0.2)
+            if reply.hung_up(0.2):
+                return
     except OSError:
         return
 
@@ -253,7 +286,8 @@ def trickling_body(reply: Reply, seen: Seen) -> None:
     try:
         for byte in data:
             reply.write(bytes([byte]))
-            time.sleep(0.5)
+            if reply.hung_up(0.5):
+                return
     except OSError:
         return
 

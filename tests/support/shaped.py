@@ -7,7 +7,10 @@ streams, bad encodings, stalls and redirects are real network behaviour, not pat
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,9 +24,16 @@ class Seen:
     headers: dict[str, str]
     body: bytes
     port: int = 0  # the client's: which connection the request came on
+    arrived: float = field(default_factory=time.time)  # when its headers and body had been read (wall clock)
+    ended: float | None = None  # when its route returned: for a route that answers until the client hangs up, then
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+    @property
+    def held_s(self) -> float | None:
+        """How long the route was on it: for a never-ending answer, how long the client read before it hung up."""
+        return None if self.ended is None else self.ended - self.arrived
 
 
 Handler = Callable[["Reply", Seen], None]
@@ -35,6 +45,20 @@ class Reply:
     def __init__(self, handler: BaseHTTPRequestHandler, closing: threading.Event) -> None:
         self.handler = handler
         self._closing = closing
+
+    def hung_up(self, wait_s: float) -> bool:
+        """Wait up to `wait_s` (instead of a sleep between writes) and say whether the client hung up meanwhile: a
+        route that answers until then returns as it happens, so `Seen.ended` is when the client cut the answer."""
+        connection = self.handler.connection
+        if not select.select([connection], [], [], wait_s)[0]:
+            return False
+        try:
+            if connection.recv(1, socket.MSG_PEEK):  # more from the client (not a hang-up): wait out the time
+                time.sleep(wait_s)
+                return False
+        except OSError:
+            pass
+        return True
 
     def hold(self) -> None:
         """Send nothing more until the server closes: a stall that outlasts any client timeout however slow the
@@ -88,7 +112,10 @@ class ShapedServer:
                 if handler is None:
                     Reply(self, closing).send(404, {"detail": "Not Found"})
                     return
-                handler(Reply(self, closing), request)
+                try:
+                    handler(Reply(self, closing), request)
+                finally:
+                    request.ended = time.time()
 
             do_GET = do_POST = _any
 
