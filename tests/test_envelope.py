@@ -4,16 +4,20 @@ range keeps of the readings it is given."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from prober.campaign.envelope import check_answer
-from prober.campaign.path import DRIFT, KEPT, PathOverhead
+from prober.campaign.path import DRIFT, KEPT, PathOverhead, measure
 from prober.campaign.plan import Aim, Step
 from prober.campaign.results import StepResult
 from prober.domain.evidence import PathRange
 from prober.domain.types import FindingKind, Severity
+from prober.prompts.counter import LocalCounter
 from prober.targets.api import Api
-from prober.targets.result import Completion, ErrorKind, TargetError, Usage
+from prober.targets.base import Prompt
+from prober.targets.result import Completion, Cut, ErrorKind, TargetError, Usage
 
 pytestmark = pytest.mark.unit
 
@@ -93,3 +97,16 @@ def test_the_paths_range_is_what_prompts_are_built_for_and_readings_keep_it_curr
         path.observe("tenant-a", 1_800)
     assert path.low("tenant-a") == path.high("tenant-a") == 1_800  # the latest KEPT: a path can change
     assert not path.varying  # each tenant's readings agree now (tenants may differ: a per-tenant prompt)
+
+
+def test_a_target_that_never_answers_is_measured_once_per_tenant_not_four_times() -> None:
+    """The path's measurement stops at a tenant's first answer without usage: against a target that never answers,
+    each of the four readings would be cut at its bound, holding the survey for minutes."""
+    sent: list[str] = []
+
+    async def send(tenant: str, prompt: Prompt) -> Completion:
+        sent.append(tenant)
+        return Completion(None, error=TargetError(ErrorKind.TIMEOUT, "no answer within 2.8 s", cut=Cut.DEADLINE))
+
+    path = asyncio.run(measure(Api.CHAT, LocalCounter(len), ["tenant-a", "tenant-b"], send))
+    assert sent == ["tenant-a", "tenant-b"] and path.problem and "no answer" in path.problem, (sent, path)

@@ -109,7 +109,8 @@ class PathDoc(TypedDict):
 
 
 async def measure(api: Api, counter: TokenCounter, tenants: Sequence[str], send: Send) -> PathOverhead:
-    """Each tenant's short prompts through the route, usage against our count."""
+    """Each tenant's short prompts through the route, usage against our count; a tenant's first answer without usage
+    ends its measurements (a target that never answers would hold the survey for every one of them at its bound)."""
     by_tenant: dict[str, list[int]] = {}
     problem = None
     for tenant in tenants:
@@ -122,7 +123,7 @@ async def measure(api: Api, counter: TokenCounter, tenants: Sequence[str], send:
             if usage is None:
                 problem = (f"{tenant}'s answer gave no usage.prompt_tokens "
                            f"({answer.implausible_usage or answer.error or f'HTTP {answer.status}'})")
-                continue
+                break
             values.append(usage - counted)
         if values:
             by_tenant[tenant] = values
