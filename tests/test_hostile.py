@@ -128,8 +128,12 @@ def test_every_canary_belongs_to_the_tenant_whose_key_sent_it(tmp_path: Path) ->
         ledger = tmp_path / "l.sqlite"
         run = leakprobe("audit", "--target", engine.url + "/v1", *TENANTS, "--ledger", str(ledger), "-f", "json",
                         "--no-concurrent")
-        # It echoes a prompt's first line: the short controls' canaries come back, no probe's (blind, exit 2).
-        assert run.returncode == 2 and "audit was blind" in run.stderr, run.stderr[-3000:]
+        # It echoes a prompt's first line: the short controls' canaries come back, no probe's (blind); and it serves
+        # an image named by another tenant's uuid alone (the media check's boundary_accepted): an engine fault, exit 1,
+        # the blindness still among the reasons.
+        verdict = json.loads(run.stdout)["verdict"]
+        assert run.returncode == 1 and verdict["status"] == "engine_fault", (verdict, run.stderr[-3000:])
+        assert any("blind" in reason for reason in verdict["reasons"]), verdict["reasons"]
         seen = list(engine.seen)
     store = open_ledger(ledger)
     key = resolve_key(store)
@@ -203,7 +207,8 @@ def test_a_huge_answer_is_cut_as_soon_as_it_is_over_and_reported_in_seconds(tmp_
         run, peak_mib = measured(tmp_path, "audit", "--target", engine.url + "/v1", *TENANTS, "--ledger",
                                  str(tmp_path / "l.sqlite"), "-f", "html", "-o", str(tmp_path / "r.html"),
                                  f"--report=json={tmp_path / 'r.json'}", "--no-concurrent", "--no-timing",
-                                 "--no-crosstalk", "--no-request-ids", "--no-abort-retry")  # the campaign's answers
+                                 "--no-crosstalk", "--no-request-ids", "--no-abort-retry",
+                                 "--no-media")  # the campaign's answers
         elapsed = time.monotonic() - started
     # Its answers never repeat a canary (it echoes the first line of a prompt): blind, exit 2, report written.
     assert run.returncode == 2 and "audit was blind" in run.stderr, run.stderr[-2000:]
