@@ -16,6 +16,7 @@ import pytest
 from prober.canaries.keys import KEY_ENV
 from prober.checks import REGISTRY, Check
 from prober.daemon import Daemon
+from prober.domain.types import FindingKind
 from prober.testbed import TestbedServer, build_config
 from prober.testbed.bugs import BUGS, EngineBug
 from tests.support.daemons import make_daemon, sample, scenario, until
@@ -103,14 +104,30 @@ def closings(daemon: Daemon, keys: set[Key]) -> dict[Key, tuple[str, str, float]
 def test_every_checks_incident_closes_by_that_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     name: str) -> None:
     bug = fault_of(REGISTRY.get(name))
+    # The probe shape's controls (which a check runs first where none was chosen) are the `shapes` check's: where
+    # every answer shows the bug they find it too, and its job re-checks them.  Elsewhere it stays off, as its
+    # requests beside a check's would set that check's counter windows aside.
+    closes_by(tmp_path, monkeypatch, name, bug, [name] if bug.checks else list(dict.fromkeys((name, "shapes"))))
+
+
+def test_controls_found_at_fault_are_rechecked_by_the_next_run_where_shapes_is_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentinel's run chose the probe shape with controls that every answer's fault marks; with the `shapes` job
+    off, the sentinel's next run chooses again, and that re-checks them (else they stay open until acknowledged)."""
+    garbled = next(b for b in BUGS if b.kind is FindingKind.GARBLED_OUTPUT)
+    rows = closes_by(tmp_path, monkeypatch, "sentinel", garbled, ["sentinel"])
+    assert any(job == "shapes" for _, job, _ in rows), rows
+
+
+def closes_by(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, bug: EngineBug,
+              jobs: list[str]) -> set[tuple[Key, str, str]]:
+    """The daemon running `jobs` against the engine with `bug` opens incidents that `name`'s runs found; the engine
+    fixed, they close by clean re-checks, once.  Returns the (incident, job, boundary) rows that found them."""
     monkeypatch.setenv(KEY_ENV, DEPLOYMENT_KEY)
     settings = {**bug_engine(bug), **ENGINE.get(name, {})}
     engine = TestbedServer(build_config("fixed", {**settings, "faults": bug.faults})).start()
     port = engine.port
-    # The probe shape's controls (which a check runs first where none was chosen) are the `shapes` check's: where
-    # every answer shows the bug they find it too, and its job re-checks them.  Elsewhere it stays off, as its
-    # requests beside a check's would set that check's counter windows aside.
-    jobs = [name] if bug.checks else list(dict.fromkeys((name, "shapes")))
+    rows: set[tuple[Key, str, str]] = set()
     schedule: dict[str, Any] = {job: PERIOD if job in jobs else "off" for job in REGISTRY.jobs}
     daemon = make_daemon(engine.url, tmp_path, target=bug.audit, sections=SECTIONS,
                          schedule={**schedule, "preflight": "1h"}, incident_hold="1s", resolved_notice="1h")
@@ -140,8 +157,8 @@ def test_every_checks_incident_closes_by_that_check(tmp_path: Path, monkeypatch:
             return False
 
         await until(daemon, closed, f"the {name} job's clean re-checks to close {sorted(found)}")
-        rows = {(key_of(labels), labels["job"], labels["boundary"]) for labels, _ in series(daemon, FOUND)
-                if key_of(labels) in found}
+        rows.update((key_of(labels), labels["job"], labels["boundary"]) for labels, _ in series(daemon, FOUND)
+                    if key_of(labels) in found)
         assert any(job == name for _, job, _ in rows), rows
         assert rows <= {(key_of(labels), labels["job"], labels["boundary"]) for labels, _ in series(daemon, CLEAN)}
         closed_at = closings(daemon, found)
@@ -157,3 +174,4 @@ def test_every_checks_incident_closes_by_that_check(tmp_path: Path, monkeypatch:
         scenario(daemon, body)
     finally:
         engine.stop()
+    return rows

@@ -113,6 +113,12 @@ class ShapeTrial:
 class ShapeChoice:
     chosen: Shape
     trials: list[ShapeTrial]
+    run_id: str = ""  # the run that chose it
+
+    @property
+    def faulted(self) -> bool:
+        """A control drew a finding above info: the choice was made on a target at fault."""
+        return any(f.severity > Severity.INFO for t in self.trials for c in t.controls for f in c.findings)
 
     @property
     def blind(self) -> bool:

@@ -109,6 +109,7 @@ class ShapeCheck(Check):
                                                        (CountError, BuildError),
                                                        stopped=lambda: ctx.wiring.stop_reason() is not None,
                                                        every_shape=every_shape)
+        result.choice.run_id = run.run_id
         run.on_event(CheckDone(ctx.config.name, result))
         return result
 
@@ -120,7 +121,11 @@ def answer_tokens(config: ProberConfig) -> int:
 
 async def shaped(run: Run, result: CheckResult) -> None:
     """Before a check's first canary-bearing request: the probe shape, chosen now where none was, at the first shape
-    that brings every canary back (its controls join `result`)."""
-    if run.target.shape is None:
-        chosen = await ShapeCheck().choose(run, every_shape=False)
+    that brings every canary back (its controls join `result`).  A choice whose controls drew a finding is made again,
+    at every shape, by the next run (a daemon's next job): that is the re-check those findings wait for, where the
+    `shapes` job is off."""
+    shape = run.target.shape
+    again = shape is not None and shape.faulted and shape.run_id != run.run_id
+    if shape is None or again:
+        chosen = await ShapeCheck().choose(run, every_shape=again)
         result.steps += chosen.steps

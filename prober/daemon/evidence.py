@@ -7,7 +7,7 @@ request: its boundary, its tenant, whose data its answer could have carried, whe
 around it), and whether it could see content at all with `CheckDone` (its result's sight).  Nothing here knows one
 check from another.  A finding and an observation belong to the check that made them, which is the job's own but
 for the probe-shape controls a check runs first where no shape was chosen yet: those are the `shapes` check's, whose
-job re-checks them.
+job re-checks them, as does the next run of any check where those controls drew a finding (it chooses again).
 
 A finding's check goes to the ledger as soon as the finding is announced (a few at once while one write is under
 way), so no replica ever reads a finding whose check is unknown for longer than a write; what the run re-checked
