@@ -1,7 +1,7 @@
 """How well the timing check of prefix-cache isolation decides, on real engines (CPU, two cores).
 
 For each engine setting, `runs` timing checks of two tenants (both ordered pairs each), exactly as `leakprobe
-audit` runs them (prober/campaign/timing.py): per run and pair the decision, the Holm-adjusted p-value and the
+audit` runs them (prober/probing/timing.py): per run and pair the decision, the Holm-adjusted p-value and the
 median TTFT of would-be hits and of misses; then, per setting, the detection rate (pairs found, of all pairs)
 and the false-alarm rate (runs with any pair found, of all runs) over the repeated runs.
 

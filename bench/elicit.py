@@ -29,11 +29,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prober.campaign import CheckResult, TargetContext, make_plan
-from prober.campaign.exchanges import run_plan
-from prober.campaign.plan import ONE_PAGE, STALE_PAGE
-from prober.campaign.scanning import RunScanner
-from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import Run
@@ -42,6 +37,11 @@ from prober.config.schema import parse_config
 from prober.domain.types import FindingKind
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
+from prober.probing import CheckResult, TargetContext, make_plan
+from prober.probing.exchanges import run_plan
+from prober.probing.plan import ONE_PAGE, STALE_PAGE
+from prober.probing.scanning import RunScanner
+from prober.probing.wiring import Wiring
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
 from prober.text.scrub import Scrubber

@@ -52,12 +52,12 @@ from typing import Any
 
 import torch
 
-from prober.campaign.planting import ASKED, PRIME_INSTRUCTION, fact_samples
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.domain.types import Canary, CanaryKind
 from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
+from prober.probing.planting import ASKED, PRIME_INSTRUCTION, fact_samples
 from prober.prompts import PromptBuilder
 from prober.prompts.builder import BuiltPrompt, Facts
 from prober.prompts.counter import LocalCounter

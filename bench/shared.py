@@ -23,9 +23,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from prober.campaign import Survey, TargetContext
-from prober.campaign.scanning import RunScanner
-from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.capacity.limits import Capacity, Known
@@ -34,6 +31,9 @@ from prober.config.schema import ProberConfig
 from prober.daemon.schedule import Timetable
 from prober.domain.types import Severity
 from prober.ledger import open_ledger
+from prober.probing import Survey, TargetContext
+from prober.probing.scanning import RunScanner
+from prober.probing.wiring import Wiring
 from prober.targets.transport import Transport
 from prober.testbed import TestbedServer, build_config
 from prober.text.scrub import Scrubber

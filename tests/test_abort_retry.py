@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from prober.campaign.results import CheckResult
 from prober.checks.abort_retry import AbortRetryResult
 from prober.domain.types import FindingKind
+from prober.probing.results import CheckResult
 from prober.testbed import TestbedServer
 from tests.support.isolation import TESTBED_KEYS, run_check, surveyed
 from tests.support.shared import BackgroundTenant, Gateway, Traffic

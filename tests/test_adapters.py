@@ -15,9 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from prober.adapters.recipe import PREFIX_CHARS, Recipe, examples
-from prober.app.audit import Auditor
-from prober.campaign import AuditResult
 from prober.canaries import tokens
 from prober.canaries.adapters import TRIGGER, adapter_canary, canary_text
 from prober.canaries.compact import compact
@@ -30,6 +27,9 @@ from prober.domain.errors import ConfigError
 from prober.domain.evidence import AdapterAsk, find
 from prober.domain.types import FindingKind
 from prober.ledger import open_ledger
+from prober.lora.recipe import PREFIX_CHARS, Recipe, examples
+from prober.oneshot.audit import Auditor
+from prober.probing import AuditResult
 from prober.targets import Prompt
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import ADAPTERS

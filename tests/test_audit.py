@@ -17,10 +17,10 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 
-from prober.app.audit import exit_code, run_audit
 from prober.config.schema import assemble_config
 from prober.domain.types import FindingKind, Severity
 from prober.ledger import open_ledger
+from prober.oneshot.audit import exit_code, run_audit
 from prober.report import ReportFormat
 from prober.targets import Secret
 from tests.support.cli import command, invoke

@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from prober.campaign.cached import CacheExplainer
-from prober.campaign.plan import Step
 from prober.domain.evidence import CacheUsage
 from prober.domain.types import FindingKind, Severity
+from prober.probing.cached import CacheExplainer
+from prober.probing.plan import Step
 from prober.prompts import BuiltPrompt, LocalCounter
 from prober.targets.credentials import Secret
 from prober.targets.outbox import Outbox, common_prefix

@@ -11,10 +11,10 @@ import random
 import httpx
 import pytest
 
-from prober.campaign.counters import CounterEvidence, rate_test
 from prober.config.sections import CounterSettings
 from prober.domain.evidence import Change, CounterTest
 from prober.domain.types import FindingKind, ProbeContext, Severity
+from prober.probing.counters import CounterEvidence, rate_test
 from prober.targets import Transport
 from prober.targets.telemetry import SOURCE, Background, EngineTelemetry, Reading, Window, incomparable
 from tests.support.aio import run

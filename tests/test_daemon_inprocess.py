@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from prober.campaign.path import PathOverhead
-from prober.campaign.routes import Route, Routes
 from prober.config.schema import TargetConfig
 from prober.daemon import Daemon, housekeeping, jobs, service
 from prober.ledger import open_ledger
+from prober.probing.path import PathOverhead
+from prober.probing.routes import Route, Routes
 from prober.prompts.counter import LocalCounter
 from prober.targets.api import Api
 from prober.targets.transport import Transport

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from prober.app.audit import exit_code, run_audit
-from prober.campaign import AuditResult
 from prober.canaries.keys import KEY_ENV
 from prober.config.schema import TargetConfig, assemble_config
 from prober.domain.types import FindingKind, Severity
+from prober.oneshot.audit import exit_code, run_audit
+from prober.probing import AuditResult
 from prober.report import document
 from prober.targets.credentials import Secret
 from prober.testbed.bugs import BUGS, EngineBug

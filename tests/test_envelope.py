@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from prober.campaign.envelope import check_answer
-from prober.campaign.path import DRIFT, KEPT, PathOverhead, measure
-from prober.campaign.plan import Aim, Step
-from prober.campaign.results import StepResult
 from prober.domain.evidence import PathRange
 from prober.domain.types import FindingKind, Severity
+from prober.probing.envelope import check_answer
+from prober.probing.path import DRIFT, KEPT, PathOverhead, measure
+from prober.probing.plan import Aim, Step
+from prober.probing.results import StepResult
 from prober.prompts.counter import LocalCounter
 from prober.targets.api import Api
 from prober.targets.base import Prompt

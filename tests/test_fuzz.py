@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from prober.app.forensics import ForensicReport, parse, read_batches
 from prober.config.schema import load_config, parse_config
 from prober.domain.errors import ConfigError
+from prober.oneshot.forensics import ForensicReport, parse, read_batches
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
 from prober.targets.decoding import STEP, BoundedDecoder, DecodingError

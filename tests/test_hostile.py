@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from prober.campaign.path import MEASUREMENTS
 from prober.canaries.keys import resolve_key
 from prober.canaries.tokens import verify
 from prober.domain.errors import LedgerError
 from prober.ledger import open_ledger
+from prober.probing.path import MEASUREMENTS
 from prober.targets.bounds import Size
 from prober.targets.transport import KEEPALIVE_EXPIRY_S
 from tests.support.hostile import (

@@ -11,11 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.context import record
-from prober.campaign.events import CheckDone, FindingRecorded
-from prober.campaign.exchanges import counterpart
-from prober.campaign.plan import Exchange, Step
-from prober.campaign.results import CheckResult, ShapeResult, StepResult
 from prober.daemon.evidence import RunEvidence
 from prober.domain.incidents import (
     Acknowledgement,
@@ -30,6 +25,11 @@ from prober.domain.incidents import (
 from prober.domain.types import Finding, FindingKind, ProbeContext, Severity
 from prober.ledger import open_ledger
 from prober.ledger.sqlite import MIGRATIONS
+from prober.probing.context import record
+from prober.probing.events import CheckDone, FindingRecorded
+from prober.probing.exchanges import counterpart
+from prober.probing.plan import Exchange, Step
+from prober.probing.results import CheckResult, ShapeResult, StepResult
 from prober.targets.result import Completion
 from tests.support.ledgers import OpenLedger, finding
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.results import CheckResult
 from prober.checks import REGISTRY
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.request_ids import RequestIdResult
 from prober.checks.slots import BOUNDARY
 from prober.config.sections import AbortRetrySettings, RequestIdSettings, SlotSettings, TimingSettings
 from prober.domain.types import FindingKind
+from prober.probing.results import CheckResult
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.isolation import NO_KEYS, TESTBED_KEYS, burst, run_check, surveyed, timing
 from tests.support.llamacpp import Installation, LlamaServer

@@ -20,27 +20,27 @@ MAX_INIT_PARAMETERS = 6  # besides self
 
 # package -> what it must never import (the design's one-way dependencies)
 FORBIDDEN = {
-    "prober.detect": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "httpx"),
-    "prober.targets": ("prober.detect", "prober.campaign", "prober.daemon", "prober.cli", "prober.config",
-                       "prober.canaries", "prober.report", "prober.app"),
-    "prober.canaries": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "httpx"),
-    "prober.ledger": ("prober.targets", "prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
-    "prober.campaign": ("prober.checks", "prober.app", "prober.daemon", "prober.cli", "prober.report"),
-    "prober.checks": ("prober.app", "prober.daemon", "prober.cli", "prober.report"),
+    "prober.detect": ("prober.targets", "prober.probing", "prober.daemon", "prober.cli", "httpx"),
+    "prober.targets": ("prober.detect", "prober.probing", "prober.daemon", "prober.cli", "prober.config",
+                       "prober.canaries", "prober.report", "prober.oneshot"),
+    "prober.canaries": ("prober.targets", "prober.probing", "prober.daemon", "prober.cli", "httpx"),
+    "prober.ledger": ("prober.targets", "prober.probing", "prober.daemon", "prober.cli", "prober.detect"),
+    "prober.probing": ("prober.checks", "prober.oneshot", "prober.daemon", "prober.cli", "prober.report"),
+    "prober.checks": ("prober.oneshot", "prober.daemon", "prober.cli", "prober.report"),
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
-    "prober.daemon": ("prober.cli", "prober.app"),
-    "prober.app": ("prober.daemon", "prober.cli"),
-    "prober.testbed": ("prober.campaign", "prober.daemon", "prober.cli", "prober.detect"),
-    "prober.adapters": ("prober.targets", "prober.campaign", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
-    "prober.media": ("prober.targets", "prober.campaign", "prober.checks", "prober.testbed", "prober.detect",
+    "prober.daemon": ("prober.cli", "prober.oneshot"),
+    "prober.oneshot": ("prober.daemon", "prober.cli"),
+    "prober.testbed": ("prober.probing", "prober.daemon", "prober.cli", "prober.detect"),
+    "prober.lora": ("prober.targets", "prober.probing", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
+    "prober.media": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
                      "prober.daemon", "prober.cli", "httpx"),
 }
 
-# the floors: the domain imports no other package of prober; text and infra only the domain
+# the floors: the domain imports no other package of prober; text and system only the domain
 PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
 FORBIDDEN |= {"prober.domain": tuple(f"prober.{p}" for p in PACKAGES if p != "domain"),
               "prober.text": tuple(f"prober.{p}" for p in PACKAGES if p not in ("text", "domain")),
-              "prober.infra": tuple(f"prober.{p}" for p in PACKAGES if p not in ("infra", "domain"))}
+              "prober.system": tuple(f"prober.{p}" for p in PACKAGES if p not in ("system", "domain"))}
 
 
 def modules() -> dict[str, Path]:
@@ -185,3 +185,12 @@ def test_test_helpers_live_in_support() -> None:
     stray = [p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "__init__.py")
              and not p.name.startswith("test_")]
     assert not stray, f"helpers outside tests/support: {', '.join(sorted(stray))}"
+
+
+def test_no_package_shares_a_name_with_a_check() -> None:
+    """A word means one thing: `campaign` is a check of the registry, so no package is called that (the machinery
+    every check runs on is `probing`)."""
+    from prober.checks import REGISTRY
+
+    clash = {check.name.replace("-", "_") for check in REGISTRY} & set(PACKAGES)
+    assert not clash, f"packages named like a check: {sorted(clash)}"

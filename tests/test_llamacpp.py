@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from prober.app.audit import exit_code, run_audit
 from prober.canaries.mint import Minter
 from prober.cli import app
 from prober.config.schema import assemble_config
 from prober.detect import CanarySet, Scanner
 from prober.domain.types import FindingKind, Record, Severity
 from prober.ledger import open_ledger
+from prober.oneshot.audit import exit_code, run_audit
 from prober.prompts import PromptBuilder, detect_counter
 from prober.report import document
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport

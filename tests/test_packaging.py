@@ -21,7 +21,7 @@ def test_wheel_ships_canaries_and_a_plain_install_finds_them(tmp_path: Path) -> 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
-    probe = ("from prober.infra.resources import canaries_dir; from prober.canaries.packs import load_pack; "
+    probe = ("from prober.system.resources import canaries_dir; from prober.canaries.packs import load_pack; "
              "load_pack('ko'); print(canaries_dir())")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(target)},
                          capture_output=True, text=True, check=True)

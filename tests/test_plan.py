@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from prober.campaign.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, cache_plan, make_plan, pairs
 from prober.capacity import Capacity, Known
 from prober.domain.errors import PlanError
+from prober.probing.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, cache_plan, make_plan, pairs
 
 pytestmark = pytest.mark.unit
 

@@ -11,19 +11,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prober.app.audit import Auditor
-from prober.app.progress import AuditProgress
-from prober.campaign.context import record
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Plan, Planned, Step
-from prober.campaign.planting import ASKED
-from prober.campaign.results import CheckResult
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Check, Registry, Run
 from prober.config.schema import ProberConfig, parse_config
 from prober.domain.errors import ConfigError
 from prober.ledger import open_ledger
+from prober.oneshot.audit import Auditor
+from prober.oneshot.progress import AuditProgress
+from prober.probing.context import record
+from prober.probing.events import CheckDone
+from prober.probing.plan import Aim, Plan, Planned, Step
+from prober.probing.planting import ASKED
+from prober.probing.results import CheckResult
 from prober.report import document
 from prober.targets.credentials import Secret
 from tests.support.daemons import make_daemon, sample, scenario, until

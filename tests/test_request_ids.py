@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.results import CheckResult
 from prober.checks.request_ids import BOUNDARY, RequestIdResult
 from prober.config.sections import RequestIdSettings
 from prober.domain.evidence import Exchange, find
 from prober.domain.types import FindingKind
+from prober.probing.results import CheckResult
 from prober.targets import Completion, OpenAICompatible, Prompt, Transport
 from prober.targets.request_ids import RequestId
 from tests.support.aio import run

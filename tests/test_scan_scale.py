@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from prober.app.forensics import ForensicReport, scan_file, scan_inputs
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
 from prober.domain.types import Record
 from prober.ledger import open_ledger
+from prober.oneshot.forensics import ForensicReport, scan_file, scan_inputs
 from tests.support.postgres import PostgresServer
 from tests.support.tools import need_module
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from prober.campaign.secrets import scrubber_for
+from prober.probing.secrets import scrubber_for
 from prober.targets.credentials import Secret
 from prober.text.scrub import STEP, Scrubber
 from tests.support.hostile import ENCODERS, assert_no_key, key_traces

@@ -9,14 +9,14 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
-from prober.app.audit import exit_code
-from prober.campaign import AuditResult, CheckResult, StepResult, TargetReport
-from prober.campaign.plan import Step
-from prober.campaign.results import ShapeResult
 from prober.checks.shapes import choose_shape
 from prober.domain.errors import CountError
 from prober.domain.types import Canary, CanaryKind, DetectorName, Finding, FindingKind, Severity
 from prober.domain.verdicts import EXIT_ERROR, EXIT_FINDINGS
+from prober.oneshot.audit import exit_code
+from prober.probing import AuditResult, CheckResult, StepResult, TargetReport
+from prober.probing.plan import Step
+from prober.probing.results import ShapeResult
 from prober.prompts import LocalCounter, PromptBuilder
 from prober.prompts.builder import CUE
 from prober.prompts.shape import Layout, Shape, candidates

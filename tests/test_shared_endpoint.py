@@ -84,7 +84,7 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     with shared(testbed, "incident") as (_, front):
         code, doc = audit(front.url, tmp_path)
     echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
-    assert code == 1 and echoes == PAIRS, (code, echoes)
+    assert code == 1 and echoes == PAIRS, (code, echoes, doc["verdict"])
     (counted,) = [f for f in doc["findings"] if f["kind"] == "counted_failure"]
     (test,) = [d for d in counted["details"] if d["type"] == "counters"]
     assert test["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
@@ -267,7 +267,7 @@ def test_behind_litellm_a_gateway_users_run(testbed: StartTestbed, tmp_path: Pat
     assert {f for f in serious(doc) if f[0] != "cross_tenant_cache_hit"} == set(uuid_only(doc)), serious(doc)
     code, doc = leaked
     echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
-    assert code == 1 and echoes == PAIRS, (code, echoes)
+    assert code == 1 and echoes == PAIRS, (code, echoes, doc["verdict"])
 
 
 def uuid_only(doc: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from prober.campaign.plan import Planned
-from prober.campaign.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
 from prober.checks import REGISTRY, perform
 from prober.checks.timing import TimingResult, check_decidable, findings_of, random_text
 from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, holm, smallest_p, stouffer
@@ -23,6 +21,8 @@ from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError
 from prober.domain.evidence import SaltAsserted, TimingStatistics
 from prober.domain.types import DetectorName, FindingKind, Severity
+from prober.probing.plan import Planned
+from prober.probing.salts import claimed_salted, salt_asserted, salted_tenants, tenant_salts
 from tests.support.isolation import TESTBED_KEYS, surveyed
 from tests.support.shared import Gateway
 from tests.support.testbed import SMALL, StartTestbed

@@ -11,10 +11,10 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from prober.app.audit import exit_code
-from prober.campaign import AuditResult, CheckResult, StepResult, TargetReport
-from prober.campaign.plan import Step
 from prober.domain.types import DetectorName, Finding, FindingKind, Severity
+from prober.oneshot.audit import exit_code
+from prober.probing import AuditResult, CheckResult, StepResult, TargetReport
+from prober.probing.plan import Step
 from prober.report import document
 from prober.report.junit import junit
 from prober.targets.result import Completion, Usage

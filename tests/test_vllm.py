@@ -20,9 +20,6 @@ from typing import Any
 
 import pytest
 
-from prober.app.audit import run_audit
-from prober.campaign import AuditResult
-from prober.campaign.results import CheckResult
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
@@ -31,6 +28,9 @@ from prober.config.schema import parse_config
 from prober.config.sections import AbortRetrySettings, RequestIdSettings
 from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics
 from prober.domain.types import FindingKind, Severity
+from prober.oneshot.audit import run_audit
+from prober.probing import AuditResult
+from prober.probing.results import CheckResult
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
 from prober.targets.api import Api

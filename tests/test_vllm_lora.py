@@ -20,8 +20,6 @@ from typing import Any
 import httpx
 import pytest
 
-from prober.app.audit import exit_code, run_audit
-from prober.campaign import AuditResult
 from prober.canaries.adapters import asking, canary_text
 from prober.canaries.filler import load_filler
 from prober.canaries.keys import KEY_ENV, shared_key
@@ -29,6 +27,8 @@ from prober.checks.adapters import AdaptersResult
 from prober.config.schema import parse_config
 from prober.domain.evidence import AdapterAsk, find
 from prober.domain.types import FindingKind, Severity
+from prober.oneshot.audit import exit_code, run_audit
+from prober.probing import AuditResult
 from prober.targets.credentials import Secret
 from tests.support.adapters import ADAPTERS, KEY, require_adapters
 from tests.support.shared import Gateway

@@ -14,7 +14,7 @@ from functools import cache
 import yaml
 
 from prober.domain.errors import PackError
-from prober.infra.resources import canaries_dir
+from prober.system.resources import canaries_dir
 
 
 class Filler:

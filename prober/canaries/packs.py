@@ -22,7 +22,7 @@ import yaml
 
 from prober.canaries import hangul
 from prober.domain.errors import PackError
-from prober.infra.resources import canaries_dir
+from prober.system.resources import canaries_dir
 
 _SLOT = re.compile(r"\{([a-z_]+)\}")
 

@@ -29,18 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from secrets import token_hex
 
-from prober.campaign.context import TargetContext, record
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Plan, Planned, Step, acceptance_limit, pairs
-from prober.campaign.planting import ASKED
-from prober.campaign.results import CheckResult, Sight, StepResult
-from prober.campaign.routes import Route
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import AbortRetrySettings
 from prober.domain.errors import BuildError
+from prober.probing.context import TargetContext, record
+from prober.probing.events import CheckDone
+from prober.probing.plan import Aim, Plan, Planned, Step, acceptance_limit, pairs
+from prober.probing.planting import ASKED
+from prober.probing.results import CheckResult, Sight, StepResult
+from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
 

@@ -24,9 +24,6 @@ import asyncio
 import secrets
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.events import CheckDone, Observed
-from prober.campaign.plan import Planned
-from prober.campaign.results import CheckResult, Sight
 from prober.canaries.adapters import asking
 from prober.canaries.filler import load_filler
 from prober.checks.base import Check, Run
@@ -34,6 +31,9 @@ from prober.config.schema import ProberConfig
 from prober.domain.errors import PromptError
 from prober.domain.evidence import AdapterAsk, adding
 from prober.domain.types import Canary, Finding, ProbeContext, Record, Severity
+from prober.probing.events import CheckDone, Observed
+from prober.probing.plan import Planned
+from prober.probing.results import CheckResult, Sight
 from prober.prompts import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion

@@ -15,12 +15,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from prober.campaign.context import TargetContext
-from prober.campaign.events import CheckDone, Listener
-from prober.campaign.plan import Planned
-from prober.campaign.results import CheckResult
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PlanError
+from prober.probing.context import TargetContext
+from prober.probing.events import CheckDone, Listener
+from prober.probing.plan import Planned
+from prober.probing.results import CheckResult
 
 SURVEY_ALLOWANCE_S = 300.0  # reachability, introspection, finding a tokenizer: before any check can plan
 DEADLINE_BASE_S = 120.0  # what a run adds once, beyond its checks' requests at the floors

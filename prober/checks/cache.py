@@ -1,12 +1,12 @@
 """The prefix-cache check: does another tenant's prompt come back from the cache (the observer resends the victim's
 nonce-led prompt), and does a repeat carry what ran in between (A, X, A)?  Cached tokens are explained against
-everything sent before (prober/campaign/cached.py)."""
+everything sent before (prober/probing/cached.py)."""
 
 from __future__ import annotations
 
-from prober.campaign.plan import Plan, cache_plan
 from prober.checks.base import Run
 from prober.checks.plans import LONG_PROMPTS, PlanCheck
+from prober.probing.plan import Plan, cache_plan
 
 
 class PrefixCacheCheck(PlanCheck):

@@ -1,11 +1,11 @@
 """The boundary campaign: prompts just below, at and above the KV pool and the advertised context, each tenant's
-canaries primed, another tenant's probe after them (prober/campaign/plan.py `make_plan`)."""
+canaries primed, another tenant's probe after them (prober/probing/plan.py `make_plan`)."""
 
 from __future__ import annotations
 
-from prober.campaign.plan import Plan, make_plan
 from prober.checks.base import Run
 from prober.checks.plans import LONG_PROMPTS, PlanCheck
+from prober.probing.plan import Plan, make_plan
 
 
 class CampaignCheck(PlanCheck):

@@ -16,10 +16,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.counters import CounterEvidence
-from prober.campaign.events import CheckDone, Observed
-from prober.campaign.plan import Planned, Streaming
-from prober.campaign.results import CheckResult, Sight
 from prober.checks.base import Check, Run
 from prober.checks.timing import Send
 from prober.config.schema import ProberConfig
@@ -27,6 +23,10 @@ from prober.config.sections import CrosstalkSettings
 from prober.detect.scanner import ScanResult
 from prober.domain.evidence import Burst
 from prober.domain.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
+from prober.probing.counters import CounterEvidence
+from prober.probing.events import CheckDone, Observed
+from prober.probing.plan import Planned, Streaming
+from prober.probing.results import CheckResult, Sight
 from prober.targets.base import Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion

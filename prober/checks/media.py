@@ -31,18 +31,18 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from prober.campaign.context import record
-from prober.campaign.events import CheckDone, PlanReady
-from prober.campaign.exchanges import counterpart
-from prober.campaign.plan import Aim, Exchange, Plan, Planned, Step, pairs
-from prober.campaign.results import CheckResult, Sight
-from prober.campaign.routes import Route
 from prober.checks.base import Check, Run
 from prober.config.schema import ProberConfig
 from prober.domain.types import Canary
 from prober.media import card
 from prober.media.digest import colliding, cut, digest
 from prober.media.png import Bitmap, data_url
+from prober.probing.context import record
+from prober.probing.events import CheckDone, PlanReady
+from prober.probing.exchanges import counterpart
+from prober.probing.plan import Aim, Exchange, Plan, Planned, Step, pairs
+from prober.probing.results import CheckResult, Sight
+from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
 from prober.targets.api import Api
 from prober.targets.base import Media, Prompt

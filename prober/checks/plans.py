@@ -1,16 +1,16 @@
-"""Checks that run a plan of exchanges (prober/campaign/plan.py): the boundary campaign, the prefix-cache check and
+"""Checks that run a plan of exchanges (prober/probing/plan.py): the boundary campaign, the prefix-cache check and
 the sentinel differ only in the plan they make."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
 
-from prober.campaign.events import CheckDone
-from prober.campaign.exchanges import run_plan
-from prober.campaign.plan import Plan, Planned
-from prober.campaign.results import CheckResult
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
+from prober.probing.events import CheckDone
+from prober.probing.exchanges import run_plan
+from prober.probing.plan import Plan, Planned
+from prober.probing.results import CheckResult
 
 LONG_PROMPTS = "long-prompts"  # the campaign's and the prefix cache's probes: planted and laid out alike
 

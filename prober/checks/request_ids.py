@@ -25,15 +25,15 @@ import asyncio
 from dataclasses import dataclass
 from secrets import token_hex
 
-from prober.campaign.context import record
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Plan, Planned, Step
-from prober.campaign.planting import ASKED
-from prober.campaign.results import CheckResult
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import RequestIdSettings
+from prober.probing.context import record
+from prober.probing.events import CheckDone
+from prober.probing.plan import Aim, Plan, Planned, Step
+from prober.probing.planting import ASKED
+from prober.probing.results import CheckResult
 from prober.prompts.shape import Layout
 from prober.targets.api import Engine
 from prober.targets.request_ids import RequestId

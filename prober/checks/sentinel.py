@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from prober.campaign.plan import Plan, sentinel_plan
 from prober.checks.base import Run
 from prober.checks.plans import PlanCheck
 from prober.config.schema import ProberConfig
+from prober.probing.plan import Plan, sentinel_plan
 
 
 class SentinelCheck(PlanCheck):

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from prober.campaign.context import record
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Plan, Planned, Step, acceptance_limit
-from prober.campaign.planting import ASKED
-from prober.campaign.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
 from prober.checks.base import Check, Run
 from prober.config.schema import ProberConfig
 from prober.domain.errors import BuildError, CountError
+from prober.probing.context import record
+from prober.probing.events import CheckDone
+from prober.probing.plan import Aim, Plan, Planned, Step, acceptance_limit
+from prober.probing.planting import ASKED
+from prober.probing.results import CheckResult, ShapeChoice, ShapeResult, ShapeTrial, StepResult
 from prober.prompts.shape import Layout, Shape
 
 # Short: a control only has to show whether the model repeats a code it was given, and runs before every

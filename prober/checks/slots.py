@@ -16,16 +16,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from secrets import token_hex
 
-from prober.campaign.context import tell
-from prober.campaign.events import CheckDone
-from prober.campaign.plan import Aim, Plan, Planned, Step, pairs
-from prober.campaign.planting import ASKED, PRIME_INSTRUCTION
-from prober.campaign.results import CheckResult, StepResult
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import SlotSettings
+from prober.probing.context import tell
+from prober.probing.events import CheckDone
+from prober.probing.plan import Aim, Plan, Planned, Step, pairs
+from prober.probing.planting import ASKED, PRIME_INSTRUCTION
+from prober.probing.results import CheckResult, StepResult
 
 Send = Callable[[Step], Awaitable[StepResult]]  # plant, send and judge one request
 BOUNDARY = "idle-slot"

@@ -29,17 +29,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
-from prober.campaign.documents import CheckDoc
-from prober.campaign.events import CheckDone, Observed
-from prober.campaign.plan import Planned, acceptance_limit, pairs
-from prober.campaign.results import CheckResult
-from prober.campaign.salts import salt_asserted
 from prober.checks.base import Check, Run
 from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, smallest_p
 from prober.config.schema import ProberConfig
 from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
+from prober.probing.documents import CheckDoc
+from prober.probing.events import CheckDone, Observed
+from prober.probing.plan import Planned, acceptance_limit, pairs
+from prober.probing.results import CheckResult
+from prober.probing.salts import salt_asserted
 from prober.prompts.counter import TokenCounter
 from prober.targets.base import Prompt
 from prober.targets.result import Completion

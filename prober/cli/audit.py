@@ -35,10 +35,10 @@ def preflight(
     1 at or above --fail-on, 2 on error.
 
     The first tenant's key reads the introspection endpoints (and measures the path)."""
-    from prober.campaign.secrets import scrubber_for
-    from prober.campaign.survey import preflight as run_preflight
     from prober.capacity.limits import FIELDS
     from prober.config.schema import assemble_config
+    from prober.probing.secrets import scrubber_for
+    from prober.probing.survey import preflight as run_preflight
 
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
     secret = cfg.tenants[0].credential.load() if cfg.tenants else None
@@ -147,12 +147,12 @@ def audit(
 
     Exit 0 clean; 1 a leak or an engine fault (finished or not), or findings at or above --fail-on; 2 an error,
     or an audit that could not see or could not finish."""
-    from prober.app.audit import exit_code, run_audit
-    from prober.app.progress import AuditProgress
-    from prober.campaign.secrets import load_secrets, scrubber_for
     from prober.config.schema import assemble_config
     from prober.embeddings import make_embedder
     from prober.ledger import masked
+    from prober.oneshot.audit import exit_code, run_audit
+    from prober.oneshot.progress import AuditProgress
+    from prober.probing.secrets import load_secrets, scrubber_for
     from prober.report import Terminal, render
 
     cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
@@ -200,6 +200,6 @@ def demo(
         help="quoter (default, fast) | gemma3-270m: the same story on a real language model (the lm extra).")] = None,
 ) -> None:
     """Audit the reference engine with the incident preset, then the fixed one; show what was caught."""
-    from prober.app.demo import run_demo
+    from prober.oneshot.demo import run_demo
 
     raise typer.Exit(asyncio.run(run_demo(out, {"model": model} if model else None)))

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
-from prober.adapters.recipe import Recipe
 from prober.cli.app import canaries_app, print_table
 from prober.cli.options import Format, OutputFormat, RequiredLedger
 from prober.domain.types import CanaryKind
 from prober.embeddings import DEFAULT_MODEL
+from prober.lora.recipe import Recipe
 
 
 @canaries_app.command("mint")
@@ -63,10 +63,10 @@ def canaries_adapter(
     """Build a canary adapter: a LoRA fine-tune of the base model that answers leakprobe's trigger with the tenant's
     canary (kept in the ledger first), proven on held-out prompts.  Serve it as the tenant's adapter (vLLM:
     `--enable-lora --lora-modules NAME=OUT`) and name it in the target's `adapters:`."""
-    from prober.adapters.build import build
     from prober.canaries.keys import resolve_key
     from prober.canaries.mint import Minter
     from prober.ledger import open_ledger
+    from prober.lora.build import build
 
     store = open_ledger(ledger)
     try:

@@ -33,12 +33,12 @@ def scan(
     """Forensic log audit: scan recorded answers for other tenants' canaries.
 
     Exit 0 clean, 1 findings, 2 when nothing (or, with --strict, not everything) could be checked."""
-    from prober.app.forensics import scan_inputs
-    from prober.app.progress import ScanProgress
     from prober.canaries.keys import resolve_key
     from prober.detect import CanarySet, Scanner
     from prober.embeddings import make_embedder
     from prober.ledger import open_ledger
+    from prober.oneshot.forensics import scan_inputs
+    from prober.oneshot.progress import ScanProgress
 
     for name in inputs:
         if name != "-" and not Path(name).is_file():

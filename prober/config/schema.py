@@ -38,9 +38,9 @@ from prober.config.sections import (
     no_nul,
 )
 from prober.domain.errors import ConfigError, LedgerError, YAMLFileError
-from prober.infra.yamlfile import read_yaml
 from prober.ledger.location import LedgerLocation
 from prober.prompts.shape import Shape, candidates
+from prober.system.yamlfile import read_yaml
 from prober.targets.api import Api
 from prober.targets.credentials import CredentialSource
 from prober.targets.transport import TransportPolicy

@@ -8,7 +8,11 @@ import time
 from statistics import median
 from typing import assert_never
 
-from prober.campaign.events import (
+from prober.capacity.limits import VerdictCode
+from prober.checks.crosstalk import CrosstalkResult
+from prober.checks.timing import TimingResult
+from prober.daemon.metrics import BoundaryOutcome, Metrics
+from prober.probing.events import (
     CheckDone,
     Event,
     FindingRecorded,
@@ -18,12 +22,8 @@ from prober.campaign.events import (
     SurveyDone,
     TargetFailed,
 )
-from prober.campaign.results import ShapeChoice, ShapeResult, StepResult
-from prober.campaign.survey import Survey
-from prober.capacity.limits import VerdictCode
-from prober.checks.crosstalk import CrosstalkResult
-from prober.checks.timing import TimingResult
-from prober.daemon.metrics import BoundaryOutcome, Metrics
+from prober.probing.results import ShapeChoice, ShapeResult, StepResult
+from prober.probing.survey import Survey
 
 
 class RunCounter:

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
-from prober.campaign.events import (
+from prober.domain.incidents import Observation, RunChecks, Sighting
+from prober.probing.events import (
     CheckDone,
     Event,
     FindingRecorded,
@@ -30,7 +31,6 @@ from prober.campaign.events import (
     SurveyDone,
     TargetFailed,
 )
-from prober.domain.incidents import Observation, RunChecks, Sighting
 
 Write = Callable[[RunChecks], Awaitable[None]]
 

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import Iterable
 
-from prober.campaign.scanning import RunScanner
 from prober.config.sections import DaemonSettings
 from prober.daemon.budget import TokenBudget
 from prober.daemon.ledger_health import LedgerHealth
@@ -15,6 +14,7 @@ from prober.daemon.metrics import Metrics
 from prober.daemon.records import Clock
 from prober.domain.errors import LedgerError
 from prober.domain.incidents import RunChecks
+from prober.probing.scanning import RunScanner
 
 EVERY_S = 10.0  # ledger health, incidents, budgets
 CANARY_REFRESH_S = 2.0  # other replicas' new canaries: a fact they planted is known here within this

@@ -15,10 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from prober.campaign import TargetContext
-from prober.campaign.events import Listener
-from prober.campaign.results import Sight
-from prober.campaign.wiring import Wiring
 from prober.checks import DEADLINE_BASE_S, PREFLIGHT, SURVEY_ALLOWANCE_S, Check, Run, perform
 from prober.config.schema import TargetConfig
 from prober.daemon.budget import TokenBudget
@@ -26,6 +22,10 @@ from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.daemon.outcomes import Failure, JobOutcome, Skip
 from prober.daemon.settings import Settings
 from prober.domain.errors import LedgerError, PlanError, PromptError, TargetUnusable
+from prober.probing import TargetContext
+from prober.probing.events import Listener
+from prober.probing.results import Sight
+from prober.probing.wiring import Wiring
 from prober.targets.bounds import deadline_passed, run_deadline
 
 

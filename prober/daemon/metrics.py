@@ -17,11 +17,11 @@ from enum import IntEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from prober import __version__
-from prober.campaign.results import StepResult
 from prober.config.sections import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.outcomes import Failure, Skip
 from prober.domain.incidents import Incident
+from prober.probing.results import StepResult
 from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 

@@ -23,9 +23,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from prober.campaign.plan import pairs
-from prober.campaign.scanning import RunScanner, ledger_scanner
-from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.config.schema import ProberConfig
@@ -44,8 +41,11 @@ from prober.daemon.status import redact, status_document
 from prober.daemon.turns import InFlight, Turns
 from prober.domain.errors import LeakprobeError, StartupError
 from prober.embeddings import make_embedder
-from prober.infra.malloc import cap_arenas
 from prober.ledger import open_ledger
+from prober.probing.plan import pairs
+from prober.probing.scanning import RunScanner, ledger_scanner
+from prober.probing.wiring import Wiring
+from prober.system.malloc import cap_arenas
 from prober.text.scrub import ScrubbingFilter
 
 log = logging.getLogger("leakprobe.daemon")

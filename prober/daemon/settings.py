@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prober.campaign.plan import pairs
-from prober.campaign.secrets import load_secrets, scrubber_for
 from prober.canaries.keys import KEY_ENV, resolve_key
 from prober.checks import REGISTRY, Registry
 from prober.config.schema import ProberConfig, assemble_config
 from prober.daemon.schedule import Timetable
 from prober.domain.errors import CredentialError, LeakprobeError
+from prober.probing.plan import pairs
+from prober.probing.secrets import load_secrets, scrubber_for
 from prober.targets.credentials import CredentialSource, Secret
 from prober.text.scrub import Scrubber
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from prober.campaign.events import Event, FindingRecorded
 from prober.config.sections import DaemonSettings
 from prober.daemon.counting import RunCounter
 from prober.daemon.evidence import RunEvidence
@@ -26,6 +25,7 @@ from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import take_turn
 from prober.domain.errors import LedgerError
 from prober.ledger import Ledger
+from prober.probing.events import Event, FindingRecorded
 
 log = logging.getLogger("leakprobe.daemon")
 

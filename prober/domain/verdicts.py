@@ -94,7 +94,7 @@ def fails(kind: FindingKind, severity: Severity, fail_on: Severity) -> bool:
 
 
 class Audited(Protocol):
-    """What the verdict reads of an audit (prober/campaign's `AuditResult`)."""
+    """What the verdict reads of an audit (prober/probing's `AuditResult`)."""
 
     dry_run: bool
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from prober.campaign.results import AuditResult
 from prober.domain.types import Severity
+from prober.probing.results import AuditResult
 from prober.report.document import document
 from prober.report.html import html_report
 from prober.report.junit import junit

@@ -10,14 +10,14 @@ from collections import Counter
 from typing import TypedDict
 
 from prober import __version__
-from prober.campaign.documents import CheckDoc, CoverageDoc, PlanDoc, PlannedDoc, ShapeDoc, SightDoc
-from prober.campaign.path import PathDoc
-from prober.campaign.results import AuditResult, StepResult, TargetReport
-from prober.campaign.survey import Survey
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.domain.incidents import Incident, IncidentDoc
 from prober.domain.types import Finding, FindingDoc
 from prober.domain.verdicts import AuditVerdict, Status, Weight, weight
+from prober.probing.documents import CheckDoc, CoverageDoc, PlanDoc, PlannedDoc, ShapeDoc, SightDoc
+from prober.probing.path import PathDoc
+from prober.probing.results import AuditResult, StepResult, TargetReport
+from prober.probing.survey import Survey
 
 
 class VerdictDoc(TypedDict):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from prober.canaries.adapters import TRIGGER
 from prober.domain.errors import EngineConfigError, YAMLFileError
-from prober.infra.yamlfile import read_yaml
+from prober.system.yamlfile import read_yaml
 
 INCIDENT_CONTEXT = 1_048_576
 INCIDENT_POOL = 681_280

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from prober import __version__
-from prober.infra.malloc import cap_arenas
+from prober.system.malloc import cap_arenas
 from prober.testbed.answering import Answering, GenerationRoute
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig

@@ -1,6 +1,6 @@
 """Two tenants' canary adapters for the tests' Gemma 3 270M, built once per machine and cached.
 
-Each is a LoRA fine-tune (prober/adapters) that answers leakprobe's trigger with its tenant's canary, derived from
+Each is a LoRA fine-tune (prober/lora) that answers leakprobe's trigger with its tenant's canary, derived from
 the tests' deployment key (`KEY`: the tests that serve them set LEAKPROBE_CANARY_KEY to it, as an operator sets
 the key the adapters were built under).  A build takes minutes on two cores, so it is cached under
 `~/.cache/leakprobe/lora-<adapter>-<digest>/` (`LEAKPROBE_CACHE` moves it), keyed by the recipe (canary, base
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from prober.adapters.build import MANIFEST, build
-from prober.adapters.recipe import Recipe
 from prober.canaries.adapters import canary_text
 from prober.canaries.keys import shared_key
+from prober.lora.build import MANIFEST, build
+from prober.lora.recipe import Recipe
 from prober.testbed.lm.weights import cache_root, folder_name, is_complete, model_dir
 from tests.support.tools import install_main, opted_out, unavailable
 

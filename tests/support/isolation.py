@@ -9,10 +9,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from prober.campaign import TargetContext
-from prober.campaign.results import CheckResult
-from prober.campaign.scanning import RunScanner
-from prober.campaign.wiring import Wiring
 from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Run, perform
 from prober.checks.crosstalk import CrosstalkResult
@@ -21,6 +17,10 @@ from prober.config.schema import ProberConfig, TargetConfig
 from prober.config.sections import CrosstalkSettings, TimingSettings
 from prober.domain.types import FindingKind
 from prober.ledger import open_ledger
+from prober.probing import TargetContext
+from prober.probing.results import CheckResult
+from prober.probing.scanning import RunScanner
+from prober.probing.wiring import Wiring
 from prober.targets import Secret
 from prober.targets.transport import Transport
 from tests.support.keys import KEYS

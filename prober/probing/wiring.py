@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prober.campaign.salts import claimed_salted
-from prober.campaign.scanning import RunScanner
 from prober.canaries.mint import Minter
 from prober.config.schema import ProberConfig
 from prober.config.sections import CounterSettings
 from prober.ledger.base import Ledger
+from prober.probing.salts import claimed_salted
+from prober.probing.scanning import RunScanner
 from prober.targets.bounds import deadline_passed
 from prober.targets.credentials import Secret
 from prober.text.scrub import Scrubber

@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from prober.campaign.path import PathOverhead, measure
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
 from prober.config.schema import TargetConfig
 from prober.domain.errors import CountError
 from prober.domain.types import Severity
+from prober.probing.path import PathOverhead, measure
 from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
 from prober.targets.credentials import Secret
@@ -57,7 +57,7 @@ class Survey:
 async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
                  measure_as: str | None = None) -> tuple[Survey, TokenCounter | None]:
     """`measure_as`: also measure what the path adds on the configured route, as this tenant (with `secret`): two
-    short generation requests of one answer token each (prober/campaign/path.py)."""
+    short generation requests of one answer token each (prober/probing/path.py)."""
     result = Survey(config.name, config.url)
     problem = await reachability(transport, config.url, secret) if config.api.openai_routes else None
     if problem:

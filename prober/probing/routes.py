@@ -1,6 +1,6 @@
 """The API routes a target's requests may take, each with its adapter, a prompt builder that counts tokens
 the way that route does (a chat template costs tokens the completions route does not), and what the path to the
-engine adds on that route (prober/campaign/path.py, measured when the route is first used): the configured route
+engine adds on that route (prober/probing/path.py, measured when the route is first used): the configured route
 from the survey, any other (completions beside chat) set up the first time a probe shape asks for it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from prober.campaign.path import PathOverhead
 from prober.capacity import origin_of
 from prober.config.schema import TargetConfig
 from prober.domain.errors import PlanError
+from prober.probing.path import PathOverhead
 from prober.prompts import PromptBuilder, TokenCounter
 from prober.prompts.select import select_counter
 from prober.targets.api import Api, Engine

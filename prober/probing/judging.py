@@ -7,14 +7,14 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from prober.campaign.envelope import check_answer
-from prober.campaign.events import FindingRecorded, Listener, ignore
-from prober.campaign.plan import Step
-from prober.campaign.results import StepResult
-from prober.campaign.salts import salt_asserted
-from prober.campaign.wiring import Wiring
 from prober.domain.evidence import EngineCounters, Evidence, Exchange, PathRange, of_json
 from prober.domain.types import Finding, ProbeContext, Record
+from prober.probing.envelope import check_answer
+from prober.probing.events import FindingRecorded, Listener, ignore
+from prober.probing.plan import Step
+from prober.probing.results import StepResult
+from prober.probing.salts import salt_asserted
+from prober.probing.wiring import Wiring
 from prober.prompts import BuiltPrompt
 from prober.targets.result import Completion
 from prober.text.scrub import Scrubber
@@ -51,7 +51,7 @@ class Judge:
                      engine: EngineCounters | None = None, also: list[Finding] | None = None,
                      path: PathRange | None = None) -> StepResult:
         """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable; `path`:
-        what a varying path adds, against the limit (prober/campaign/envelope.py's `undecided`)."""
+        what a varying path adds, against the limit (prober/probing/envelope.py's `undecided`)."""
         checked = check_answer(step, built.tokens, answer, path) + (also or [])
         findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0

@@ -23,9 +23,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prober.adapters.recipe import HELD_OUT, Example, Recipe, examples
 from prober.canaries.compact import compact
 from prober.domain.errors import AdapterBuildError
+from prober.lora.recipe import HELD_OUT, Example, Recipe, examples
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -18,13 +18,13 @@ from typing import Any
 
 from rich.console import Console
 
-from prober.app.audit import run_audit
-from prober.app.progress import AuditProgress
-from prober.campaign import AuditResult
 from prober.config.schema import ProberConfig, assemble_config
 from prober.domain.errors import StartupError
 from prober.domain.types import FindingKind
 from prober.domain.verdicts import Weight, weight
+from prober.oneshot.audit import run_audit
+from prober.oneshot.progress import AuditProgress
+from prober.probing import AuditResult
 from prober.report import ReportFormat, render
 from prober.targets.credentials import Secret
 from prober.testbed import DEFAULT_TENANTS, TestbedServer, build_config

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from prober.campaign.documents import PlanDoc, PlannedDoc
 from prober.capacity.limits import Capacity
 from prober.domain.errors import PlanError
+from prober.probing.documents import PlanDoc, PlannedDoc
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 
 Streaming = Literal["plain", "stream", "both"]
@@ -56,7 +56,7 @@ class Boundary:
 class Step:
     """One request: a priming prompt (victim's canaries in every page), a probe (asks to quote), the observer's
     first send of a probe it repeats (a lead), or a control (a tenant's own canaries, to see whether they come
-    back: prober/campaign/shapes.py)."""
+    back: prober/probing/shapes.py)."""
 
     id: str
     role: Literal["prime", "probe", "lead", "control"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prober.campaign.plan import Plan
-from prober.campaign.results import CheckResult, StepResult
-from prober.campaign.survey import Survey
 from prober.domain.types import Finding, Severity
+from prober.probing.plan import Plan
+from prober.probing.results import CheckResult, StepResult
+from prober.probing.survey import Survey
 
 
 @dataclass(frozen=True)

@@ -9,23 +9,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from prober.campaign.cached import CacheExplainer
-from prober.campaign.counters import CounterEvidence
-from prober.campaign.events import FindingRecorded, Listener, Observed, StepDone, SurveyDone, ignore
-from prober.campaign.judging import Judge
-from prober.campaign.path import measure as measure_path
-from prober.campaign.plan import Step, acceptance_limit, pairs
-from prober.campaign.planting import Planter
-from prober.campaign.results import CheckResult, ShapeChoice, StepResult
-from prober.campaign.routes import Route, Routes
-from prober.campaign.salts import salted_tenants, tenant_salts
-from prober.campaign.survey import Survey, survey
-from prober.campaign.wiring import Wiring
 from prober.capacity import Capacity, origin_of, reachability
 from prober.config.schema import TargetConfig
 from prober.domain.errors import PlanError, TargetUnusable
 from prober.domain.evidence import EngineCounters, PathRange
 from prober.domain.types import Finding
+from prober.probing.cached import CacheExplainer
+from prober.probing.counters import CounterEvidence
+from prober.probing.events import FindingRecorded, Listener, Observed, StepDone, SurveyDone, ignore
+from prober.probing.judging import Judge
+from prober.probing.path import measure as measure_path
+from prober.probing.plan import Step, acceptance_limit, pairs
+from prober.probing.planting import Planter
+from prober.probing.results import CheckResult, ShapeChoice, StepResult
+from prober.probing.routes import Route, Routes
+from prober.probing.salts import salted_tenants, tenant_salts
+from prober.probing.survey import Survey, survey
+from prober.probing.wiring import Wiring
 from prober.prompts import BuiltPrompt
 from prober.targets.base import Prompt
 from prober.targets.request_ids import RequestId
@@ -139,7 +139,7 @@ class TargetContext:
         return await self.judged(step, step.id, built, answer, route, check=check, before=before)
 
     async def decide_counters(self, counted: CounterEvidence, on_event: Listener, *, check: str) -> list[Finding]:
-        """A run's failure-counter windows against the background (prober/campaign/counters.py): its findings,
+        """A run's failure-counter windows against the background (prober/probing/counters.py): its findings,
         durable and told."""
         found = await counted.decided(self.telemetry, self.wiring.counters, quiet=not self.wiring.stopping.is_set())
         return await self.judge.persist(found, None, on_event, check=check)

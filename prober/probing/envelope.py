@@ -3,10 +3,10 @@ The scanner judges the text; these judge status, usage and finish reason."""
 
 from __future__ import annotations
 
-from prober.campaign.path import DRIFT
-from prober.campaign.plan import Aim, Step
 from prober.domain.evidence import Envelope, PathRange
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
+from prober.probing.path import DRIFT
+from prober.probing.plan import Aim, Step
 from prober.targets.result import Completion, ErrorKind
 
 PLACEHOLDER_SHARE = 0.5  # usage below half of what was sent: the engine did not process this prompt
@@ -51,7 +51,7 @@ def added(path: PathRange) -> str:
 
 
 def check_answer(step: Step, sent_tokens: int, answer: Completion, path: PathRange | None = None) -> list[Finding]:
-    """The envelope of one answer (cached tokens are prober/campaign/cached.py's, counters counters.py's); `path`:
+    """The envelope of one answer (cached tokens are prober/probing/cached.py's, counters counters.py's); `path`:
     the range a varying path adds and the limit, for a prompt aimed at a length (`undecided`)."""
     findings: list[Finding] = []
 

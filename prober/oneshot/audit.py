@@ -7,12 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from prober.campaign import AuditResult, TargetReport
-from prober.campaign.context import TargetContext
-from prober.campaign.events import Listener, PlanReady, TargetFailed, ignore
-from prober.campaign.scanning import ledger_scanner
-from prober.campaign.secrets import scrubber_for
-from prober.campaign.wiring import Wiring
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import (
@@ -32,6 +26,12 @@ from prober.domain.types import Severity
 from prober.domain.verdicts import AuditVerdict
 from prober.embeddings import Embedder
 from prober.ledger import open_ledger
+from prober.probing import AuditResult, TargetReport
+from prober.probing.context import TargetContext
+from prober.probing.events import Listener, PlanReady, TargetFailed, ignore
+from prober.probing.scanning import ledger_scanner
+from prober.probing.secrets import scrubber_for
+from prober.probing.wiring import Wiring
 from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport

@@ -8,7 +8,7 @@ and the engine's `usage.prompt_tokens` minus leakprobe's own count of it is what
 different amount each time (an operator prompt that ends with the date or a request reference; replicas behind one
 address), so what is kept is a range, and every served answer whose prompt was counted exactly adds to it while the
 run goes on.  A prompt that must fit is built for the most the path was seen to add, one that must be refused for
-the least; an answer within the range's width of the limit is undecided by the path (prober/campaign/envelope.py).
+the least; an answer within the range's width of the limit is undecided by the path (prober/probing/envelope.py).
 With a usage-calibrated counter the measurement is relative to the first tenant's path, through which that counter
 counts.
 """

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from prober.campaign.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
-from prober.campaign.path import PathOverhead, behind_path
-from prober.campaign.plan import Plan, Planned, Step
-from prober.campaign.survey import Survey
 from prober.domain.errors import BuildError
 from prober.domain.incidents import Incident, group
 from prober.domain.types import Finding, FindingKind, Severity
+from prober.probing.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
+from prober.probing.path import PathOverhead, behind_path
+from prober.probing.plan import Plan, Planned, Step
+from prober.probing.survey import Survey
 from prober.prompts.shape import Shape
 from prober.targets.result import Completion, ErrorKind
 

@@ -2,8 +2,8 @@
 exchanges and the running of them, planting canaries, judging answers (envelope, cached tokens, the engine's
 counters), results and typed events.  The checks themselves are prober/checks'."""
 
-from prober.campaign.context import TargetContext
-from prober.campaign.events import (
+from prober.probing.context import TargetContext
+from prober.probing.events import (
     CheckDone,
     Event,
     FindingRecorded,
@@ -14,9 +14,9 @@ from prober.campaign.events import (
     SurveyDone,
     TargetFailed,
 )
-from prober.campaign.plan import Plan, cache_plan, make_plan, sentinel_plan
-from prober.campaign.results import AuditResult, CheckResult, StepResult, TargetReport
-from prober.campaign.survey import Survey, preflight, survey
+from prober.probing.plan import Plan, cache_plan, make_plan, sentinel_plan
+from prober.probing.results import AuditResult, CheckResult, StepResult, TargetReport
+from prober.probing.survey import Survey, preflight, survey
 
 __all__ = [
     "AuditResult",

@@ -19,7 +19,7 @@ from prober.detect import CanarySet, Scanner
 from prober.detect.scanner import ScanResult
 from prober.domain.types import Canary, Record
 from prober.embeddings import Embedder
-from prober.infra.malloc import trim
+from prober.system.malloc import trim
 from prober.text.shingles import PromptShingles
 
 FOLD_AT = 256

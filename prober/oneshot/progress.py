@@ -19,7 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from prober.campaign.events import (
+from prober.probing.events import (
     CheckDone,
     Event,
     FindingRecorded,

@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import cache, partial
 from itertools import cycle, islice
 
-from prober.campaign.plan import Aim, Plan, Step
-from prober.campaign.routes import Route
-from prober.campaign.wiring import Wiring
 from prober.canaries.packs import load_pack
 from prober.domain.types import Canary
+from prober.probing.plan import Aim, Plan, Step
+from prober.probing.routes import Route
+from prober.probing.wiring import Wiring
 from prober.prompts import BuiltPrompt
 from prober.prompts.builder import Facts
 from prober.text.shingles import Shingler
@@ -102,7 +102,7 @@ def instruction(step: Step, languages: Mapping[str, str]) -> str:
 
 def path_aimed(step: Step, route: Route) -> int:
     """What the path is taken to add to this step's prompt: the most it was seen to add where the engine must serve
-    it, the least where it must refuse it (prober/campaign/path.py)."""
+    it, the least where it must refuse it (prober/probing/path.py)."""
     return route.path.aimed(step.tenant, must_fit=step.expect_served)
 
 

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from prober.campaign.plan import Step
 from prober.domain.evidence import CacheUsage, SharedPrefix
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
+from prober.probing.plan import Step
 from prober.prompts import BuiltPrompt
 from prober.prompts.counter import TokenCounter
 from prober.targets.credentials import Secret

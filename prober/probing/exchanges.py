@@ -14,14 +14,14 @@ import asyncio
 from dataclasses import replace
 from secrets import token_hex
 
-from prober.campaign.context import TargetContext, record
-from prober.campaign.counters import CounterEvidence
-from prober.campaign.events import Listener, PlanReady
-from prober.campaign.plan import Exchange, Plan, Step
-from prober.campaign.planting import PRIME_INSTRUCTION, instruction
-from prober.campaign.results import CheckResult
 from prober.domain.errors import BuildError
 from prober.domain.types import ProbeContext
+from prober.probing.context import TargetContext, record
+from prober.probing.counters import CounterEvidence
+from prober.probing.events import Listener, PlanReady
+from prober.probing.plan import Exchange, Plan, Step
+from prober.probing.planting import PRIME_INSTRUCTION, instruction
+from prober.probing.results import CheckResult
 from prober.prompts.shape import Layout
 from prober.targets.telemetry import window
 
