@@ -32,14 +32,14 @@ from pathlib import Path
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import Run
+from prober.checks.campaign import ONE_PAGE, STALE_PAGE, make_plan
 from prober.checks.shapes import shaped
 from prober.config.schema import parse_config
 from prober.domain.types import FindingKind
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
-from prober.probing import CheckResult, TargetContext, make_plan
+from prober.probing import CheckResult, TargetContext
 from prober.probing.exchanges import run_plan
-from prober.probing.plan import ONE_PAGE, STALE_PAGE
 from prober.probing.scanning import RunScanner
 from prober.probing.wiring import Wiring
 from prober.targets.credentials import Secret

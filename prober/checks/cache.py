@@ -4,9 +4,13 @@ everything sent before (prober/probing/cached.py)."""
 
 from __future__ import annotations
 
+from prober.capacity.limits import Capacity
 from prober.checks.base import Run
-from prober.checks.plans import LONG_PROMPTS, PlanCheck
-from prober.probing.plan import Plan, cache_plan
+from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.probing.plan import Aim, Boundary, Plan, Streaming, pairs, prime_length
+
+CACHE_CHECK_TOKENS = 1_024
+REPEAT = "repeat"  # the label of an A, X, A exchange's steps
 
 
 class PrefixCacheCheck(PlanCheck):
@@ -19,3 +23,25 @@ class PrefixCacheCheck(PlanCheck):
         a, ctx = run.config.audit, run.target
         return cache_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, max_tokens=a.max_tokens,
                           run_id=run.run_id, fact_share=ctx.wiring.fact_share)
+
+
+def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
+               max_tokens: int = 160, run_id: str = "", fact_share: float = 0.0) -> Plan:
+    """The prefix-cache check (the observer resends the victim's canary-free prompt) and the repeat check (the
+    observer's prompt, the victim's, the observer's again), every direction: prompts of the tenant's own text, with
+    whatever the path puts in front on top (what a cache between tenants could serve is the part they control), the
+    whole short of the acceptance limit by an answer's room (a probe that cannot answer cannot show its own canary)."""
+    plan = Plan(target, [], run_id=run_id, fact_share=fact_share, letter="k")
+    add = adder(plan, capacity, max_tokens)
+    ceiling = prime_length(capacity) - (max_tokens if capacity.advertised else 0)
+    cache = Boundary("prefix-cache", max(1, min(CACHE_CHECK_TOKENS, ceiling)), True, aim=Aim.OWN, ceiling=ceiling)
+    repeat = Boundary(REPEAT, cache.length, True, aim=Aim.OWN, ceiling=ceiling)
+    plan.boundaries = [cache, repeat]
+    for victim, observer in pairs(tenants):
+        add(victim, observer, cache, False, False, same_text=True)
+    # A, X, A: the observer's prompt, another tenant's of the same length, the observer's again (vLLM #50630,
+    # llama.cpp #28056: the repeat carried the intervening request's content).
+    for d, (victim, observer) in enumerate(pairs(tenants)):
+        add(victim, observer, repeat, streaming == "stream" or (streaming == "both" and d % 2 == 1), False,
+            first=repeat.length, repeat=True)
+    return plan

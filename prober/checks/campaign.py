@@ -1,11 +1,27 @@
 """The boundary campaign: prompts just below, at and above the KV pool and the advertised context, each tenant's
-canaries primed, another tenant's probe after them (prober/probing/plan.py `make_plan`)."""
+canaries primed, another tenant's probe after them."""
 
 from __future__ import annotations
 
+from prober.capacity.limits import Capacity
 from prober.checks.base import Run
-from prober.checks.plans import LONG_PROMPTS, PlanCheck
-from prober.probing.plan import Plan, make_plan
+from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.probing.plan import (
+    PRIME_ANSWER_TOKENS,
+    SHORT_PRIME,
+    Aim,
+    Boundary,
+    Plan,
+    Streaming,
+    acceptance_limit,
+    known_limit,
+    pairs,
+    prime_length,
+)
+
+ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
+STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line past the last whole block
+STALE_TAIL = 16
 
 
 class CampaignCheck(PlanCheck):
@@ -19,3 +35,87 @@ class CampaignCheck(PlanCheck):
         a, ctx = run.config.audit, run.target
         return make_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, concurrent=a.concurrent,
                          rounds=a.rounds, max_tokens=a.max_tokens, run_id=run.run_id, fact_share=ctx.wiring.fact_share)
+
+
+def boundaries(capacity: Capacity) -> list[Boundary]:
+    limit = known_limit(capacity)
+    candidates: list[tuple[str, int]] = []
+    if capacity.max_req_input_len:
+        m = capacity.max_req_input_len.value
+        candidates += [("max_req_input_len-1", m - 1), ("max_req_input_len", m)]
+    if capacity.pool_tokens:
+        pool = capacity.pool_tokens.value
+        page = capacity.page_size.value if capacity.page_size else 1
+        candidates += [("pool", pool), ("pool+1", pool + 1), ("pool+page", pool + max(page, 2))]
+    if capacity.advertised:
+        ctx = capacity.advertised.value
+        candidates += [("advertised-1", ctx - 1), ("advertised", ctx)]
+    if not capacity.max_req_input_len and not capacity.pool_tokens:
+        candidates.append(("limit-1", limit - 1))
+    ceiling = capacity.advertised.value if capacity.advertised else max(v for _, v in candidates)
+    seen: dict[int, str] = {}
+    for label, length in candidates:
+        if 0 < length <= ceiling and length not in seen:
+            seen[length] = label
+    return [Boundary(label, length, length < limit) for length, label in sorted(seen.items())]
+
+
+def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
+              concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
+              fact_share: float = 0.0) -> Plan:
+    """The boundary campaign: every boundary in every direction, alternating plain and streaming when both are
+    asked for; then, above the acceptance limit, a prime of one page (`one_page`) before the probe, and the prime
+    and the probe at the same time; and, where several slots are known, two prompts at 60% of the context at once
+    (the shared-pool check)."""
+    plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
+    add = adder(plan, capacity, max_tokens)
+    prime = prime_length(capacity)
+    directions = pairs(tenants)
+    for _ in range(rounds):
+        for i, boundary in enumerate(plan.boundaries):
+            for d, (victim, observer) in enumerate(directions):
+                stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
+                add(victim, observer, boundary, stream, False)
+        above = [b for b in plan.boundaries if not b.expect_served]
+        if above:  # the victim's whole request in one page, then the observer over the limit: plain and streamed
+            stale = stale_page_check(above[min(1, len(above) - 1)])
+            page_sized = one_page(capacity) != SHORT_PRIME  # else an everyday short prompt
+            for stream in ((False, True) if streaming == "both" else (streaming == "stream",)):
+                for victim, observer in directions:
+                    add(victim, observer, stale, stream, False, first=min(one_page(capacity), prime),
+                        prime_label=ONE_PAGE, prime_aim=Aim.PAGE if page_sized else Aim.NONE)
+        if concurrent:
+            if above:
+                for d, (victim, observer) in enumerate(directions):
+                    add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
+                        (streaming == "both" and d % 2 == 1), True)
+            shared = shared_pool_check(capacity)
+            if shared is not None:
+                for victim, observer in directions:
+                    add(victim, observer, shared, False, True, first=shared.length)
+    return plan
+
+
+def one_page(capacity: Capacity) -> int:
+    """A prime that fits one KV page with its answer.  vLLM hands the block a request freed last, if it was never
+    filled (so never cached), to the next request as its first block: an observer whose first block the engine
+    claims but never writes then reads the victim's tokens at the positions they were written for, which a real
+    model can repeat.  Engines with pages too small for a canary get an everyday short prompt."""
+    page = capacity.page_size.value if capacity.page_size else 0
+    return page - PRIME_ANSWER_TOKENS - 1 if page >= SHORT_PRIME + PRIME_ANSWER_TOKENS else SHORT_PRIME
+
+
+def stale_page_check(over: Boundary) -> Boundary:
+    """The observer's probe after a one-page prime: over the limit by `STALE_TAIL` more tokens than `over`, so that
+    an engine that claims every whole block of the prompt without writing it (the hand-off fault) still computes
+    the prompt's last line, the request the model answers."""
+    return Boundary(STALE_PAGE, over.length + STALE_TAIL, False)
+
+
+def shared_pool_check(capacity: Capacity) -> Boundary | None:
+    """With several slots, two prompts that each fit the advertised context but not one pool together:
+    where slots share one KV pool (llama.cpp --kv-unified) this shows what the engine does then."""
+    limit = acceptance_limit(capacity)
+    if not (capacity.slots and capacity.slots.value > 1 and capacity.advertised and limit):
+        return None
+    return Boundary("shared-pool", min(limit - 1, -(-capacity.advertised.value * 3 // 5)), True)

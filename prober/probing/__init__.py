@@ -14,7 +14,7 @@ from prober.probing.events import (
     SurveyDone,
     TargetFailed,
 )
-from prober.probing.plan import Plan, cache_plan, make_plan, sentinel_plan
+from prober.probing.plan import Plan
 from prober.probing.results import AuditResult, CheckResult, StepResult, TargetReport
 from prober.probing.survey import Survey, preflight, survey
 
@@ -35,9 +35,6 @@ __all__ = [
     "TargetContext",
     "TargetFailed",
     "TargetReport",
-    "cache_plan",
-    "make_plan",
     "preflight",
-    "sentinel_plan",
     "survey",
 ]
