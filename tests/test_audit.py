@@ -241,7 +241,7 @@ def test_a_reasoning_models_quote_is_read_like_its_answer(testbed: StartTestbed,
     the audit sees its own canaries there (not blind), and another tenant's there is a leak."""
     server = testbed(preset, **SMALL, reasoning=True)
     result = cli("--target", server.url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), "-f", "json",
-                 "--no-semantic", "--no-timing")
+                 "--no-semantic", "--skip=timing")
     doc = json.loads(result.stdout)
     assert result.exit_code == code, doc["verdict"]
     assert doc["verdict"]["status"] == ("no_leak" if code == 0 else "leak")

@@ -29,8 +29,8 @@ RUNS_TO_FIND = 3  # a check's runs against its bug before it must have found it
 # Each check at its smallest that still catches its bug (abort-retry's prompt spans the engine's prefill chunks, so
 # that a hang-up lands between two).
 SECTIONS = {"timing": {"samples": 8, "rounds": 3, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 2},
-            "request_ids": {"groups": 1}, "abort_retry": {"tokens": 4_096}, "adapters": {"per_tenant": 1},
-            "media": {"hash_bits": 8}}
+            "request-ids": {"groups": 1}, "abort-retry": {"tokens": 4_096}, "adapters": {"per_tenant": 1},
+            "media-cache": {"hash_bits": 8}}
 # What a check needs of the engine beyond its bug: timing measures prefill, which the small engine does not simulate.
 ENGINE = {"timing": {"prefill_ms_per_1k_tokens": 1_000}}
 # Cases measured over 8 s on 2 cores (a campaign's long prompts, a prefill long enough to hang up in, timing's samples).

@@ -20,9 +20,9 @@ import pytest
 
 from prober.checks import REGISTRY
 from prober.checks.abort_retry import AbortRetryResult
+from prober.checks.idle_slots import BOUNDARY
 from prober.checks.request_ids import RequestIdResult
-from prober.checks.slots import BOUNDARY
-from prober.config.sections import AbortRetrySettings, RequestIdSettings, SlotSettings, TimingSettings
+from prober.config.sections import AbortRetrySettings, IdleSlotSettings, RequestIdSettings, TimingSettings
 from prober.domain.types import FindingKind
 from prober.probing.results import CheckResult
 from tests.support.daemonproc import DaemonProcess, daemon_config
@@ -114,7 +114,7 @@ def test_llamacpp_slots_keep_nobody_elses_conversation(llama_install: Installati
     (llama.cpp #27148 did not reproduce with this model: its sliding-window guard re-processes the prompt)."""
     async def go() -> CheckResult:
         async with surveyed(server.url, NO_KEYS, tmp_path / "l.sqlite",
-                            slots=SlotSettings(tokens=96, max_tokens=24)) as run:
+                            idle_slots=IdleSlotSettings(tokens=96, max_tokens=24)) as run:
             return await run_check("idle-slots", run)
     with LlamaServer(llama_install, ctx_size=2048, parallel=2) as server:
         result = asyncio.run(go())

@@ -194,3 +194,24 @@ def test_no_package_shares_a_name_with_a_check() -> None:
 
     clash = {check.name.replace("-", "_") for check in REGISTRY} & set(PACKAGES)
     assert not clash, f"packages named like a check: {sorted(clash)}"
+
+
+def test_a_check_has_one_name_everywhere() -> None:
+    """Its daemon job and metrics label (`name`), `--check NAME`, its config section, its module and its docs
+    section are one string (`-` where Python needs `_`)."""
+    import re
+
+    from prober.checks import REGISTRY
+    from prober.config.schema import ProberConfig
+
+    sections = {field.alias or key for key, field in ProberConfig.model_fields.items()}
+    shared = {"ledger", "targets", "tenants", "audit", "detection", "counters", "daemon"}  # no one check's
+    wrong = [f"section {s}: no check of that name" for s in sorted(sections - shared - {c.name for c in REGISTRY})]
+    for check in REGISTRY:
+        module = type(check).__module__.rpartition(".")[2]
+        if module != check.name.replace("-", "_"):
+            wrong.append(f"{check.name}: module {module}")
+        page = (ROOT.parent / "docs" / check.docs).read_text(encoding="utf-8")
+        if not re.search(rf"^#+ .*\{{#{re.escape(check.name)}\}}$", page, re.M):
+            wrong.append(f"{check.name}: no section {{#{check.name}}} in docs/{check.docs}")
+    assert not wrong, "\n".join(wrong)

@@ -14,7 +14,7 @@ import zlib
 import httpx
 import pytest
 
-from prober.checks.media import refuses_images
+from prober.checks.media_cache import refuses_images
 from prober.media import card
 from prober.media.digest import colliding, cut, digest
 from prober.media.font import BY_INK, GLYPHS

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from prober.capacity import Capacity, Known
-from prober.checks.cache import cache_plan
 from prober.checks.campaign import make_plan
+from prober.checks.prefix_cache import cache_plan
 from prober.domain.errors import PlanError
 from prober.probing.plan import PRIME_ANSWER_TOKENS, SHORT_PRIME, pairs
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Check, Registry, Run
-from prober.config.schema import ProberConfig, parse_config
+from prober.config.schema import ProberConfig, assemble_config, parse_config
 from prober.domain.errors import ConfigError
 from prober.ledger import open_ledger
 from prober.oneshot.audit import Auditor
@@ -26,6 +27,7 @@ from prober.probing.planting import ASKED
 from prober.probing.results import CheckResult
 from prober.report import document
 from prober.targets.credentials import Secret
+from tests.support.cli import invoke
 from tests.support.daemons import make_daemon, sample, scenario, until
 from tests.support.testbed import SMALL, StartTestbed
 
@@ -70,8 +72,8 @@ def audit_config(url: str, ledger: Path, **audit: object) -> ProberConfig:
                          "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"},
                                      {"name": "tenant-b", "api_key_env": "LP_B"}],
                          "detection": {"semantic": False}, "timing": {"audit": False},
-                         "crosstalk": {"audit": False}, "request_ids": {"audit": False},
-                         "abort_retry": {"audit": False}, "audit": audit})
+                         "crosstalk": {"audit": False}, "request-ids": {"audit": False},
+                         "abort-retry": {"audit": False}, "audit": audit})
 
 
 def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, object], str]:
@@ -135,3 +137,33 @@ def test_a_schedule_naming_no_registered_job_is_refused(tmp_path: Path) -> None:
         make_daemon("http://127.0.0.1:9", tmp_path, schedule={"twice": "1m"})
     with pytest.raises(ConfigError, match="preflight cannot be off"):
         make_daemon("http://127.0.0.1:9", tmp_path, schedule={"preflight": "off"})
+
+
+@pytest.mark.unit
+def test_an_audit_runs_the_checks_named_and_not_those_skipped(tmp_path: Path) -> None:
+    """By the checks' own names (the daemon's jobs, the metrics' labels): `audit.checks` (`--check`) runs those alone,
+    whatever their section says; `audit.skip` (`--skip`) leaves checks out; a name no check has is refused."""
+    everyday = [c.name for c in REGISTRY if c.in_audit(audit_config("http://x", tmp_path / "l.sqlite"))]
+    assert [c.name for c in REGISTRY.selected(audit_config("http://x", tmp_path / "l.sqlite"))] == everyday
+    named = audit_config("http://x", tmp_path / "l.sqlite", checks=["timing", "idle-slots"], skip=["idle-slots"])
+    assert [c.name for c in REGISTRY.selected(named)] == ["timing"]  # timing's section says audit: false
+    skipped = audit_config("http://x", tmp_path / "l.sqlite", skip=["campaign", "media-cache"])
+    assert [c.name for c in REGISTRY.selected(skipped)] == [n for n in everyday if n not in ("campaign", "media-cache")]
+    with pytest.raises(ConfigError, match=r"no check named 'slots'; the checks: shapes, prefix-cache, campaign"):
+        REGISTRY.selected(audit_config("http://x", tmp_path / "l.sqlite", skip=["slots"]))
+
+
+@pytest.mark.unit
+def test_the_switches_of_the_last_release_still_work_and_say_what_replaces_them(tmp_path: Path) -> None:
+    """`--no-slots` and the `slots:` section are the idle-slot check's old names: honoured for one release, each
+    with a line naming the new one; `--check` with a name no check has is an error before anything is sent."""
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"targets": [{"name": "t", "url": "http://127.0.0.1:9/v1"}],
+                                      "slots": {"tokens": 96}, "ledger": str(tmp_path / "l.sqlite")}))
+    assembled = assemble_config(config, slots=False)
+    assert assembled.idle_slots.tokens == 96 and assembled.idle_slots.audit is False
+    result = invoke("audit", "--config", str(config), "--tenant", "a=LP_A", "--tenant", "b=LP_B", "--no-semantic",
+                    "--no-slots", "--check", "slot")
+    assert result.exit_code == 2, result.output
+    assert "--no-slots is deprecated: use --skip idle-slots" in result.output
+    assert "no check named 'slot'" in result.output

@@ -8,8 +8,8 @@ the goldens are rendered from what the code produces, not from a shape it left b
 
     leakprobe testbed serve --config tests/golden/report/engine.yaml --port 18777 &
     LP_A=testbed-key-a LP_B=testbed-key-b leakprobe audit --target http://127.0.0.1:18777/v1 \
-        --tenant tenant-a=LP_A --tenant tenant-b=LP_B --no-semantic --no-timing --no-crosstalk \
-        --no-request-ids --no-abort-retry \
+        --tenant tenant-a=LP_A --tenant tenant-b=LP_B --no-semantic --skip timing --skip crosstalk \
+        --skip request-ids --skip abort-retry \
         --ledger /tmp/golden.sqlite -f json -o tests/golden/report/document.json
 """
 

@@ -257,7 +257,7 @@ def test_audit_attributes_a_cross_tenant_echo(engine: Callable[..., TestbedServe
         # The deadline derived from the plan assumes an accelerator; a CPU decodes a token in 0.1-0.6 s.
         "audit: {max_tokens: 40, streaming: plain, concurrent: false, target_deadline: 1h}\n"
         "detection: {semantic: false}\ntiming: {audit: false}\ncrosstalk: {audit: false}\n"
-        "request_ids: {audit: false}\nabort_retry: {audit: false}\n")
+        "request-ids: {audit: false}\nabort-retry: {audit: false}\n")
     report = tmp_path / "report.json"
     run = subprocess.run([sys.executable, "-m", "prober", "audit", "--config", str(config), "--ledger",
                           str(tmp_path / "l.sqlite"), "-f", "json", "-o", str(report)],

@@ -142,7 +142,7 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
         "detection": {"semantic": False},
         "timing": TIMING,
         # Theirs: test_request_ids_and_abort_retry_on_a_healthy_vllm (minutes of decoding on a CPU each audit).
-        "request_ids": {"audit": False}, "abort_retry": {"audit": False},
+        "request-ids": {"audit": False}, "abort-retry": {"audit": False},
     })
     began = time.monotonic()
     result = run(run_audit(config, {name: Secret(key) for name, key in KEYS.items()}))

@@ -26,8 +26,8 @@ def table() -> str:
     rows = ["| check (job) | what it catches | daemon, every | `audit` |", "| --- | --- | --- | --- |",
             f"| `preflight` | reachability with every tenant's key, capacity and verdicts (no generation request; "
             f"not a check) | {spelled(PREFLIGHT_EVERY)} | yes |"]
-    rows += [f"| `{c.name}` | {c.about} | {spelled(c.every)} | {'yes' if c.in_audit(defaults) else 'no'} |"
-             for c in REGISTRY]
+    rows += [f"| [`{c.name}`]({c.docs}#{c.name}) | {c.about} | {spelled(c.every)} | "
+             f"{'yes' if c.in_audit(defaults) else 'no'} |" for c in REGISTRY]
     return "\n".join(rows)
 
 

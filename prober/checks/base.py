@@ -43,6 +43,7 @@ class Check(ABC):
     every: ClassVar[float]  # the daemon's default interval, seconds
     survey: ClassVar[bool] = False  # the daemon surveys the target afresh before each run (not only the first)
     sees_with: ClassVar[str] = ""  # checks of one group build their probes alike: one's echo vouches for the others
+    docs: ClassVar[str] = "auditing.md"  # the page of docs/ whose section `{#name}` says what it does and costs
 
     def in_audit(self, config: ProberConfig) -> bool:
         """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""

@@ -9,15 +9,17 @@ from collections.abc import Iterator
 from prober.checks.abort_retry import AbortRetryCheck
 from prober.checks.adapters import AdaptersCheck
 from prober.checks.base import Check
-from prober.checks.cache import PrefixCacheCheck
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
-from prober.checks.media import MediaCheck
-from prober.checks.request_ids import RequestIdCheck
+from prober.checks.idle_slots import IdleSlotsCheck
+from prober.checks.media_cache import MediaCacheCheck
+from prober.checks.prefix_cache import PrefixCacheCheck
+from prober.checks.request_ids import RequestIdsCheck
 from prober.checks.sentinel import SentinelCheck
-from prober.checks.shapes import ShapeCheck
-from prober.checks.slots import SlotsCheck
+from prober.checks.shapes import ShapesCheck
 from prober.checks.timing import TimingCheck
+from prober.config.schema import ProberConfig
+from prober.domain.errors import ConfigError
 
 PREFLIGHT = "preflight"  # the daemon's job that surveys the target and sends no generation request: no check
 
@@ -41,11 +43,22 @@ class Registry:
     def get(self, name: str) -> Check:
         return self._checks[name]
 
+    def selected(self, config: ProberConfig) -> list[Check]:
+        """What `leakprobe audit` runs: the checks `audit.checks` names (else each that its section runs in audits),
+        but those `audit.skip` names (ConfigError for a name no check has)."""
+        chosen, skip = config.audit.checks, config.audit.skip
+        unknown = sorted((set(chosen) | set(skip)) - set(self._checks))
+        if unknown:
+            raise ConfigError(f"audit: no check named {unknown[0]!r}; the checks: {', '.join(self._checks)}")
+        return [check for check in self if (check.name in chosen if chosen else check.in_audit(config))
+                and check.name not in skip]
+
     @property
     def jobs(self) -> list[str]:
         """The daemon's jobs: the preflight, then one per check."""
         return [PREFLIGHT, *self._checks]
 
 
-REGISTRY = Registry([ShapeCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(), SlotsCheck(),
-                     CrosstalkCheck(), RequestIdCheck(), AbortRetryCheck(), AdaptersCheck(), MediaCheck()])
+REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),
+                     IdleSlotsCheck(), CrosstalkCheck(), RequestIdsCheck(), AbortRetryCheck(), AdaptersCheck(),
+                     MediaCacheCheck()])

@@ -67,7 +67,7 @@ def fields_for(settings: RequestIdSettings, engine: Engine | None) -> tuple[str,
     return ENGINE_FIELDS.get(engine, ()) if engine is not None else ANY_ENGINE
 
 
-class RequestIdCheck(Check):
+class RequestIdsCheck(Check):
     name = "request-ids"
     about = "concurrent requests of every tenant under one client request ID: each answer carries only its own"
     every = 900.0  # a few short requests: cheap enough for every quarter hour

@@ -15,6 +15,7 @@ class SentinelCheck(PlanCheck):
     name = "sentinel"
     about = "everyday-sized prompts from each tenant in turn, far from any boundary"
     every = 60.0
+    docs = "daemon.md"
 
     def in_audit(self, config: ProberConfig) -> bool:
         return False

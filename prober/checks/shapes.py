@@ -71,7 +71,7 @@ async def choose_shape(shapes: Sequence[Shape], tenants: Sequence[str], trial: T
     return ShapeChoice(best.shape if best and best.controls else shapes[0], trials)
 
 
-class ShapeCheck(Check):
+class ShapesCheck(Check):
     name = "shapes"
     about = "which probe shape (route and layout) brings this target's own canaries back: the others take it"
     every = 21_600.0
@@ -127,5 +127,5 @@ async def shaped(run: Run, result: CheckResult) -> None:
     shape = run.target.shape
     again = shape is not None and shape.faulted and shape.run_id != run.run_id
     if shape is None or again:
-        chosen = await ShapeCheck().choose(run, every_shape=again)
+        chosen = await ShapesCheck().choose(run, every_shape=again)
         result.steps += chosen.steps

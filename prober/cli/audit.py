@@ -12,7 +12,7 @@ from typing import Annotated, Any, NamedTuple
 import typer
 
 from prober.cli.app import EXIT_ERROR, app, fail, print_table
-from prober.cli.options import ApiOption, FailOn, Format, Ledger, OutputFormat, Tenants
+from prober.cli.options import ApiOption, Deprecated, FailOn, Format, Ledger, OutputFormat, Tenants
 from prober.domain.types import Severity
 from prober.report import ReportFormat
 
@@ -129,18 +129,18 @@ def audit(
         help="Total time for the audit, e.g. 30m (default: each target's own deadline only).")] = None,
     target_deadline: Annotated[str | None, typer.Option(
         help="Total time per target, e.g. 10m (default: derived from its plan).")] = None,
-    timing: Annotated[bool | None, typer.Option(
-        help="Run the timing check of prefix-cache isolation after the campaign (default on).")] = None,
-    crosstalk: Annotated[bool | None, typer.Option(
-        help="Run the cross-talk burst after the campaign (default on).")] = None,
-    slots: Annotated[bool | None, typer.Option(
-        help="Run the idle-slot check where the target has slots (default on).")] = None,
-    request_ids: Annotated[bool | None, typer.Option(
-        help="Run the request-ID check: every tenant's requests at once under one client ID (default on).")] = None,
-    abort_retry: Annotated[bool | None, typer.Option(
-        help="Run the abort-and-retry check: a prompt abandoned mid-prefill, then retried (default on).")] = None,
-    media: Annotated[bool | None, typer.Option(
-        help="Run the media-cache check where the target takes images (default on).")] = None,
+    check: Annotated[list[str] | None, typer.Option(
+        "--check", metavar="NAME", help="Run this check, by its name (repeatable; default: each check its config "
+        "section runs in audits): shapes, prefix-cache, campaign, timing, idle-slots, crosstalk, request-ids, "
+        "abort-retry, adapters, media-cache.")] = None,
+    skip: Annotated[list[str] | None, typer.Option(
+        "--skip", metavar="NAME", help="Leave this check out (repeatable).")] = None,
+    timing: Deprecated = None,
+    crosstalk: Deprecated = None,
+    slots: Deprecated = None,
+    request_ids: Deprecated = None,
+    abort_retry: Deprecated = None,
+    media: Deprecated = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan and its token cost; send no prompt.")] = False,
 ) -> None:
     """Probe every KV-capacity boundary with canaries from each tenant and report what crossed over.
@@ -160,8 +160,9 @@ def audit(
                           token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
-                          timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
-                          abort_retry=abort_retry, media=media)
+                          checks=check, skip=skip,
+                          **switched(timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
+                                     abort_retry=abort_retry, media=media))
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
@@ -203,3 +204,19 @@ def demo(
     from prober.oneshot.demo import run_demo
 
     raise typer.Exit(asyncio.run(run_demo(out, {"model": model} if model else None)))
+
+
+DEPRECATED_SWITCHES = {"timing": "timing", "crosstalk": "crosstalk", "slots": "idle-slots",
+                       "request_ids": "request-ids", "abort_retry": "abort-retry", "media": "media-cache"}
+
+
+def switched(**given: bool | None) -> dict[str, Any]:
+    """The per-check switches of earlier releases, still honoured for one (each given one says what replaces it)."""
+    for flag, value in given.items():
+        if value is not None:
+            name = DEPRECATED_SWITCHES[flag]
+            instead = (f"use --skip {name}" if not value else
+                       f"checks run by default (`{name}: {{audit: true}}` in the config overrides `audit: false`)")
+            typer.echo(f"warning: --{'' if value else 'no-'}{flag.replace('_', '-')} is deprecated: {instead}",
+                       err=True)
+    return given

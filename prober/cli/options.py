@@ -44,3 +44,4 @@ ApiOption = Annotated[Api | None, typer.Option(help="The API the target speaks (
 Tenants = Annotated[list[str] | None, typer.Option(
     "--tenant", help="NAME=ENVVAR, repeatable: a tenant and the variable holding its API key.")]
 Format = Annotated[OutputFormat, typer.Option("--format", help="json | table")]
+Deprecated = Annotated[bool | None, typer.Option(hidden=True, help="Deprecated: --check NAME or --skip NAME.")]

@@ -7,6 +7,7 @@ the file, then LEAKPROBE_* environment variables, then command-line flags.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,9 +30,9 @@ from prober.config.sections import (
     CrosstalkSettings,
     DaemonSettings,
     DetectionSettings,
+    IdleSlotSettings,
     MediaSettings,
     RequestIdSettings,
-    SlotSettings,
     Strict,
     TimingSettings,
     http_url,
@@ -184,6 +185,11 @@ class TenantConfig(Strict):
         return CredentialSource(env=self.api_key_env, file=self.api_key_file)
 
 
+log = logging.getLogger("leakprobe.config")
+RENAMED_SECTIONS = {"slots": "idle-slots", "request_ids": "request-ids", "abort_retry": "abort-retry",
+                    "media": "media-cache"}  # old key -> the check's name
+
+
 class ProberConfig(Strict):
     ledger: Annotated[str, AfterValidator(_ledger)] = "leakprobe.sqlite"
     """Where canaries, findings and incidents are kept: a file path, `sqlite:///absolute/path` or
@@ -200,20 +206,35 @@ class ProberConfig(Strict):
     """The timing check of prefix-cache isolation (`cross_tenant_cache_timing`)."""
     crosstalk: CrosstalkSettings = Field(default_factory=CrosstalkSettings)
     """The cross-talk burst: concurrent requests of every tenant, each answer checked for others' canaries."""
-    slots: SlotSettings = Field(default_factory=SlotSettings)
+    idle_slots: IdleSlotSettings = Field(default_factory=IdleSlotSettings, alias="idle-slots")
     """The idle-slot check: cold prompts of one tenant after another's conversations in every slot."""
-    request_ids: RequestIdSettings = Field(default_factory=RequestIdSettings)
+    request_ids: RequestIdSettings = Field(default_factory=RequestIdSettings, alias="request-ids")
     """The request-ID check: concurrent requests of every tenant carrying one client request ID."""
-    abort_retry: AbortRetrySettings = Field(default_factory=AbortRetrySettings)
+    abort_retry: AbortRetrySettings = Field(default_factory=AbortRetrySettings, alias="abort-retry")
     """The abort-and-retry check: a prompt abandoned mid-prefill, then retried after another tenant's."""
     adapters: AdapterSettings = Field(default_factory=AdapterSettings)
     """The adapters check: each tenant's canary adapter asked its trigger; one prompt through every adapter."""
-    media: MediaSettings = Field(default_factory=MediaSettings)
+    media_cache: MediaSettings = Field(default_factory=MediaSettings, alias="media-cache")
     """The media-cache check: another tenant's image features served for a reused uuid or a colliding image."""
     counters: CounterSettings = Field(default_factory=CounterSettings)
     """How the engine's failure counters are told apart from other users' traffic."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     """Settings of `leakprobe daemon`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """A check's section is keyed by the check's name; the keys it had before still load, for one release."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in RENAMED_SECTIONS.items():
+            if old in data:
+                log.warning("config: `%s:` is deprecated; write `%s:` (the check's name)", old, new)
+                section, given = data.pop(old), data.get(new)
+                both = isinstance(section, dict) and isinstance(given, dict)
+                data[new] = {**section, **given} if both else section if given is None else given
+        return data
 
     @property
     def languages(self) -> dict[str, str]:
@@ -265,9 +286,9 @@ ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit",
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
                     "model": ("detection", "model"), "timing": ("timing", "audit"),
-                    "crosstalk": ("crosstalk", "audit"), "slots": ("slots", "audit"),
-                    "request_ids": ("request_ids", "audit"), "abort_retry": ("abort_retry", "audit"),
-                    "media": ("media", "audit")}
+                    "crosstalk": ("crosstalk", "audit"), "slots": ("idle-slots", "audit"),
+                    "request_ids": ("request-ids", "audit"), "abort_retry": ("abort-retry", "audit"),
+                    "media": ("media-cache", "audit")}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

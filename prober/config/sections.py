@@ -125,6 +125,11 @@ class AuditSettings(Strict):
     deadline: DurationOrOff | None = None
     """Total time for the whole audit (e.g. `30m`); what is still running then ends, and the audit is incomplete.
     Unset or `off`: only each target's deadline bounds it."""
+    checks: list[str] = Field(default_factory=list)
+    """The checks to run, by name (`leakprobe checks` lists them); empty: every check whose own section says it runs
+    in audits.  A check named here runs whatever its section's `audit` says."""
+    skip: list[str] = Field(default_factory=list)
+    """Checks not to run, by name."""
     target_deadline: DurationOrOff | None = None
     """Total time per target: survey, probe-shape choice, campaign and isolation checks.  Unset or `off`: 5 minutes for
     the survey, then 2 minutes plus what follows derives — its prompt tokens at 1,000 a second and each request's
@@ -189,7 +194,7 @@ class MediaSettings(Strict):
     second for 16 bits); past it that probe is left out, and said so."""
 
 
-class SlotSettings(Strict):
+class IdleSlotSettings(Strict):
     """Idle slots (llama.cpp #27148): each tenant's conversations left in every slot, then another tenant's cold
     prompts, one at a time and all at once."""
 

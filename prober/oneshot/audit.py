@@ -49,7 +49,7 @@ class Auditor:
         self.secrets = secrets
         self.minter = minter
         self.on_event = on_event
-        self.checks = [check for check in checks if check.in_audit(config)]
+        self.checks = checks.selected(config)
         self.tokens_left = config.audit.token_budget
 
     async def run(self, *, dry_run: bool = False) -> AuditResult:

@@ -29,7 +29,7 @@ FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "shapes": "4s", "campa
 # Seven samples: the fewest that can decide at the default false-alarm rate over two pairs (a looser rate would
 # let a clean engine draw a finding now and then).
 LEAN_CHECKS = {"timing": {"samples": 7, "rounds": 1, "prompt_tokens": 64}, "crosstalk": {"per_tenant": 1},
-               "request_ids": {"groups": 1}, "abort_retry": {"tokens": 256}}
+               "request-ids": {"groups": 1}, "abort-retry": {"tokens": 256}}
 
 
 def daemon_config(url: str, ledger: Path, **daemon: Any) -> dict[str, Any]:

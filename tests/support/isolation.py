@@ -35,13 +35,15 @@ NO_KEYS: dict[str, Secret | None] = dict.fromkeys(TENANTS)  # llama-server runs 
 async def surveyed(url: str, secrets: Mapping[str, Secret | None], ledger_path: Path, *, retries: int = 0,
                    **sections: Any) -> AsyncIterator[Run]:
     """A run on the surveyed engine at `url`, with a ledger of its own: what the audit gives each target.
-    `sections`: config sections the checks read (`timing=TimingSettings(...)`); `retries`: the transport's (an
-    audit's default is 3: llama.cpp closes a kept-alive connection after a stream as the next request goes out)."""
+    `sections`: config sections the checks read, by attribute (`timing=TimingSettings(...)`); `retries`: the
+    transport's (an audit's default is 3: llama.cpp closes a kept-alive connection after a stream as the next request
+    goes out)."""
     ledger = open_ledger(ledger_path)
     try:
         wiring = Wiring(ledger, Minter(ledger, KEY), RunScanner([], key=KEY, tenants=TENANTS), secrets, TENANTS)
         target = TargetConfig(name="engine", url=url + "/v1", api="completions", timeout_s=300, retries=retries)
-        config = ProberConfig(targets=[target], tenants=[{"name": t} for t in TENANTS], **sections)
+        named = {ProberConfig.model_fields[key].alias or key: value for key, value in sections.items()}
+        config = ProberConfig.model_validate({"targets": [target], "tenants": [{"name": t} for t in TENANTS], **named})
         async with Transport(target.policy()) as transport:
             context = TargetContext(target, transport, wiring)
             await context.survey()

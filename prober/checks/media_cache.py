@@ -91,7 +91,7 @@ def media_plan(run: Run) -> Plan:
     """Per ordered pair of tenants and per probe, an exchange: the victim's card (prime), the observer's image
     (probe).  Announced before the first is sent, so that the daemon's metrics know its boundaries."""
     plan = Plan(run.target.config.name, [], run_id=run.run_id, letter="md")
-    max_tokens = run.config.media.max_tokens
+    max_tokens = run.config.media_cache.max_tokens
     for victim, observer in pairs(run.target.tenants):
         for probe in PROBES:
             eid = f"{run.run_id}md{len(plan.exchanges) + 1:03d}-{probe}"
@@ -101,18 +101,18 @@ def media_plan(run: Run) -> Plan:
     return plan
 
 
-class MediaCheck(Check):
+class MediaCacheCheck(Check):
     name = "media-cache"
     about = "another tenant's image read back: a reused media uuid, a uuid alone, a colliding digest, reshaped pixels"
     every = 21_600.0
 
     def in_audit(self, config: ProberConfig) -> bool:
-        return config.media.audit
+        return config.media_cache.audit
 
     def planned(self, run: Run) -> Planned:
         if not run.target.config.api.openai_routes:
             return Planned.moot_because(f"the {run.target.config.api} API takes no images here")
-        settings, tenants = run.config.media, run.target.tenants
+        settings, tenants = run.config.media_cache, run.target.tenants
         requests = len(pairs(tenants)) * 2 * len(PROBES)
         tokens = requests * (PROMPT_TOKENS + settings.image_tokens)
         return Planned(tokens, requests, tokens / PREFILL_FLOOR + requests * settings.max_tokens / DECODE_FLOOR
@@ -145,8 +145,8 @@ class _Sender:
 
     def __init__(self, run: Run, route: Route, ask_tokens: int) -> None:
         self.run, self.route, self.ask_tokens = run, route, ask_tokens
-        self.settings = run.config.media
-        self.result = MediaResult(check=MediaCheck.name)
+        self.settings = run.config.media_cache
+        self.result = MediaResult(check=MediaCacheCheck.name)
         self.took_images = False  # a card was served: a refusal after it is not "no images"
         self.no_uuids: str | None = None  # why the uuid probes are left out on this target
 
@@ -195,7 +195,7 @@ class _Sender:
         self.took_images = self.took_images or answer.served
         built = BuiltPrompt(text=ASK, requested=self.ask_tokens, tokens=self.ask_tokens, counted=True,
                             counter=self.route.counter.source, canaries=(canary,) if canary else ())
-        judged = await ctx.judge.answer(step, exchange.id, built, answer, check=MediaCheck.name)
+        judged = await ctx.judge.answer(step, exchange.id, built, answer, check=MediaCacheCheck.name)
         usage = answer.usage.prompt_tokens if answer.usage else None
         result.other_tokens += max(0, (usage or 0) - self.ask_tokens)  # the image's tokens, as the engine counts them
         record(judged, result, self.run.on_event, others=counterpart(exchange, step))

@@ -20,7 +20,7 @@ from prober.capacity import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
-from prober.config.sections import SlotSettings
+from prober.config.sections import IdleSlotSettings
 from prober.probing.context import tell
 from prober.probing.events import CheckDone
 from prober.probing.plan import Aim, Plan, Planned, Step, pairs
@@ -34,7 +34,7 @@ BOUNDARY = "idle-slot"
 USUAL_SLOTS = 4  # llama.cpp's slots when `--parallel` is left to choose
 
 
-def width_of(settings: SlotSettings, capacity: Capacity) -> int | None:
+def width_of(settings: IdleSlotSettings, capacity: Capacity) -> int | None:
     """How many slots to fill: the configured number, else the engine's own (llama.cpp reports `total_slots`), else,
     where the engine is not known at all (its introspection hidden behind a gateway), llama.cpp's usual number, as
     it may be one; None for a known engine without slots (nothing to check)."""
@@ -42,14 +42,14 @@ def width_of(settings: SlotSettings, capacity: Capacity) -> int | None:
     return settings.width or known or (USUAL_SLOTS if capacity.engine is None else None)
 
 
-def planned_tokens(settings: SlotSettings, tenants: Sequence[str], capacity: Capacity) -> int:
+def planned_tokens(settings: IdleSlotSettings, tenants: Sequence[str], capacity: Capacity) -> int:
     """Per ordered pair: the victim's fill before each of the observer's two rounds."""
     return len(pairs(list(tenants))) * 4 * (width_of(settings, capacity) or 0) * settings.tokens
 
 
-async def check_idle_slots(run: Send, tenants: Sequence[str], settings: SlotSettings, *, width: int,
+async def check_idle_slots(run: Send, tenants: Sequence[str], settings: IdleSlotSettings, *, width: int,
                            run_id: str = "") -> CheckResult:
-    result = CheckResult(check=SlotsCheck.name)
+    result = CheckResult(check=IdleSlotsCheck.name)
 
     def step(kind: str, tenant: str, i: int) -> Step:
         return Step(id=f"{run_id}sl{len(result.steps) + i + 1:03d}-{kind}", role="prime" if kind == "fill" else "probe",
@@ -71,16 +71,16 @@ async def check_idle_slots(run: Send, tenants: Sequence[str], settings: SlotSett
     return result
 
 
-class SlotsCheck(Check):
+class IdleSlotsCheck(Check):
     name = "idle-slots"
     about = "a cold prompt of one tenant served from a slot that still holds another tenant's conversation"
     every = 21_600.0
 
     def in_audit(self, config: ProberConfig) -> bool:
-        return config.slots.audit
+        return config.idle_slots.audit
 
     def planned(self, run: Run) -> Planned:
-        settings, tenants = run.config.slots, run.target.tenants
+        settings, tenants = run.config.idle_slots, run.target.tenants
         width = width_of(settings, run.target.capacity)
         if width is None:
             return Planned.moot_because(f"{run.target.capacity.engine} serves without a fixed set of slots")
@@ -91,7 +91,7 @@ class SlotsCheck(Check):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         """Every prompt led by a fresh nonce, so that none shares a prefix with anything a slot holds (the victim's
         take a slot each)."""
-        ctx, settings = run.target, run.config.slots
+        ctx, settings = run.target, run.config.idle_slots
         width = width_of(settings, ctx.capacity)
         if width is None:
             return CheckResult(check=self.name)
