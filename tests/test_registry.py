@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import io
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, Counter
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.checks import REGISTRY, Check, Registry, Run
+from prober.checks.base import ResultMetrics
 from prober.config.schema import ProberConfig, assemble_config, parse_config
 from prober.domain.errors import ConfigError
+from prober.domain.evidence import Tagged
+from prober.domain.types import DetectorName, Finding, FindingKind, Severity
 from prober.ledger import open_ledger
 from prober.oneshot.audit import Auditor
 from prober.oneshot.progress import AuditProgress
 from prober.probing.context import record
-from prober.probing.events import CheckDone
 from prober.probing.plan import Aim, Plan, Planned, Step
 from prober.probing.planting import ASKED
 from prober.probing.results import CheckResult
@@ -36,13 +40,37 @@ TOKENS = 96  # each request's prompt
 ANSWER = 64  # room for a code (~20 tokens) behind what the model says first
 
 
+@dataclass(frozen=True)
+class Repeated(Tagged):
+    """The toy's evidence: the second answer repeated the first, word for word."""
+
+    type = "twice_repeated"
+    chars: int
+
+
+class TwiceMetrics(ResultMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.repeats = Counter("leakprobe_twice_repeats", "Second answers that repeated the first.", ["target"],
+                               registry=registry)
+        self.series = [self.repeats]
+
+    def observe(self, target: str, result: CheckResult) -> None:
+        self.repeats.labels(target).inc(len(result.extra))
+
+
 class Twice(Check):
     """Each tenant sends a short canary-bearing prompt twice, asking to quote it: the second answer may carry only
-    its own canaries (a toy: what a real check's module looks like)."""
+    its own canaries, and one that repeats the first word for word is noted (info: a deterministic engine does).
+    A toy: everything a check brings (its evidence type, its metric, its docs section) is in its class."""
 
     name = "twice"
     about = "each tenant's short prompt sent twice in a row"
     every = 60.0
+    docs = "checks.md"
+    evidence = (Repeated,)
+
+    def metrics(self, registry: CollectorRegistry) -> TwiceMetrics:
+        return TwiceMetrics(registry)
 
     def planned(self, run: Run) -> Planned:
         requests = 2 * len(run.target.tenants)
@@ -53,13 +81,22 @@ class Twice(Check):
         result = CheckResult(check=self.name)
         route = await ctx.route()
         plan = Plan(ctx.config.name, [], run_id=run.run_id)
+        repeated: list[Finding] = []
         for tenant in ctx.tenants:
+            step = Step(id=f"{run.run_id}tw-{tenant}", role="probe", tenant=tenant, length=TOKENS, stream=False,
+                        expect_served=True, boundary="twice", max_tokens=ANSWER, aim=Aim.NONE)
+            built = await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=None, cue=False)
+            texts = []
             for n in (1, 2):
-                step = Step(id=f"{run.run_id}tw-{tenant}-{n}", role="probe", tenant=tenant, length=TOKENS,
-                            stream=False, expect_served=True, boundary="twice", max_tokens=ANSWER, aim=Aim.NONE)
-                built = await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=None, cue=False)
-                record(await ctx.send_judged(step, built, route, check=self.name), result, run.on_event)
-        run.on_event(CheckDone(ctx.config.name, result))
+                judged = await ctx.send_judged(replace(step, id=f"{step.id}-{n}"), built, route, check=self.name)
+                record(judged, result, run.on_event)
+                texts.append((judged.step.id, judged.answer.text))
+            (_, first), (second, again) = texts
+            if first and first == again:
+                repeated.append(Finding(second, FindingKind.CROSS_REQUEST_ECHO, DetectorName.VERBATIM,
+                                        Severity.INFO, 1.0, tenant, evidence=(Repeated(len(first)),)))
+        result.extra = await ctx.judge.persist(repeated, None, run.on_event, check=self.name)
+        return result
         return result
 
 
@@ -104,11 +141,23 @@ def test_a_registered_check_is_planned_budgeted_run_and_reported(testbed: StartT
     doc, progress = audit(audit_config(server.url, tmp_path / "l.sqlite"))
     (target,) = doc["targets"]  # type: ignore[attr-defined]
     (twice,) = [c for c in target["checks"] if c["check"] == "twice"]
-    assert twice["requests"] == 4 and twice["findings"] == 0 and not twice["errors"]
+    assert twice["requests"] == 4 and twice["findings"] == 2 and not twice["errors"]
     assert twice["sight"]["checked"] == 4 and twice["tokens"] >= 4 * TOKENS - 8  # counted as the engine counts
     assert [s["tenant"] for s in target["steps"] if s["check"] == "twice"] == ["tenant-a"] * 2 + ["tenant-b"] * 2
-    assert "twice t: 4 requests, 0 findings" in progress
+    assert "twice t: 4 requests, 2 findings" in progress
     assert doc["verdict"]["status"] == "no_leak", (doc["verdict"], target["sight"])  # type: ignore[index]
+    # Its evidence type is written with the finding, in the report and the ledger, and read back as itself.
+    noted = [f for f in doc["findings"] if f["check"] == "twice"]  # type: ignore[attr-defined]
+    assert [d["type"] for f in noted for d in f["details"]] == ["twice_repeated"] * 2, noted
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    try:
+        stored = [f.evidence_of(Repeated) for f in ledger.findings() if f.check == "twice"]
+    finally:
+        ledger.close()
+    assert len(stored) == 2 and all(r is not None and r.chars > 0 for r in stored), stored
+    # Chosen by its name as every check is.
+    alone, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", checks=["twice"]))
+    assert [c["check"] for c in alone["targets"][0]["checks"]] == ["twice"]  # type: ignore[index]
 
 
 def test_the_daemon_runs_a_registered_check_as_a_job_of_its_own(testbed: StartTestbed, tmp_path: Path) -> None:
@@ -125,6 +174,7 @@ def test_the_daemon_runs_a_registered_check_as_a_job_of_its_own(testbed: StartTe
         await until(daemon, lambda: status.last_success is not None, "a run of the twice job")
         assert sample(daemon, "leakprobe_probes_total", job="twice", boundary="twice", outcome="served") >= 4
         assert sample(daemon, "leakprobe_job_interval_seconds", job="twice") == 1.0
+        assert sample(daemon, "leakprobe_twice_repeats_total") >= 2  # its own metric, on the daemon's registry
         assert sample(daemon, "leakprobe_job_runs_total", job="timing") == 0  # off: never scheduled
         jobs = (await client.get("/status")).json()["targets"][0]["jobs"]
         assert "twice" in jobs and jobs["twice"]["last_success"] and "timing" not in jobs

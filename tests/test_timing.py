@@ -15,7 +15,7 @@ import pytest
 
 from prober.checks import REGISTRY, perform
 from prober.checks.timing import TimingResult, check_decidable, findings_of, random_text
-from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, holm, smallest_p, stouffer
+from prober.checks.timing.stats import Loss, PairDecision, PairSamples, decide, holm, smallest_p, stouffer
 from prober.config.schema import TargetConfig, TenantConfig
 from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError

@@ -36,7 +36,6 @@ from prober.config.schema import ProberConfig
 from prober.config.sections import AbortRetrySettings
 from prober.domain.errors import BuildError
 from prober.probing.context import TargetContext, record
-from prober.probing.events import CheckDone
 from prober.probing.plan import Aim, Plan, Planned, Step, acceptance_limit, pairs
 from prober.probing.planting import ASKED
 from prober.probing.results import CheckResult, Sight, StepResult
@@ -112,7 +111,6 @@ class AbortRetryCheck(Check):
             result.notes.append(f"abort and retry: all {result.answered_early} prompts meant to be abandoned were "
                                 "answered before the hang-up (prefill faster than the client could hang up): no "
                                 "abort was tested; a longer `abort_retry.tokens` gives the hang-up time")
-        run.on_event(CheckDone(ctx.config.name, result))
         return result
 
 

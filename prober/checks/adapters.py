@@ -31,7 +31,7 @@ from prober.config.schema import ProberConfig
 from prober.domain.errors import PromptError
 from prober.domain.evidence import AdapterAsk, adding
 from prober.domain.types import Canary, Finding, ProbeContext, Record, Severity
-from prober.probing.events import CheckDone, Observed
+from prober.probing.events import Observed
 from prober.probing.plan import Planned
 from prober.probing.results import CheckResult, Sight
 from prober.prompts import TokenCounter
@@ -143,7 +143,6 @@ class AdaptersCheck(Check):
         result.extra = await ctx.judge.persist(result.extra, None, run.on_event, check=self.name)
         for seen in result.seen:
             run.on_event(seen)
-        run.on_event(CheckDone(ctx.config.name, result))
         return result
 
     @staticmethod

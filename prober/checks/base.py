@@ -15,8 +15,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PlanError
+from prober.domain.evidence import Tagged
 from prober.probing.context import TargetContext
 from prober.probing.events import CheckDone, Listener
 from prober.probing.plan import Planned
@@ -44,10 +48,15 @@ class Check(ABC):
     survey: ClassVar[bool] = False  # the daemon surveys the target afresh before each run (not only the first)
     sees_with: ClassVar[str] = ""  # checks of one group build their probes alike: one's echo vouches for the others
     docs: ClassVar[str] = "auditing.md"  # the page of docs/ whose section `{#name}` says what it does and costs
+    evidence: ClassVar[tuple[type[Tagged], ...]] = ()  # the evidence types it brings (the codec reads them back)
 
     def in_audit(self, config: ProberConfig) -> bool:
         """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""
         return True
+
+    def metrics(self, registry: CollectorRegistry) -> ResultMetrics | None:
+        """The series its results carry beyond their requests, on the daemon's registry (None: none)."""
+        return None
 
     @abstractmethod
     def planned(self, run: Run) -> Planned:
@@ -57,6 +66,17 @@ class Check(ABC):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         """Send, judge, record: every finding durable before it is told, the result's errors saying what could not
         be observed."""
+
+
+class ResultMetrics(ABC):
+    """What a check decides beyond its requests, as metrics: each run's result observed as it ends.  Every series is
+    labelled by `target`, so that a target a reload removes leaves none behind."""
+
+    series: list[MetricWrapperBase]
+
+    @abstractmethod
+    def observe(self, target: str, result: CheckResult) -> None:
+        """Its run on `target` ended with `result` (its own check's)."""
 
 
 def planning(check: Check, run: Run) -> Planned:
@@ -72,8 +92,9 @@ async def perform(check: Check, run: Run, planned: Planned) -> CheckResult:
     """A check's run, or where it is moot on this target, or could not be planned, a result that says why (it sent
     nothing; not planned is an error, so the run is incomplete)."""
     if planned.moot is None and planned.unplanned is None:
-        return await check.run(run, planned)
-    result = CheckResult(check=check.name, moot=planned.moot,
-                         errors=[f"{check.name}: {planned.unplanned}"] if planned.unplanned else [])
+        result = await check.run(run, planned)
+    else:
+        result = CheckResult(check=check.name, moot=planned.moot,
+                             errors=[f"{check.name}: {planned.unplanned}"] if planned.unplanned else [])
     run.on_event(CheckDone(run.target.config.name, result))
     return result

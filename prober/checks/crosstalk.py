@@ -16,7 +16,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prober.checks.base import Check, Run
+from prometheus_client import CollectorRegistry, Counter
+
+from prober.checks.base import Check, ResultMetrics, Run
 from prober.checks.timing import Send
 from prober.config.schema import ProberConfig
 from prober.config.sections import CrosstalkSettings
@@ -24,7 +26,7 @@ from prober.detect.scanner import ScanResult
 from prober.domain.evidence import Burst
 from prober.domain.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 from prober.probing.counters import CounterEvidence
-from prober.probing.events import CheckDone, Observed
+from prober.probing.events import Observed
 from prober.probing.plan import Planned, Streaming
 from prober.probing.results import CheckResult, Sight
 from prober.targets.base import Prompt
@@ -147,6 +149,9 @@ class CrosstalkCheck(Check):
     def in_audit(self, config: ProberConfig) -> bool:
         return config.crosstalk.audit
 
+    def metrics(self, registry: CollectorRegistry) -> BurstMetrics:
+        return BurstMetrics(registry)
+
     def planned(self, run: Run) -> Planned:
         settings, tenants = run.config.crosstalk, run.target.tenants
         requests = len(tenants) * settings.per_tenant
@@ -169,5 +174,20 @@ class CrosstalkCheck(Check):
         result.errors += counted.undecided
         for seen in result.seen:
             run.on_event(seen)
-        run.on_event(CheckDone(ctx.config.name, result))
         return result
+
+
+class BurstMetrics(ResultMetrics):
+    """The bursts' answers as the daemon counts them: own canary back, another's, none."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own canary "
+                               "came back), foreign (another request's canary), unanswered.", ["target", "outcome"],
+                               registry=registry)
+        self.series = [self.answers]
+
+    def observe(self, target: str, result: CheckResult) -> None:
+        if isinstance(result, CrosstalkResult):
+            for outcome, count in (("own", result.own_echoed), ("foreign", result.foreign),
+                                   ("unanswered", result.requests - result.answered)):
+                self.answers.labels(target, outcome).inc(count)

@@ -22,7 +22,6 @@ from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import IdleSlotSettings
 from prober.probing.context import tell
-from prober.probing.events import CheckDone
 from prober.probing.plan import Aim, Plan, Planned, Step, pairs
 from prober.probing.planting import ASKED, PRIME_INSTRUCTION
 from prober.probing.results import CheckResult, StepResult
@@ -109,5 +108,4 @@ class IdleSlotsCheck(Check):
 
         result = await check_idle_slots(send, ctx.tenants, settings, width=width, run_id=run.run_id)
         result.steps[:0] = shapes.steps
-        run.on_event(CheckDone(ctx.config.name, result))
         return result

@@ -38,7 +38,7 @@ from prober.media import card
 from prober.media.digest import colliding, cut, digest
 from prober.media.png import Bitmap, data_url
 from prober.probing.context import record
-from prober.probing.events import CheckDone, PlanReady
+from prober.probing.events import PlanReady
 from prober.probing.exchanges import counterpart
 from prober.probing.plan import Aim, Exchange, Plan, Planned, Step, pairs
 from prober.probing.results import CheckResult, Sight
@@ -131,7 +131,6 @@ class MediaCacheCheck(Check):
                 await sender.exchange(exchange, probe)
         if sender.no_uuids is not None:
             sender.result.notes.append(f"uuid probes left out: {sender.no_uuids}")
-        run.on_event(CheckDone(ctx.config.name, sender.result))
         return sender.result
 
 

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from prober.capacity.limits import Capacity
 from prober.checks.base import Check, Run
 from prober.checks.shapes import shaped
-from prober.probing.events import CheckDone
 from prober.probing.exchanges import run_plan
 from prober.probing.plan import Aim, Ask, Boundary, Plan, Planned, prime_length
 from prober.probing.results import CheckResult
@@ -32,7 +31,6 @@ class PlanCheck(Check):
         result = CheckResult(check=self.name, sees_with=self.sees_with)
         await shaped(run, result)
         await run_plan(run.target, planned.plan or self.plan(run), result, run.on_event)
-        run.on_event(CheckDone(run.target.config.name, result))
         return result
 
 

@@ -1,6 +1,7 @@
 """Every check leakprobe runs, in the order an audit runs them: the one list the audit, the daemon's jobs and
 schedule, the budget and deadlines, reports, progress and metrics read.  A check registered here (or by `register`,
-at start-up) is planned, budgeted, run, reported, exported and shown with no other change."""
+at start-up) is planned, budgeted, run, reported, exported and shown with no other change: its evidence types join
+the codec, its metrics the daemon's registry, its name `--check`, `--skip` and the schedule."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from prober.checks.shapes import ShapesCheck
 from prober.checks.timing import TimingCheck
 from prober.config.schema import ProberConfig
 from prober.domain.errors import ConfigError
+from prober.domain.evidence import register as register_evidence
 
 PREFLIGHT = "preflight"  # the daemon's job that surveys the target and sends no generation request: no check
 
@@ -35,6 +37,8 @@ class Registry:
         the daemon alone)."""
         if check.name in self._checks or check.name == PREFLIGHT:
             raise ValueError(f"a check named {check.name!r} is registered already")
+        for kind in check.evidence:
+            register_evidence(kind)
         self._checks[check.name] = check
 
     def __iter__(self) -> Iterator[Check]:

@@ -30,7 +30,6 @@ from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import RequestIdSettings
 from prober.probing.context import record
-from prober.probing.events import CheckDone
 from prober.probing.plan import Aim, Plan, Planned, Step
 from prober.probing.planting import ASKED
 from prober.probing.results import CheckResult
@@ -113,5 +112,4 @@ class RequestIdsCheck(Check):
             result.notes.append(f"request IDs: the engine is not known, so every engine's body field carried the ID "
                                 f"({', '.join(result.fields)}) beside the X-Request-Id and traceparent headers; an API "
                                 "that refuses a field it does not know needs `request_ids.fields: []`")
-        run.on_event(CheckDone(ctx.config.name, result))
         return result

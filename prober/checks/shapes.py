@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from prober.checks.base import Check, Run
+from prometheus_client import CollectorRegistry, Gauge
+
+from prober.checks.base import Check, ResultMetrics, Run
 from prober.config.schema import ProberConfig
 from prober.domain.errors import BuildError, CountError
 from prober.probing.context import record
@@ -77,6 +79,9 @@ class ShapesCheck(Check):
     every = 21_600.0
     survey = True  # the model behind the URL may have changed
 
+    def metrics(self, registry: CollectorRegistry) -> ShapeMetrics:
+        return ShapeMetrics(registry)
+
     def planned(self, run: Run) -> Planned:
         shapes, tenants = run.target.config.shapes, run.target.tenants
         requests = len(shapes) * len(tenants)
@@ -110,7 +115,6 @@ class ShapesCheck(Check):
                                                        stopped=lambda: ctx.wiring.stop_reason() is not None,
                                                        every_shape=every_shape)
         result.choice.run_id = run.run_id
-        run.on_event(CheckDone(ctx.config.name, result))
         return result
 
 
@@ -128,4 +132,24 @@ async def shaped(run: Run, result: CheckResult) -> None:
     again = shape is not None and shape.faulted and shape.run_id != run.run_id
     if shape is None or again:
         chosen = await ShapesCheck().choose(run, every_shape=again)
+        run.on_event(CheckDone(run.target.config.name, chosen))  # the `shapes` check's result, in another's run
         result.steps += chosen.steps
+
+
+class ShapeMetrics(ResultMetrics):
+    """The last choice of a target's probe shape: which one its requests take, and how each tried shape did."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.echoed = Gauge("leakprobe_probe_shape_own_echo_ratio", "Of the last probe-shape choice's control prompts "
+                            "in each shape tried, the share that brought their own canary back.", ["target", "shape"],
+                            registry=registry)
+        self.chosen = Gauge("leakprobe_probe_shape_info", "1 for the probe shape a target's requests take (route and "
+                            "layout, measured before each campaign).", ["target", "shape"], registry=registry)
+        self.series = [self.echoed, self.chosen]
+
+    def observe(self, target: str, result: CheckResult) -> None:
+        choice = result.choice if isinstance(result, ShapeResult) else None
+        for trial in choice.trials if choice else ():
+            self.chosen.labels(target, trial.shape.name).set(int(choice is not None and trial.shape == choice.chosen))
+            if trial.controls:
+                self.echoed.labels(target, trial.shape.name).set(trial.echoed / len(trial.controls))

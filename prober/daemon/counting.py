@@ -1,16 +1,13 @@
 """A run's events as the daemon's metrics: counts and gauges that move as requests complete, findings as they
-are recorded, what a survey concluded, and the series some checks' results carry beyond their steps (a shape
-choice, a timing check, a burst; the series: metrics.py)."""
+are recorded, what a survey concluded, and the series some checks' results carry beyond their steps (each check's
+own `metrics`: prober/checks)."""
 
 from __future__ import annotations
 
 import time
-from statistics import median
 from typing import assert_never
 
 from prober.capacity.limits import VerdictCode
-from prober.checks.crosstalk import CrosstalkResult
-from prober.checks.timing import TimingResult
 from prober.daemon.metrics import BoundaryOutcome, Metrics
 from prober.probing.events import (
     CheckDone,
@@ -22,7 +19,7 @@ from prober.probing.events import (
     SurveyDone,
     TargetFailed,
 )
-from prober.probing.results import ShapeChoice, ShapeResult, StepResult
+from prober.probing.results import StepResult
 from prober.probing.survey import Survey
 
 
@@ -47,27 +44,10 @@ class RunCounter:
                 m.incidents.record(f, f.check or self.job)  # the check that made it (prober/daemon/evidence.py)
             case SurveyDone(result=result):
                 self._survey(result)
-            case CheckDone(result=TimingResult() as timing):
-                for decision in timing.decisions:
-                    s = decision.samples
-                    m.checks.timing_p.labels(self.target, s.victim, s.observer).set(decision.adjusted_p)
-                    m.checks.timing_rounds.labels(self.target, s.victim, s.observer).set(decision.rounds)
-                    m.checks.timing_undecided.labels(self.target, s.victim, s.observer).set(int(decision.unclear))
-                    for prompts, ttfts in (("hit", s.hits), ("miss", s.misses)):
-                        if ttfts:
-                            m.checks.timing_ttft.labels(self.target, s.victim, s.observer, prompts).set(median(ttfts))
-            case CheckDone(result=ShapeResult(choice=ShapeChoice() as choice)):
-                for trial in choice.trials:
-                    name = trial.shape.name
-                    m.checks.shape_chosen.labels(self.target, name).set(int(trial.shape == choice.chosen))
-                    if trial.controls:
-                        m.checks.shape.labels(self.target, name).set(trial.echoed / len(trial.controls))
-            case CheckDone(result=CrosstalkResult() as burst):
-                for outcome, count in (("own", burst.own_echoed), ("foreign", burst.foreign),
-                                       ("unanswered", burst.requests - burst.answered)):
-                    m.checks.burst_answers.labels(self.target, outcome).inc(count)
-            case TargetFailed() | CheckDone() | Observed():
-                pass  # a job's failure is its outcome's (JobRecords); other checks' results are their steps
+            case CheckDone(result=result):
+                m.checks.observe(self.target, result)
+            case TargetFailed() | Observed():
+                pass  # a job's failure is its outcome's (JobRecords); what a request observed, its step's
             case _:
                 assert_never(event)
 

@@ -15,13 +15,15 @@ from collections.abc import Iterable, Sequence
 from enum import IntEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from prober import __version__
+from prober.checks import REGISTRY, Registry
 from prober.config.sections import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.outcomes import Failure, Skip
 from prober.domain.incidents import Incident
-from prober.probing.results import StepResult
+from prober.probing.results import CheckResult, StepResult
 from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 
@@ -53,7 +55,8 @@ class BoundaryOutcome(IntEnum):
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, checks: Registry = REGISTRY) -> None:
+        """`checks`: whose result series it exports (each check's `metrics`)."""
         self.registry = registry
         target_job = ["target", "job"]
         self.findings = Counter("leakprobe_findings", "Findings recorded (persisted first), by kind and tenant pair.",
@@ -107,10 +110,10 @@ class Metrics:
         self.interval = Gauge("leakprobe_job_interval_seconds", "How often a job is scheduled.", target_job,
                               registry=registry)
         self.process = ProcessMetrics(registry)
-        self.checks = CheckMetrics(registry)
+        self.checks = CheckMetrics(registry, checks)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
-        self._per_target: list[Counter | Gauge | Histogram] = [
+        self._per_target: list[MetricWrapperBase] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.requests_cut, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
             self.input_limit, self.verdict, self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run,
@@ -211,36 +214,19 @@ class ProcessMetrics:
 
 
 class CheckMetrics:
-    """What particular checks decide beyond their requests: timing's statistics, the burst's answers, each job's
-    sight, the probe shape."""
+    """What the checks decide beyond their requests: each job's sight, and the series each check's results carry (its
+    own `ResultMetrics`, from the registry of checks)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        target_job = ["target", "job"]
-        pair = ["target", "victim", "observer"]
-        self.timing_p = Gauge("leakprobe_cache_timing_p_value", "Last timing check's Holm-adjusted p-value that the "
-                              "observer's would-be cache hits on the victim's prompts came back sooner than misses "
-                              "(a finding at or below timing.false_alarm / timing.rounds).", pair, registry=registry)
-        self.timing_rounds = Gauge("leakprobe_cache_timing_rounds", "Rounds of samples the last timing check took "
-                                   "for this pair (at most timing.rounds; a pair still unclear then is undecided: "
-                                   "leakprobe_cache_timing_undecided).", pair, registry=registry)
-        self.timing_undecided = Gauge("leakprobe_cache_timing_undecided", "1 where the last timing check ended "
-                                      "neither finding this pair's prompts faster nor clearly no faster.", pair,
-                                      registry=registry)
-        self.timing_ttft = Gauge("leakprobe_cache_timing_ttft_seconds", "Last timing check's median time to first "
-                                 "token of the observer's would-be hits and of its misses.", [*pair, "prompts"],
-                                 registry=registry)
-        self.burst_answers = Counter("leakprobe_crosstalk_answers", "Answers of the cross-talk bursts: own (its own "
-                                     "canary came back), foreign (another request's canary), unanswered.",
-                                     ["target", "outcome"], registry=registry)
+    def __init__(self, registry: CollectorRegistry, checks: Registry) -> None:
         self.blind = Gauge("leakprobe_probes_blind", "1 when the job's last run got answers and none repeated its own "
                            "tenant's canary: its content checks could not have seen a leak; 0 when some did.",
-                           target_job, registry=registry)
-        self.shape = Gauge("leakprobe_probe_shape_own_echo_ratio", "Of the last probe-shape choice's control prompts "
-                           "in each shape tried, the share that brought their own canary back.", ["target", "shape"],
-                           registry=registry)
-        self.shape_chosen = Gauge("leakprobe_probe_shape_info", "1 for the probe shape a target's requests take "
-                                  "(route and layout, measured before each campaign).", ["target", "shape"],
-                                  registry=registry)
-        self.per_target: list[Counter | Gauge | Histogram] = [
-            self.timing_p, self.timing_rounds, self.timing_undecided, self.timing_ttft, self.burst_answers, self.blind,
-            self.shape, self.shape_chosen]
+                           ["target", "job"], registry=registry)
+        self.results = {check.name: observer for check in checks if (observer := check.metrics(registry))}
+        self.per_target: list[MetricWrapperBase] = [
+            self.blind, *(series for observer in self.results.values() for series in observer.series)]
+
+    def observe(self, target: str, result: CheckResult) -> None:
+        """A check's run ended on `target` (the `shapes` check's too, where another check chose the shape first)."""
+        observer = self.results.get(result.check)
+        if observer is not None:
+            observer.observe(target, result)

@@ -75,7 +75,7 @@ class Daemon:
         self.ledger = ledger = minter.ledger
         self.minter = minter
         self.clock = clock
-        self.metrics = Metrics(registry)
+        self.metrics = Metrics(registry, settings.checks)
         self.exposition = CachedExposition(registry)
         self.health = LedgerHealth(ledger, self.metrics)
         self.records = JobRecords(ledger, self.metrics, clock, self.health.failed)

@@ -10,10 +10,10 @@ evidence was typed that nothing here maps — is kept as written (`Unread`), nev
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, TypeAlias, TypeVar, get_args
+from typing import ClassVar, TypeAlias, TypeVar
 
 from prober.domain.codec import JSON, as_object, decode, encode
 
@@ -300,10 +300,18 @@ class Unread(Tagged):
         return cls(json.dumps(data, sort_keys=True, ensure_ascii=False))
 
 
-Evidence: TypeAlias = (MacVerified | Fragment | PromptRun | Unexplained | Garbled | Retold | Escaped | Envelope
-                       | PathRange | CacheUsage | EngineCounters | CounterTest | TimingStatistics | Burst | AdapterAsk
-                       | SaltAsserted | Exchange | Unread)
-TYPES: dict[str, Callable[..., Evidence]] = {cls.type: cls for cls in get_args(Evidence)}
+Evidence: TypeAlias = Tagged  # any of the types above, or one a check brings (`register`)
+TYPES: dict[str, type[Tagged]] = {cls.type: cls for cls in (
+    MacVerified, Fragment, PromptRun, Unexplained, Garbled, Retold, Escaped, Envelope, PathRange, CacheUsage,
+    EngineCounters, CounterTest, TimingStatistics, Burst, AdapterAsk, SaltAsserted, Exchange, Unread)}
+
+
+def register(kind: type[Tagged]) -> None:
+    """An evidence type a check brings in its own module (prober/checks `Check.evidence`): written and read back like
+    the types above.  A tag is one type's, whichever registers it."""
+    known = TYPES.setdefault(kind.type, kind)
+    if known is not kind:
+        raise ValueError(f"evidence type {kind.type!r} is {known.__qualname__}'s already")
 
 
 def of_json(data: JSON) -> Evidence:

@@ -14,7 +14,7 @@ on each replica shows as a smaller shift, never a false alarm (where a request l
 faster replica serves hits and misses alike).  No engine names the replica in its answer, so samples are not
 paired by replica.
 
-The decision (the test, its rounds and pairs) is in prober/checks/timing_stats.py.
+The decision (the test, its rounds and pairs) is in prober/checks/timing/stats.py.
 """
 
 from __future__ import annotations
@@ -24,19 +24,20 @@ import math
 import random
 import statistics
 import string
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TypedDict
+from dataclasses import dataclass, replace
+
+from prometheus_client import CollectorRegistry
 
 from prober.checks.base import Check, Run
-from prober.checks.timing_stats import Loss, PairDecision, PairSamples, decide, smallest_p
+from prober.checks.timing.metrics import TimingMetrics
+from prober.checks.timing.result import TimingResult, described
+from prober.checks.timing.stats import Loss, PairDecision, PairSamples, decide, smallest_p
 from prober.config.schema import ProberConfig
 from prober.config.sections import TimingSettings
 from prober.domain.errors import PlanError
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
-from prober.probing.documents import CheckDoc
-from prober.probing.events import CheckDone, Observed
+from prober.probing.events import Observed
 from prober.probing.plan import Planned, acceptance_limit, pairs
 from prober.probing.results import CheckResult
 from prober.probing.salts import salt_asserted
@@ -50,77 +51,6 @@ WORD_LETTERS = 5  # random lowercase words: no dictionary, no tokenizer-specific
 CALIBRATION_WORDS = 64
 
 Send = Callable[[str, Prompt], Awaitable[Completion]]  # as this tenant (with its credential and cache salt)
-
-
-class TimingPairDoc(TypedDict):
-    victim: str
-    observer: str
-    rounds: int
-    hits: int
-    misses: int
-    lost: dict[str, int]  # by Loss
-    redrawn: int
-
-
-class TimingDoc(CheckDoc):
-    lost: dict[str, int]  # samples that gave no TTFT, by Loss, every pair's
-    redrawn: int
-    pairs: list[TimingPairDoc]
-
-
-@dataclass(kw_only=True)
-class TimingResult(CheckResult):
-    decisions: list[PairDecision] = field(default_factory=list)
-    content: bool = False  # it reads times, not answers
-
-    @property
-    def undecided(self) -> list[PairDecision]:
-        """Pairs still neither found nor clearly no faster after their last round: no finding, and no proof of
-        isolation either (a busy target; the next run measures afresh)."""
-        return [d for d in self.decisions if d.unclear]
-
-    @property
-    def requests(self) -> int:
-        return sum(d.samples.requests for d in self.decisions)
-
-    @property
-    def losses(self) -> Counter[Loss]:
-        return sum((d.samples.losses for d in self.decisions), Counter())
-
-    def summary(self) -> str:
-        found, lost = sum(d.found for d in self.decisions), self.losses
-        return (f"timing: {len(self.decisions)} tenant pairs, {found} answering sooner for another's prompts, "
-                f"{len(self.undecided)} undecided, {self.requests:,} requests") + (
-            f", {lost.total()} samples lost ({described(lost)}), {self.redrawn} drawn afresh" if lost else "")
-
-    @property
-    def redrawn(self) -> int:
-        return sum(d.samples.redrawn for d in self.decisions)
-
-    def to_json(self) -> TimingDoc:
-        return {**super().to_json(), "lost": _by_loss(self.losses), "redrawn": self.redrawn,
-                "pairs": [_pair_doc(d) for d in self.decisions]}
-
-    def still_checked(self) -> str | None:
-        if not self.decisions:
-            return None
-        undecided = len(self.undecided)
-        return f"timing ({len(self.decisions)} tenant pairs" + (
-            f", {undecided} undecided after {self.decisions[0].looks} rounds)" if undecided else ")")
-
-
-def described(losses: Counter[Loss]) -> str:
-    return ", ".join(f"{count} {loss.value.replace('_', ' ')}" for loss, count in losses.most_common())
-
-
-def _by_loss(losses: Counter[Loss]) -> dict[str, int]:
-    return {loss.value: losses[loss] for loss in Loss if losses[loss]}
-
-
-def _pair_doc(decision: PairDecision) -> TimingPairDoc:
-    s = decision.samples
-    return {"victim": s.victim, "observer": s.observer, "rounds": decision.rounds, "hits": len(s.hits),
-            "misses": len(s.misses), "lost": _by_loss(s.losses), "redrawn": s.redrawn}
 
 
 def random_text(words: int, rng: random.Random) -> str:
@@ -355,6 +285,9 @@ class TimingCheck(Check):
     def in_audit(self, config: ProberConfig) -> bool:
         return config.timing.audit
 
+    def metrics(self, registry: CollectorRegistry) -> TimingMetrics:
+        return TimingMetrics(registry)
+
     def planned(self, run: Run) -> Planned:
         tenants = run.target.tenants
         requests = planned_requests(run.config.timing, tenants)
@@ -371,5 +304,4 @@ class TimingCheck(Check):
         for decision in result.decisions:  # a pair clearly no faster re-checks its incident; an undecided one does not
             if not (decision.found or decision.unclear):
                 run.on_event(Observed(self.name, "", decision.samples.observer, (decision.samples.victim,)))
-        run.on_event(CheckDone(ctx.config.name, result))
         return result
