@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from prober.checks import REGISTRY
 from prober.daemon.metrics import Metrics
+from prober.daemon.schedule import daemon_jobs
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +27,7 @@ def exposition() -> str:
     """A fresh daemon's scrape once one target's jobs are scheduled (the series it exports before any run)."""
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    for job in REGISTRY.jobs:
+    for job in daemon_jobs(REGISTRY):
         metrics.schedule("target-1", job, 60.0, 1_000_000, ["tenant-a", "tenant-b"])
     text = CREATED.sub("", generate_latest(registry).decode())
     return VERSIONS.sub(r'\1="…"', text)

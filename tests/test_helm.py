@@ -255,6 +255,7 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
 
     from prober.checks import REGISTRY
     from prober.config.schema import ProberConfig, TargetConfig, TenantConfig
+    from prober.daemon.schedule import daemon_jobs
 
     def keys(schema: dict[str, Any], model: type[BaseModel], skip: tuple[str, ...] = ()) -> None:
         assert schema["additionalProperties"] is False, model.__name__
@@ -273,7 +274,7 @@ def test_the_schema_names_every_key_the_daemon_takes() -> None:
     keys(config["properties"]["daemon"], ProberConfig.model_fields["daemon"].annotation,  # type: ignore[arg-type]
          skip=("listen",))
     for by_job in ("schedule", "jitter"):  # every job of the registry, no other
-        assert set(config["properties"]["daemon"]["properties"][by_job]["properties"]) == set(REGISTRY.jobs)
+        assert set(config["properties"]["daemon"]["properties"][by_job]["properties"]) == set(daemon_jobs(REGISTRY))
     keys(config["properties"]["targets"]["additionalProperties"], TargetConfig, skip=("name",))
     tenant = config["properties"]["tenants"]["additionalProperties"]
     assert set(tenant["properties"]) == set(TenantConfig.model_fields) - {"name", "api_key_env", "api_key_file"} | {

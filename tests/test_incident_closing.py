@@ -16,6 +16,7 @@ import pytest
 from prober.canaries.keys import KEY_ENV
 from prober.checks import REGISTRY, Check
 from prober.daemon import Daemon
+from prober.daemon.schedule import daemon_jobs
 from prober.domain.types import FindingKind
 from prober.testbed import TestbedServer, build_config
 from prober.testbed.bugs import BUGS, EngineBug
@@ -128,7 +129,7 @@ def closes_by(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, bug: E
     engine = TestbedServer(build_config("fixed", {**settings, "faults": bug.faults})).start()
     port = engine.port
     rows: set[tuple[Key, str, str]] = set()
-    schedule: dict[str, Any] = {job: PERIOD if job in jobs else "off" for job in REGISTRY.jobs}
+    schedule: dict[str, Any] = {job: PERIOD if job in jobs else "off" for job in daemon_jobs(REGISTRY)}
     daemon = make_daemon(engine.url, tmp_path, target=bug.audit, sections=SECTIONS,
                          schedule={**schedule, "preflight": "1h"}, incident_hold="1s", resolved_notice="1h")
 

@@ -23,6 +23,7 @@ from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.idle_slots import BOUNDARY
 from prober.checks.request_ids import RequestIdResult
 from prober.config.sections import AbortRetrySettings, IdleSlotSettings, RequestIdSettings, TimingSettings
+from prober.daemon.schedule import daemon_jobs
 from prober.domain.types import FindingKind
 from prober.probing.results import CheckResult
 from tests.support.daemonproc import DaemonProcess, daemon_config
@@ -156,7 +157,7 @@ def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed
     finds both pairs and exports its p-values and medians, the burst's answers are each their own."""
     server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
     config = daemon_config(server.url, tmp_path / "l.sqlite",
-                           schedule=dict.fromkeys(REGISTRY.jobs, "24h"))
+                           schedule=dict.fromkeys(daemon_jobs(REGISTRY), "24h"))
     config.update(detection={"semantic": False}, audit={"concurrent": False, "max_tokens": 8},
                   timing={"samples": TIMING.samples, "prompt_tokens": TIMING.prompt_tokens},
                   crosstalk={"per_tenant": 4})

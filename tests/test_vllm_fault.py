@@ -28,7 +28,8 @@ import httpx
 import pytest
 import yaml
 
-from prober.checks.registry import PREFLIGHT, REGISTRY
+from prober.checks.registry import REGISTRY
+from prober.daemon.schedule import PREFLIGHT, daemon_jobs
 from prober.drill import ConnectorSettings, write_connector
 from prober.ledger import open_ledger
 from tests.support.cli import invoke
@@ -212,7 +213,7 @@ def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: P
     daemon sends lands between a prime and its probe (the campaign chooses its shape itself)."""
     ledger = tmp_path / "l.sqlite"
     settings = config(pair.decode.url, ledger)
-    others = [job for job in REGISTRY.jobs if job not in (PREFLIGHT, "campaign")]
+    others = [job for job in daemon_jobs(REGISTRY) if job not in (PREFLIGHT, "campaign")]
     settings["daemon"] = {"listen": "127.0.0.1:0",
                           "schedule": {**FAST["schedule"], **{job: "24h" for job in [*others, "campaign"]}}}
     store = open_ledger(str(ledger))

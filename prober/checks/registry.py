@@ -23,8 +23,6 @@ from prober.config.schema import ProberConfig
 from prober.domain.errors import ConfigError
 from prober.domain.evidence import register as register_evidence
 
-PREFLIGHT = "preflight"  # the daemon's job that surveys the target and sends no generation request: no check
-
 
 class Registry:
     def __init__(self, checks: list[Check]) -> None:
@@ -35,7 +33,7 @@ class Registry:
     def register(self, check: Check) -> None:
         """Last before the checks that come after every other (the sentinel's place does not matter: it runs in
         the daemon alone)."""
-        if check.name in self._checks or check.name == PREFLIGHT:
+        if check.name in self._checks:
             raise ValueError(f"a check named {check.name!r} is registered already")
         for kind in check.evidence:
             register_evidence(kind)
@@ -56,11 +54,6 @@ class Registry:
             raise ConfigError(f"audit: no check named {unknown[0]!r}; the checks: {', '.join(self._checks)}")
         return [check for check in self if (check.name in chosen if chosen else check.in_audit(config))
                 and check.name not in skip]
-
-    @property
-    def jobs(self) -> list[str]:
-        """The daemon's jobs: the preflight, then one per check."""
-        return [PREFLIGHT, *self._checks]
 
 
 REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),

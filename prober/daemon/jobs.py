@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from prober.checks import DEADLINE_BASE_S, PREFLIGHT, SURVEY_ALLOWANCE_S, Check, Run, perform
+from prober.checks import DEADLINE_BASE_S, SURVEY_ALLOWANCE_S, Check, Run, perform
 from prober.config.schema import TargetConfig
 from prober.daemon.budget import TokenBudget
 from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.daemon.outcomes import Failure, JobOutcome, Skip
+from prober.daemon.schedule import PREFLIGHT
 from prober.daemon.settings import Settings
 from prober.domain.errors import LedgerError, PlanError, PromptError, TargetUnusable
 from prober.probing import TargetContext

@@ -16,7 +16,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEve
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from prober.checks import PREFLIGHT, Registry
+from prober.checks import Registry
 from prober.config.sections import DaemonSettings
 from prober.daemon.outcomes import Skip
 from prober.domain.errors import ConfigError
@@ -25,7 +25,16 @@ from prober.ledger import JobLock, Ledger
 RunJob = Callable[[str, str], Awaitable[None]]
 OnMissed = Callable[[str, str, Skip], None]
 
+PREFLIGHT = "preflight"  # the daemon's own job: it surveys each target and sends no generation request (no check)
 PREFLIGHT_EVERY = 300.0
+
+
+def daemon_jobs(checks: Registry) -> list[str]:
+    """The daemon's jobs: its preflight, then one per check, in the registry's order."""
+    names = [check.name for check in checks]
+    if PREFLIGHT in names:
+        raise ConfigError(f"a check is named {PREFLIGHT!r}, the daemon's survey job: rename it")
+    return [PREFLIGHT, *names]
 
 
 class Timetable:
@@ -34,7 +43,7 @@ class Timetable:
 
     def __init__(self, daemon: DaemonSettings, checks: Registry) -> None:
         """Raises ConfigError for a job no check is registered under (a typo would otherwise run at the default)."""
-        known = checks.jobs
+        known = daemon_jobs(checks)
         for field in ("schedule", "jitter"):
             unknown = sorted(set(getattr(daemon, field)) - set(known))
             if unknown:
