@@ -1,5 +1,5 @@
-"""Talking to endpoints the way their users do: API adapters (OpenAI-compatible, Workers AI) over one transport
-and its policy, credentials, the engine's own metrics, and a record of every prompt sent.  Knows nothing of
+"""Talking to endpoints the way their users do: one `Target` per API (OpenAI-compatible, Workers AI) over one
+transport and its policy, credentials, the engine's own metrics, and an outbox of every prompt sent.  Knows nothing of
 canaries or detection."""
 
 from prober.targets.api import Api
