@@ -134,7 +134,7 @@ def test_every_runbook_url_resolves_to_an_anchor_of_the_site(site: Path) -> None
 def schema_keys(model: type[BaseModel], path: str = "") -> Iterator[str]:
     """Every key a YAML file may set, dotted, `[]` after a list of mappings (as the reference writes them)."""
     for name, field in model.model_fields.items():
-        key = f"{path}.{name}" if path else name
+        key = f"{path}.{field.alias or name}" if path else field.alias or name
         yield key
         for inner in _models_in(field.annotation):
             yield from schema_keys(inner, key + ("[]" if get_origin(field.annotation) is list else ""))

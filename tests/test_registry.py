@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field
 
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
@@ -48,6 +49,12 @@ class Repeated(Tagged):
     chars: int
 
 
+class TwiceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    answer_tokens: int = Field(default=ANSWER, ge=1)
+    """Completion tokens of each answer."""
+
+
 class TwiceMetrics(ResultMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.repeats = Counter("leakprobe_twice_repeats", "Second answers that repeated the first.", ["target"],
@@ -68,13 +75,14 @@ class Twice(Check):
     every = 60.0
     docs = "checks.md"
     evidence = (Repeated,)
+    settings = TwiceSettings
 
     def metrics(self, registry: CollectorRegistry) -> TwiceMetrics:
         return TwiceMetrics(registry)
 
     def planned(self, run: Run) -> Planned:
-        requests = 2 * len(run.target.tenants)
-        return Planned.of(requests * TOKENS, requests, requests * ANSWER)
+        requests, answer = 2 * len(run.target.tenants), run.config.section(self.name, TwiceSettings).answer_tokens
+        return Planned.of(requests * TOKENS, requests, requests * answer)
 
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         ctx = run.target
@@ -84,7 +92,8 @@ class Twice(Check):
         repeated: list[Finding] = []
         for tenant in ctx.tenants:
             step = Step(id=f"{run.run_id}tw-{tenant}", role="probe", tenant=tenant, length=TOKENS, stream=False,
-                        expect_served=True, boundary="twice", max_tokens=ANSWER, aim=Aim.NONE)
+                        expect_served=True, boundary="twice", aim=Aim.NONE,
+                        max_tokens=run.config.section(self.name, TwiceSettings).answer_tokens)
             built = await ctx.planter.prompt(step, ASKED["quote"], route, plan, page=None, cue=False)
             texts = []
             for n in (1, 2):
@@ -104,13 +113,14 @@ def with_twice() -> Registry:
     return Registry([*REGISTRY, Twice()])
 
 
-def audit_config(url: str, ledger: Path, **audit: object) -> ProberConfig:
+def audit_config(url: str, ledger: Path, *, twice: dict[str, object] | None = None, **audit: object) -> ProberConfig:
     return parse_config({"ledger": str(ledger), "targets": [{"name": "t", "url": url + "/v1", "retries": 0}],
                          "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"},
                                      {"name": "tenant-b", "api_key_env": "LP_B"}],
                          "detection": {"semantic": False}, "timing": {"audit": False},
                          "crosstalk": {"audit": False}, "request-ids": {"audit": False},
-                         "abort-retry": {"audit": False}, "audit": audit})
+                         "abort-retry": {"audit": False}, "audit": audit, **({"twice": twice} if twice else {})},
+                        sections=with_twice().sections)
 
 
 def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, object], str]:
@@ -129,9 +139,9 @@ def audit(config: ProberConfig, *, dry_run: bool = False) -> tuple[dict[str, obj
 
 def test_a_registered_check_is_planned_budgeted_run_and_reported(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("fixed", **SMALL)
-    dry, _ = audit(audit_config(server.url, tmp_path / "l.sqlite"), dry_run=True)
+    dry, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", twice={"answer_tokens": 48}), dry_run=True)
     (target,) = dry["targets"]  # type: ignore[attr-defined]
-    assert target["planned"]["twice"] == {"tokens": 4 * TOKENS, "requests": 4, "seconds": 26.0,
+    assert target["planned"]["twice"] == {"tokens": 4 * TOKENS, "requests": 4, "seconds": 19.6,  # its own setting
                                           "moot": None}
     total = sum(p["tokens"] for p in target["planned"].values())
     over, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", token_budget=total - 1))
@@ -217,3 +227,18 @@ def test_the_switches_of_the_last_release_still_work_and_say_what_replaces_them(
     assert result.exit_code == 2, result.output
     assert "--no-slots is deprecated: use --skip idle-slots" in result.output
     assert "no check named 'slot'" in result.output
+
+
+@pytest.mark.unit
+def test_a_check_brings_its_own_settings_keyed_by_its_name(tmp_path: Path) -> None:
+    """Its section is validated by its model where its registry is passed, read with its defaults where absent, and
+    a key no check brings is refused (a typo never runs at the defaults)."""
+    config = audit_config("http://x", tmp_path / "l.sqlite", twice={"answer_tokens": 48})
+    assert config.section("twice", TwiceSettings).answer_tokens == 48
+    assert audit_config("http://x", tmp_path / "l.sqlite").section("twice", TwiceSettings).answer_tokens == ANSWER
+    with pytest.raises(ConfigError, match=r"twice.answer_tokens: Input should be greater than or equal to 1"):
+        audit_config("http://x", tmp_path / "l.sqlite", twice={"answer_tokens": 0})
+    with pytest.raises(ConfigError, match=r"twise: not a setting of leakprobe, nor a check's"):
+        parse_config({"targets": [{"name": "t", "url": "http://x/v1"}], "twise": {}}, sections=with_twice().sections)
+    with pytest.raises(ConfigError, match=r"twice: not a setting"):  # without the registry that brings it
+        parse_config({"targets": [{"name": "t", "url": "http://x/v1"}], "twice": {}})

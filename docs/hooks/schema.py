@@ -4,6 +4,7 @@ A page asks for a model with a marker on a line of its own,
 
     <!-- schema: prober.config.schema:ProberConfig -->
     <!-- schema: prober.testbed.config:EngineConfig anchor=testbed -->
+    <!-- schema: prober.checks:REGISTRY -->      (the sections the registered checks bring)
     <!-- env: prober.config.schema:ENV_OVERRIDES -->
 
 and gets one table per section (key, type and limits, default, description), so the reference cannot drift
@@ -60,7 +61,12 @@ def _render_marker(match: re.Match[str]) -> str:
     settings = dict(opt.split("=", 1) for opt in options.split())
     if what == "env":
         return _env_table(target)
-    return "\n\n".join(_section_markdown(s) for s in sections(target, settings.get("anchor", "")))
+    prefix = settings.get("anchor", "")
+    if isinstance(target, type) and issubclass(target, BaseModel):
+        return "\n\n".join(_section_markdown(s) for s in sections(target, prefix))
+    # a registry of checks: the sections its checks bring, each under its check's name
+    found = [s for name, model in target.sections.items() for s in sections(model, prefix, name)]
+    return "\n\n".join(_section_markdown(s) for s in found) or "No registered check brings a section of its own."
 
 
 def sections(model: type[BaseModel], prefix: str = "", path: str = "") -> Iterator[Section]:
@@ -68,7 +74,7 @@ def sections(model: type[BaseModel], prefix: str = "", path: str = "") -> Iterat
     `prefix` starts every anchor (two schemas on one page)."""
     rows, nested = [], []
     for name, field in model.model_fields.items():
-        key = f"{path}.{name}" if path else name
+        key = f"{path}.{field.alias or name}" if path else field.alias or name
         child = _model_of(field.annotation)
         default = _default(field)
         if child is not None:

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
+from pydantic import BaseModel
 
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PlanError
@@ -49,6 +50,7 @@ class Check(ABC):
     sees_with: ClassVar[str] = ""  # checks of one group build their probes alike: one's echo vouches for the others
     docs: ClassVar[str] = "auditing.md"  # the page of docs/ whose section `{#name}` says what it does and costs
     evidence: ClassVar[tuple[type[Tagged], ...]] = ()  # the evidence types it brings (the codec reads them back)
+    settings: ClassVar[type[BaseModel] | None] = None  # its own config section, keyed by its name (`section`)
 
     def in_audit(self, config: ProberConfig) -> bool:
         """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""

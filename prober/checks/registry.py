@@ -19,7 +19,7 @@ from prober.checks.request_ids import RequestIdsCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapesCheck
 from prober.checks.timing import TimingCheck
-from prober.config.schema import ProberConfig
+from prober.config.schema import ProberConfig, Sections
 from prober.domain.errors import ConfigError
 from prober.domain.evidence import register as register_evidence
 
@@ -44,6 +44,11 @@ class Registry:
 
     def get(self, name: str) -> Check:
         return self._checks[name]
+
+    @property
+    def sections(self) -> Sections:
+        """The config sections the checks bring (`Check.settings`), by check name: what `parse_config` validates."""
+        return {check.name: check.settings for check in self if check.settings is not None}
 
     def selected(self, config: ProberConfig) -> list[Check]:
         """What `leakprobe audit` runs: the checks `audit.checks` names (else each that its section runs in audits),

@@ -36,11 +36,13 @@ def preflight(
 
     The first tenant's key reads the introspection endpoints (and measures the path)."""
     from prober.capacity.limits import FIELDS
+    from prober.checks import REGISTRY
     from prober.config.schema import assemble_config
     from prober.probing.secrets import scrubber_for
     from prober.probing.survey import preflight as run_preflight
 
-    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ))
+    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
+                          sections=REGISTRY.sections)
     secret = cfg.tenants[0].credential.load() if cfg.tenants else None
     scrubber = scrubber_for({"first tenant": secret})
     first = cfg.tenants[0].name if cfg.tenants else None
@@ -147,6 +149,7 @@ def audit(
 
     Exit 0 clean; 1 a leak or an engine fault (finished or not), or findings at or above --fail-on; 2 an error,
     or an audit that could not see or could not finish."""
+    from prober.checks import REGISTRY
     from prober.config.schema import assemble_config
     from prober.embeddings import make_embedder
     from prober.ledger import masked
@@ -160,7 +163,7 @@ def audit(
                           token_budget=token_budget,
                           streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
-                          checks=check, skip=skip,
+                          sections=REGISTRY.sections, checks=check, skip=skip,
                           **switched(timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
                                      abort_retry=abort_retry, media=media))
     secrets = load_secrets(cfg)

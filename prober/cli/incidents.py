@@ -52,10 +52,12 @@ def parse_id(text: str) -> IncidentKey:
 
 def _where(config: Path | None, ledger: Ledger, hold: str | None) -> tuple[str, float]:
     """The ledger and hold: flags, else the config's, else the defaults."""
+    from prober.checks import REGISTRY
     from prober.config.schema import assemble_config
 
     given = ledger.given if ledger else None
-    settings = assemble_config(config, environ=dict(os.environ), ledger=given) if config else None
+    settings = (assemble_config(config, environ=dict(os.environ), ledger=given, sections=REGISTRY.sections)
+                if config else None)
     location = ledger.given if ledger else settings.ledger if settings else "leakprobe.sqlite"
     try:
         seconds = parse_duration(hold) if hold else settings.daemon.incident_hold if settings else 3_600.0

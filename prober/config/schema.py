@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -190,7 +194,16 @@ RENAMED_SECTIONS = {"slots": "idle-slots", "request_ids": "request-ids", "abort_
                     "media": "media-cache"}  # old key -> the check's name
 
 
+M = TypeVar("M", bound=BaseModel)
+Sections = Mapping[str, type[BaseModel]]  # a check's name -> the model of its own section (prober/checks `settings`)
+
+
 class ProberConfig(Strict):
+    """The whole file.  The sections above the checks' own are fields here; a check that brings its settings
+    (`Check.settings`) is keyed by its name, validated by its model where the caller passes the registry's
+    `sections`, and read with `section`.  A key that is neither is refused."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
     ledger: Annotated[str, AfterValidator(_ledger)] = "leakprobe.sqlite"
     """Where canaries, findings and incidents are kept: a file path, `sqlite:///absolute/path` or
     `postgresql://user@host:port/db`."""
@@ -236,6 +249,27 @@ class ProberConfig(Strict):
                 data[new] = {**section, **given} if both else section if given is None else given
         return data
 
+    @model_validator(mode="after")
+    def _sections(self, info: ValidationInfo) -> ProberConfig:
+        sections: Sections = (info.context or {}).get("sections", {})
+        extra = self.model_extra or {}
+        for key, value in extra.items():
+            model = sections.get(key)
+            if model is None:
+                raise ValueError(f"{key}: not a setting of leakprobe, nor a check's")
+            try:
+                extra[key] = model.model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in (key, *first["loc"]))
+                raise ValueError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+        return self
+
+    def section(self, name: str, model: type[M]) -> M:
+        """A check's own section (`name`: the check's), or its defaults where the file gives none."""
+        given = (self.model_extra or {}).get(name)
+        return given if isinstance(given, model) else model()
+
     @property
     def languages(self) -> dict[str, str]:
         """tenant -> the fact pack its canaries are written in"""
@@ -255,11 +289,12 @@ class ProberConfig(Strict):
         return self
 
 
-def parse_config(data: Any, origin: str = "config") -> ProberConfig:
+def parse_config(data: Any, origin: str = "config", sections: Sections | None = None) -> ProberConfig:
+    """`sections`: the checks' own (`Registry.sections`); a file that keys one no check brings is refused."""
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: top level must be a mapping")
     try:
-        return ProberConfig.model_validate(data)
+        return ProberConfig.model_validate(data, context={"sections": sections or {}})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
@@ -294,12 +329,12 @@ _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "sema
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,
                     api: str | None = None, probe_shapes: list[str] | None = None,
                     tenants: list[str] | None = None, environ: dict[str, str] | None = None,
-                    **flags: Any) -> ProberConfig:
+                    sections: Sections | None = None, **flags: Any) -> ProberConfig:
     """File, then LEAKPROBE_* environment variables, then flags: later wins.
 
     `target` replaces the file's targets with one (`--target URL`); `probe_shapes` replace every target's;
-    `tenants` are `NAME=ENVVAR` pairs that replace the file's tenants; `flags` are audit settings, `ledger` or
-    `listen` (None = not given)."""
+    `tenants` are `NAME=ENVVAR` pairs that replace the file's tenants; `sections`: the checks' own (as
+    `parse_config`); `flags` are audit settings, `ledger` or `listen` (None = not given)."""
     data = load_config(path) if path else {}
     origin = str(path) if path else "flags"
     for var, where in ENV_OVERRIDES.items():
@@ -327,7 +362,7 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
         for entry in data["targets"] if isinstance(data["targets"], list) else []:
             if isinstance(entry, dict):
                 entry["probe_shapes"] = list(probe_shapes)
-    return parse_config(data, origin)
+    return parse_config(data, origin, sections)
 
 
 def _put(data: dict[str, Any], where: tuple[str, ...], value: Any) -> None:

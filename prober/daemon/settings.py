@@ -62,7 +62,7 @@ class Settings:
 
 def load_settings(path: Path | None, flags: Mapping[str, Any], checks: Registry = REGISTRY) -> Settings:
     """Config file < LEAKPROBE_* environment < flags, then every credential it names (raises LeakprobeError)."""
-    config = assemble_config(path, environ=dict(os.environ), **flags)
+    config = assemble_config(path, environ=dict(os.environ), sections=checks.sections, **flags)
     pairs([t.name for t in config.tenants])  # a victim and an observer at least
     timetable = Timetable(config.daemon, checks)
     secrets = load_secrets(config)
