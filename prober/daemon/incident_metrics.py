@@ -52,11 +52,9 @@ class IncidentCollector(Collector):
         its check when the run ends): open at once, waiting for that check's re-check."""
         key = IncidentKey.of(finding)
         if key not in self.by_key:
-            self.by_key[key] = Incident(key, finding.severity, finding.found_at, finding.found_at, 0)
+            self.by_key[key] = Incident.opened_by(finding)
         incident = self.by_key[key]
-        incident.severity = max(incident.severity, finding.severity)
-        incident.last_seen = max(incident.last_seen, finding.found_at)
-        incident.count += 1
+        incident.count_in(finding)
         seen = Sighting.of(finding)
         others = [p for p in incident.checks if (p.job, p.boundary) != (job, seen.boundary)]
         incident.checks = [*others, Recheck(job, seen.boundary, finding.found_at, seen.prompt_tokens)]

@@ -105,11 +105,21 @@ class Incident:
     checks: list[Recheck] = field(default_factory=list)  # as the ledger keeps them
     ack: Acknowledgement | None = None  # the latest acknowledgement
 
-    def add(self, finding: Finding) -> None:
+    @classmethod
+    def opened_by(cls, finding: Finding) -> Incident:
+        """Empty, at the finding's key and time: `add` or `count_in` it next."""
+        return cls(IncidentKey.of(finding), finding.severity, finding.found_at, finding.found_at, 0)
+
+    def count_in(self, finding: Finding) -> None:
+        """Its severity, times and count with the finding, which is not kept (the ledger keeps findings)."""
         self.severity = max(self.severity, finding.severity)
         self.first_seen = min(self.first_seen, finding.found_at)
         self.last_seen = max(self.last_seen, finding.found_at)
         self.count += 1
+
+    def add(self, finding: Finding) -> None:
+        """Counted in and kept, for a report of findings at hand."""
+        self.count_in(finding)
         self.findings.append(finding)
 
     def resolution(self, hold: float) -> Resolution | None:
@@ -251,7 +261,7 @@ def group(findings: Iterable[Finding]) -> list[Incident]:
     for finding in findings:
         key = IncidentKey.of(finding)
         if key not in incidents:
-            incidents[key] = Incident(key, finding.severity, finding.found_at, finding.found_at, 0)
+            incidents[key] = Incident.opened_by(finding)
         incidents[key].add(finding)
     return sorted(incidents.values(), key=lambda i: (-i.severity, i.first_seen, i.key))
 
