@@ -26,9 +26,9 @@ from pathlib import Path
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.capacity.limits import Capacity, Known
-from prober.checks import PREFLIGHT, REGISTRY, Run
+from prober.checks import REGISTRY, Run
 from prober.config.schema import ProberConfig
-from prober.daemon.schedule import Timetable
+from prober.daemon.schedule import PREFLIGHT, Timetable
 from prober.domain.types import Severity
 from prober.ledger import open_ledger
 from prober.probing import Survey, TargetContext

@@ -26,3 +26,17 @@ def test_wheel_ships_canaries_and_a_plain_install_finds_them(tmp_path: Path) -> 
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(target)},
                          capture_output=True, text=True, check=True)
     assert Path(out.stdout.strip()).is_relative_to(target)
+
+
+def test_every_bench_script_imports() -> None:
+    """The benchmarks are run by hand, so nothing else notices when a rename leaves one importing what is gone: each
+    `bench/*.py` is loaded (not run) in a fresh interpreter, with bench/ on the path as `python bench/x.py` has."""
+    loader = ("import importlib.util, pathlib, sys\n"
+              "sys.path[:0] = ['bench', '.']\n"
+              "for path in sorted(pathlib.Path('bench').glob('*.py')):\n"
+              "    spec = importlib.util.spec_from_file_location('bench_' + path.stem, path)\n"
+              "    module = importlib.util.module_from_spec(spec)\n"
+              "    sys.modules[spec.name] = module\n"
+              "    spec.loader.exec_module(module)\n")
+    done = subprocess.run([sys.executable, "-c", loader], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
