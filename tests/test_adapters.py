@@ -32,7 +32,7 @@ from prober.oneshot.audit import Auditor
 from prober.probing import AuditResult
 from prober.targets import Prompt
 from prober.targets.credentials import Secret
-from prober.testbed.bugs import ADAPTERS
+from tests.support.adapters import ADAPTERS
 from tests.support.cli import invoke
 from tests.support.keys import BEARER_A, KEYS
 from tests.support.mockhttp import Routes, ask, send

@@ -1,8 +1,8 @@
-"""Every row of the engine-bug table (prober/testbed/bugs.py, rendered into docs/testbed.md): the reference engine
-with that row's fault, audited as an operator would, reports the row's finding between the two tenants; the
-fault-free engine, audited the same ways, reports none of them.  A row whose audit names canary adapters gets an
-engine that serves them, each answering its trigger with the canary the deployment key (set for every row, as an
-operator sets the key the adapters were built under) derives for its tenant."""
+"""Every row of the engine-bug table (`REGISTRY.bugs`: each check's rows, rendered into docs/testbed.md): the
+reference engine with that row's fault, audited as an operator would, reports the row's finding between the two
+tenants; the fault-free engine, audited the same ways, reports none of them.  A row whose audit names canary adapters
+gets an engine that serves them, each answering its trigger with the canary the deployment key (set for every row, as
+an operator sets the key the adapters were built under) derives for its tenant."""
 
 from __future__ import annotations
 
@@ -13,18 +13,20 @@ from typing import Any
 import pytest
 
 from prober.canaries.keys import KEY_ENV
+from prober.checks import REGISTRY
+from prober.checks.bugs import EngineBug
 from prober.config.schema import TargetConfig, assemble_config
 from prober.domain.types import FindingKind, Severity
 from prober.oneshot.audit import exit_code, run_audit
 from prober.probing import AuditResult
 from prober.report import document
 from prober.targets.credentials import Secret
-from prober.testbed.bugs import BUGS, EngineBug
 from tests.support.keys import KEYS
 from tests.support.testbed import DEPLOYMENT_KEY, StartTestbed, bug_engine
 
 TENANTS = {"tenant-a", "tenant-b"}
 PAIRED = {FindingKind.CROSS_TENANT_ECHO, FindingKind.CROSS_TENANT_CACHE_HIT}  # name a victim as well
+BUGS = REGISTRY.bugs
 SHARED_CACHES = [b for b in BUGS if b.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
 
 

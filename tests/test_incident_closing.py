@@ -1,6 +1,6 @@
 """Every check's incident closes by that check: for each check of the registry, a daemon running it against the
-reference engine with the engine bug that check catches (prober/testbed/bugs.py; a check the table names nowhere takes
-what every answer shows, and the `shapes` job runs beside it, as the controls find that too) opens incidents; the
+reference engine with the engine bug that check catches (its `bugs`; a check the table names nowhere takes what
+every answer shows, and the `shapes` job runs beside it, as the controls find that too) opens incidents; the
 engine restarted at the same address without the fault, the check's next run re-checks them clean, and each closes,
 once, by a clean re-check: `leakprobe_incident_alerting` leaves 1 within the check's period and the hold, after one
 run (a timing run that leaves a pair undecided is no re-check, and does not count)."""
@@ -15,11 +15,11 @@ import pytest
 
 from prober.canaries.keys import KEY_ENV
 from prober.checks import REGISTRY, Check
+from prober.checks.bugs import EngineBug
 from prober.daemon import Daemon
 from prober.daemon.schedule import daemon_jobs
 from prober.domain.types import FindingKind
 from prober.testbed import TestbedServer, build_config
-from prober.testbed.bugs import BUGS, EngineBug
 from tests.support.daemons import make_daemon, sample, scenario, until
 from tests.support.testbed import DEPLOYMENT_KEY, bug_engine
 
@@ -42,6 +42,7 @@ CLOSED = "leakprobe_incident_closed_timestamp_seconds"
 UNDECIDED = "leakprobe_cache_timing_undecided"
 
 Key = tuple[str, str, str]  # kind, victim, observer
+BUGS = REGISTRY.bugs
 
 
 def fault_of(check: Check) -> EngineBug:
@@ -51,7 +52,10 @@ def fault_of(check: Check) -> EngineBug:
 
 @pytest.mark.unit
 def test_the_bug_table_names_registered_checks() -> None:
+    """Each check's rows name it among the checks that catch them; the rows no check owns name none."""
     assert {name for bug in BUGS for name in bug.checks} <= {check.name for check in REGISTRY}
+    assert all(check.name in bug.checks for check in REGISTRY for bug in check.bugs)
+    assert not [bug for bug in BUGS if not bug.checks and any(bug in check.bugs for check in REGISTRY)]
 
 
 def series(daemon: Daemon, name: str) -> list[tuple[dict[str, str], float]]:

@@ -30,7 +30,7 @@ FORBIDDEN = {
     "prober.report": ("prober.daemon", "prober.cli", "prober.targets.transport"),
     "prober.daemon": ("prober.cli", "prober.oneshot"),
     "prober.oneshot": ("prober.daemon", "prober.cli"),
-    "prober.testbed": ("prober.probing", "prober.daemon", "prober.cli", "prober.detect"),
+    "prober.testbed": ("prober.probing", "prober.checks", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.lora": ("prober.targets", "prober.probing", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
     "prober.media": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
                      "prober.daemon", "prober.cli", "httpx"),

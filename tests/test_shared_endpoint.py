@@ -22,9 +22,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from prober.checks import REGISTRY
 from prober.domain.types import Severity
 from prober.testbed import TestbedServer, build_config
-from prober.testbed.bugs import BUGS
 from tests.support.cli import invoke
 from tests.support.daemonproc import DaemonProcess, daemon_config
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
@@ -90,7 +90,7 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     assert test["decisions"][0]["p_value"] < 1e-6  # its own aborts, far beyond the other tenant's
 
 
-IDLE_SLOTS = next(bug for bug in BUGS if "idle_slot_keeps_conversation" in bug.faults)  # llama.cpp #27148
+IDLE_SLOTS = next(bug for bug in REGISTRY.bugs if "idle_slot_keeps_conversation" in bug.faults)  # llama.cpp #27148
 
 
 @pytest.mark.slow

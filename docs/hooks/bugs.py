@@ -1,4 +1,5 @@
-"""mkdocs hook: the engine-bug table, rendered from prober/testbed/bugs.py at build time.
+"""mkdocs hook: the engine-bug table, rendered at build time from the checks' registry (each check's `bugs`, and
+prober/checks/bugs.py).
 
 A page asks for it with `<!-- bugs -->` on a line of its own and gets one row per public bug: what went wrong,
 the reference engine's faults that reproduce it, the probe that catches it and the finding it reports.  The
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prober.testbed.bugs import BUGS
+from prober.checks import REGISTRY
 
 MARKER = re.compile(r"^<!-- bugs -->$", re.M)
 
@@ -22,7 +23,7 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 def table() -> str:
     rows = ["| public bug | what went wrong | reference-engine fault | the probe that catches it | finding |",
             "| --- | --- | --- | --- | --- |"]
-    for bug in BUGS:
+    for bug in REGISTRY.bugs:
         faults = ", ".join([f"`{name}`" for name, on in bug.faults.items() if on]
                            + [f"`{key}: {value}`" for key, value in bug.engine.items()])
         needs = "".join(f" (with `{key}: {value}`)" for key, value in bug.audit.items())

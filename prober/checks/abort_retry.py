@@ -31,10 +31,12 @@ from secrets import token_hex
 
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
+from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import AbortRetrySettings
 from prober.domain.errors import BuildError
+from prober.domain.types import FindingKind
 from prober.probing.context import TargetContext, record
 from prober.probing.plan import Aim, Plan, Planned, Step, acceptance_limit, pairs
 from prober.probing.planting import ASKED
@@ -81,10 +83,22 @@ def length_of(settings: AbortRetrySettings, capacity: Capacity) -> int:
     return settings.tokens if ceiling is None else min(settings.tokens, ceiling)
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("vLLM PR #56525, #52234", "a prompt's cache entries published before its KV is written: after a "
+              "client abort mid-prefill, the retry takes the never-written pages as cached and reads what they "
+              "held, another tenant's KV", {"publishes_before_written": True},
+              "the abort-and-retry check: the observer's prompt abandoned mid-prefill, the same prompt and then its "
+              "own from the victim, the observer's retry", FindingKind.CROSS_TENANT_ECHO, checks=("abort-retry",),
+              engine={"prefill_ms_per_1k_tokens": 100}),
+)
+
+
 class AbortRetryCheck(Check):
     name = "abort-retry"
     about = "a prompt abandoned mid-prefill, then the same prompt from another tenant, then retried: nothing stale"
     every = 21_600.0
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.abort_retry.audit

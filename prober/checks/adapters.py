@@ -27,10 +27,11 @@ from dataclasses import dataclass, field, replace
 from prober.canaries.adapters import asking
 from prober.canaries.filler import load_filler
 from prober.checks.base import Check, Run
+from prober.checks.bugs import EngineBug
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PromptError
 from prober.domain.evidence import AdapterAsk, adding
-from prober.domain.types import Canary, Finding, ProbeContext, Record, Severity
+from prober.domain.types import Canary, Finding, FindingKind, ProbeContext, Record, Severity
 from prober.probing.events import Observed
 from prober.probing.plan import Planned
 from prober.probing.results import CheckResult, Sight
@@ -88,10 +89,30 @@ def block_of(run: Run) -> int:
     return page.value if page else USUAL_BLOCK
 
 
+# Each tenant's canary adapter, by the name requests select it with: the target's `adapters:` in the bug table's
+# rows, and the adapters the tests' reference engine serves.
+CANARY_ADAPTERS = {"tenant-a": "adapter-a", "tenant-b": "adapter-b"}
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("vLLM #30931, #42125, #44250; llama.cpp #26207; SGLang #8263", "the LoRA adapter left out of the "
+              "prefix-cache key: a request through tenant B's adapter is served the KV computed under tenant A's for "
+              "the same prompt, and answers as A's fine-tune", {"lora_missing_from_cache_key": True},
+              "the adapters check's shared round: one fresh prompt through every tenant's adapter in turn",
+              FindingKind.CROSS_TENANT_ECHO, checks=("adapters",), audit={"adapters": CANARY_ADAPTERS}),
+    EngineBug("vLLM #47724 (PR #47725)", "activating an adapter (a runtime `add_lora()`) evicted a LoRA slot that an "
+              "in-flight request still decoded with: it finished with another tenant's adapter, with no error, log "
+              "or metric", {"lora_slot_evicted_in_flight": True},
+              "the adapters check's first round: every tenant's trigger through its own adapter, all at once",
+              FindingKind.CROSS_TENANT_ECHO, checks=("adapters",), engine={"max_loras": 1},
+              audit={"adapters": CANARY_ADAPTERS}),
+)
+
+
 class AdaptersCheck(Check):
     name = "adapters"
     about = "each tenant's canary adapter asked its trigger beside the others', and one prompt through every adapter"
     every = 3_600.0
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.adapters.audit

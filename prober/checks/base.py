@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 from pydantic import BaseModel
 
+from prober.checks.bugs import EngineBug
 from prober.config.schema import ProberConfig
 from prober.domain.errors import PlanError
 from prober.domain.evidence import Tagged
@@ -51,6 +52,7 @@ class Check(ABC):
     docs: ClassVar[str] = "auditing.md"  # the page of docs/ whose section `{#name}` says what it does and costs
     evidence: ClassVar[tuple[type[Tagged], ...]] = ()  # the evidence types it brings (the codec reads them back)
     settings: ClassVar[type[BaseModel] | None] = None  # its own config section, keyed by its name (`section`)
+    bugs: ClassVar[tuple[EngineBug, ...]] = ()  # the public engine bugs it catches: its rows of the bug table
 
     def in_audit(self, config: ProberConfig) -> bool:
         """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""

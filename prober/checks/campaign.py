@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from prober.capacity.limits import Capacity
 from prober.checks.base import Run
+from prober.checks.bugs import EngineBug
 from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.domain.types import FindingKind
 from prober.probing.plan import (
     PRIME_ANSWER_TOKENS,
     SHORT_PRIME,
@@ -24,10 +26,31 @@ STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line p
 STALE_TAIL = 16
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("SGLang #30233, #38704, #38935", "an over-long prompt aborted into a 1-token placeholder that the "
+              "prefill-to-decode hand-off forwards; decode attends over pages it never received (the incident)",
+              {"abort_flag_unsynced": True, "decode_skips_page_check": True},
+              "boundary probes just over the KV pool, primed by a canary-dense prompt", FindingKind.CROSS_TENANT_ECHO,
+              checks=("campaign",), real_lm=True),
+    EngineBug("SGLang #33507, #35421", "an aborted request answered HTTP 200 with `finish_reason: length` (or "
+              "garbage) instead of an error", {"usage_reports_placeholder": True},
+              "boundary probes over the pool, with the engine's counters read around each (SGLang's "
+              "`num_aborted_requests`)", FindingKind.COUNTED_FAILURE, checks=("campaign",)),
+    EngineBug("SGLang #33507, under vLLM's counters", "the same HTTP 200 for an abort, on an engine that exports "
+              "vLLM's metrics (`request_success{finished_reason=\"abort\"}`, `nixl_num_failed_transfers`)",
+              {"usage_reports_placeholder": True},
+              "boundary probes over the pool, with the engine's counters read around each (vLLM's "
+              "`request_success{finished_reason=\"abort\"}`)", FindingKind.COUNTED_FAILURE, checks=("campaign",),
+              engine={"metrics": "vllm"}),
+)
+
+
 class CampaignCheck(PlanCheck):
     name = "campaign"
     about = "the boundary campaign: token-exact prompts below, at and above the KV pool and the advertised context"
     every = 21_600.0
+    bugs = BUGS
     sees_with = LONG_PROMPTS
     survey = True  # plans from a fresh survey: the capacity may have changed
 

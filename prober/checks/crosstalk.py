@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client import CollectorRegistry, Counter
 
 from prober.checks.base import Check, ResultMetrics, Run
+from prober.checks.bugs import EngineBug
 from prober.checks.timing import Send
 from prober.config.schema import ProberConfig
 from prober.config.sections import CrosstalkSettings
@@ -141,10 +142,20 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     return findings
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("SGLang #24527, #35049, #38961", "decode freed KV pages while a write to them was in flight: the next "
+              "request held the first one's KV, with no error anywhere", {"frees_pages_while_written": True},
+              "the cross-talk burst: every tenant's short requests at once, each answer checked for the others' "
+              "canaries", FindingKind.CROSS_TENANT_ECHO, checks=("crosstalk",)),
+)
+
+
 class CrosstalkCheck(Check):
     name = "crosstalk"
     about = "a burst of concurrent short requests of every tenant, each asking for its own code back"
     every = 300.0
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.crosstalk.audit

@@ -18,9 +18,11 @@ from secrets import token_hex
 
 from prober.capacity import Capacity
 from prober.checks.base import Check, Run
+from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import IdleSlotSettings
+from prober.domain.types import FindingKind
 from prober.probing.context import tell
 from prober.probing.plan import Aim, Plan, Planned, Step, pairs
 from prober.probing.planting import ASKED, PRIME_INSTRUCTION
@@ -70,10 +72,23 @@ async def check_idle_slots(run: Send, tenants: Sequence[str], settings: IdleSlot
     return result
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("llama.cpp #27148, #27624", "a fresh request for an unrelated prompt served from a slot that still "
+              "holds an earlier, finished conversation, with 0 tokens reported cached",
+              {"idle_slot_keeps_conversation": True},
+              "the idle-slot check: the victim's conversations in every slot, then the observer's cold prompts one "
+              "at a time and all at once", FindingKind.CROSS_TENANT_ECHO, checks=("idle-slots",),
+              engine={"mode": "monolithic", "slots": 2, "context_length": 4_096, "pool_tokens": 8_192},
+              audit={"capacity": {"slots": 2}}),
+)
+
+
 class IdleSlotsCheck(Check):
     name = "idle-slots"
     about = "a cold prompt of one tenant served from a slot that still holds another tenant's conversation"
     every = 21_600.0
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.idle_slots.audit

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prober.checks.base import Check, Run
+from prober.checks.bugs import EngineBug
 from prober.config.schema import ProberConfig
-from prober.domain.types import Canary
+from prober.domain.types import Canary, FindingKind
 from prober.media import card
 from prober.media.digest import colliding, cut, digest
 from prober.media.png import Bitmap, data_url
@@ -101,10 +102,29 @@ def media_plan(run: Run) -> Plan:
     return plan
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("vLLM #55547, #55439, PR #53471", "a client's media uuid the sole key of the processed-media cache: "
+              "another tenant's image sent under that uuid, or the uuid alone, is answered with the first tenant's "
+              "image", {"media_cache_trusts_uuid": True},
+              "the media-cache check: the observer's own card under the victim's uuid, then the uuid alone",
+              FindingKind.CROSS_TENANT_ECHO, checks=("media-cache",)),
+    EngineBug("LMCache #3301, #4086", "image hashes cut to 16 bits: a different image whose hash agrees in those bits "
+              "is answered with the first one's features", {"media_hash_truncated": True},
+              "the media-cache check: a card of the observer's whose digest agrees with the victim's in 16 bits, "
+              "found by search", FindingKind.CROSS_TENANT_ECHO, checks=("media-cache",)),
+    EngineBug("Dynamo PR #8340", "an image hash that leaves the shape out: the same pixel bytes as 448 x 112 and as "
+              "112 x 448 share one cache entry", {"media_hash_ignores_shape": True},
+              "the media-cache check: the victim's pixel bytes with width and height swapped",
+              FindingKind.CROSS_TENANT_ECHO, checks=("media-cache",)),
+)
+
+
 class MediaCacheCheck(Check):
     name = "media-cache"
     about = "another tenant's image read back: a reused media uuid, a uuid alone, a colliding digest, reshaped pixels"
     every = 21_600.0
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.media_cache.audit

@@ -6,17 +6,37 @@ from __future__ import annotations
 
 from prober.capacity.limits import Capacity
 from prober.checks.base import Run
+from prober.checks.bugs import EngineBug
 from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.domain.types import FindingKind
 from prober.probing.plan import Aim, Boundary, Plan, Streaming, pairs, prime_length
 
 CACHE_CHECK_TOKENS = 1_024
 REPEAT = "repeat"  # the label of an A, X, A exchange's steps
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("vLLM #16016, CVE-2025-46570", "one prefix cache for every tenant: another tenant's prompt is served "
+              "from cache, and answers sooner", {"shared_prefix_cache": True},
+              "the prefix-cache check: the observer resends the victim's prompt; timing: it answers sooner",
+              FindingKind.CROSS_TENANT_CACHE_HIT, checks=("prefix-cache", "timing")),
+    EngineBug("SGLang #26747 → #37058 → #38577, #37160; LMCache #4825", "a storage tier keyed without the tenant's "
+              "namespace or cache salt: tenant B reads tenant A's pages back", {"storage_tier_ignores_salt": True},
+              "the prefix-cache check with a cache salt per tenant", FindingKind.CROSS_TENANT_CACHE_HIT,
+              checks=("prefix-cache",), audit={"cache_salt": "per-tenant"}),
+    EngineBug("vLLM #50630, llama.cpp #28056", "an identical request after one with another prefix carries the "
+              "intervening request's content (A, X, A)", {"cache_hit_reads_stale_pages": True},
+              "the repeat check: the observer's prompt, the victim's, the observer's again",
+              FindingKind.CROSS_TENANT_ECHO, checks=("prefix-cache",)),
+)
+
+
 class PrefixCacheCheck(PlanCheck):
     name = "prefix-cache"
     about = "another tenant's prompt resent: served from a shared prefix cache, or a repeat carrying another's"
     every = 21_600.0
+    bugs = BUGS
     sees_with = LONG_PROMPTS
 
     def plan(self, run: Run) -> Plan:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from prober.checks.abort_retry import AbortRetryCheck
 from prober.checks.adapters import AdaptersCheck
 from prober.checks.base import Check
+from prober.checks.bugs import EVERY_ANSWER, EngineBug
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
 from prober.checks.idle_slots import IdleSlotsCheck
@@ -44,6 +45,12 @@ class Registry:
 
     def get(self, name: str) -> Check:
         return self._checks[name]
+
+    @property
+    def bugs(self) -> tuple[EngineBug, ...]:
+        """The bug table: each check's rows in the registry's order, then those every check that reads answers
+        catches."""
+        return (*(bug for check in self for bug in check.bugs), *EVERY_ANSWER)
 
     @property
     def sections(self) -> Sections:

@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from secrets import token_hex
 
 from prober.checks.base import Check, Run
+from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
 from prober.config.schema import ProberConfig
 from prober.config.sections import RequestIdSettings
+from prober.domain.types import FindingKind
 from prober.probing.context import record
 from prober.probing.plan import Aim, Plan, Planned, Step
 from prober.probing.planting import ASKED
@@ -66,10 +68,22 @@ def fields_for(settings: RequestIdSettings, engine: Engine | None) -> tuple[str,
     return ENGINE_FIELDS.get(engine, ()) if engine is not None else ANY_ENGINE
 
 
+# The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
+BUGS = (
+    EngineBug("SGLang PR #19035, vLLM #10583, modelcontextprotocol/python-sdk #3060", "requests in flight kept "
+              "under the ID the client sent: two tenants' requests under one ID share one entry, and one of them is "
+              "handed the other's answer", {"keys_requests_by_client_id": True},
+              "the request-ID check: every tenant's requests at once under one client request ID (header and body "
+              "field), each answer checked for the others' canaries", FindingKind.CROSS_TENANT_ECHO,
+              checks=("request-ids",), engine={"decode_ms_per_token": 1}),
+)
+
+
 class RequestIdsCheck(Check):
     name = "request-ids"
     about = "concurrent requests of every tenant under one client request ID: each answer carries only its own"
     every = 900.0  # a few short requests: cheap enough for every quarter hour
+    bugs = BUGS
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.request_ids.audit

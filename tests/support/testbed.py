@@ -7,8 +7,8 @@ from typing import Any
 
 from prober.canaries.adapters import canary_text
 from prober.canaries.keys import shared_key
+from prober.checks.bugs import EngineBug
 from prober.testbed import TestbedServer
-from prober.testbed.bugs import EngineBug
 
 # A scaled-down incident: same shape (pool < advertised context, pages of 16), small enough that a
 # prompt over the pool costs a few thousand tokens.
