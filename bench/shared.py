@@ -23,20 +23,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from prober.canaries.keys import resolve_key
-from prober.canaries.mint import Minter
-from prober.capacity.limits import Capacity, Known
-from prober.checks import REGISTRY, Run
-from prober.config.schema import ProberConfig
+from planning import CAPACITIES, default_config, planning, run_for  # bench/planning.py
+
+from prober.checks import REGISTRY
 from prober.daemon.schedule import PREFLIGHT, Timetable
 from prober.domain.types import Severity
-from prober.ledger import open_ledger
-from prober.probing import Survey, TargetContext
-from prober.probing.scanning import RunScanner
-from prober.probing.wiring import Wiring
-from prober.targets.transport import Transport
 from prober.testbed import TestbedServer, build_config
-from prober.text.scrub import Scrubber
 from tests.support.cli import invoke
 from tests.support.shared import BackgroundTenant, Gateway, Traffic
 from tests.support.testbed import SMALL
@@ -84,35 +76,15 @@ def false_findings(audits: int, rate: float) -> None:
 
 def daily_tokens() -> None:
     """Every job the daemon runs by default, planned by its own check (the registry's), at its default interval."""
-    tenants = ["tenant-a", "tenant-b"]
-    config = ProberConfig.model_validate({"targets": [{"name": "t", "url": "http://t/v1"}],
-                                          "tenants": [{"name": t} for t in tenants]})
+    config = default_config()
     timetable = Timetable(config.daemon, REGISTRY)
     jobs = [job for job in timetable.jobs if job != PREFLIGHT]
-    capacities = {
-        "tests' small engine (16k context, 4k pool)": Capacity(context_length=Known(16_384, "x"),
-                                                              pool_tokens=Known(4_096, "x"),
-                                                              max_req_input_len=Known(4_090, "x"),
-                                                              page_size=Known(16, "x")),
-        "vLLM, 32k context": Capacity(context_length=Known(32_768, "x"), pool_tokens=Known(55_356, "x"),
-                                      page_size=Known(16, "x")),
-        "the incident (1M context, 681k pool)": Capacity(context_length=Known(1_048_576, "x"),
-                                                         pool_tokens=Known(681_280, "x"),
-                                                         max_req_input_len=Known(681_274, "x"),
-                                                         page_size=Known(64, "x")),
-    }
     print(f"\nruns a day at the default schedules: "
           f"{', '.join(f'{j} {DAY / timetable.interval(j):g}' for j in jobs)}")
     print(f"{'capacity':<42} {'path':>5} " + " ".join(f"{j:>12}" for j in jobs) + f" {'a day':>14}")
-    with tempfile.TemporaryDirectory(prefix="bench-shared-") as scratch:
-        ledger = open_ledger(str(Path(scratch) / "l.sqlite"))
-        key = resolve_key(ledger)
-        wiring = Wiring.of(config, Minter(ledger, key), RunScanner([], key=key, tenants=tenants),
-                           dict.fromkeys(tenants), Scrubber())
-        context = TargetContext(config.targets[0], Transport(config.targets[0].policy()), wiring)  # sends nothing
-        for label, capacity in capacities.items():
-            context.surveyed = Survey("t", "http://t/v1", capacity)
-            run = Run(context, config)
+    with planning(config) as context:
+        for label, capacity in CAPACITIES.items():
+            run = run_for(context, config, capacity)
             for overhead in (0, 300):
                 day = {}
                 for job in jobs:
@@ -120,7 +92,6 @@ def daily_tokens() -> None:
                     day[job] = (planned.tokens + overhead * planned.requests) * DAY / timetable.interval(job)
                 print(f"{label:<42} {overhead:>5} " + " ".join(f"{day[j]:>12,.0f}" for j in jobs)
                       + f" {sum(day.values()):>14,.0f}")
-        ledger.close()
     print(f"(the daemon's default budget: {config.daemon.tokens_per_day:,} a day per target; a job over it is "
           "skipped; a path is measured once per route a daemon uses, not per run)")
 
