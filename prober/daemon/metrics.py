@@ -73,6 +73,10 @@ class Metrics:
         self.request_errors = Counter("leakprobe_target_request_errors", "Requests to the target's API (every "
                                       "job's, surveys too) that failed, by error kind: connect, dns, tls, timeout, "
                                       "server_error, ...", ["target", "kind"], registry=registry)
+        self.paused = Counter("leakprobe_rate_limit_pause_seconds", "Seconds requests to the target waited before "
+                              "they were sent, because its answers said its rate limit was spent "
+                              "(x-ratelimit-remaining-*: 0, until the reset they gave).", ["target"],
+                              registry=registry)
         self.requests_cut = Counter("leakprobe_requests_cut", "Requests to the target (every job's, to any of its "
                                     "endpoints) ended while it was still on them, by reason: deadline (past the "
                                     "request's own, derived from its size), overlong (more than max_tokens allows, or "
@@ -115,7 +119,7 @@ class Metrics:
         registry.register(self.incidents)
         self._per_target: list[MetricWrapperBase] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
-            self.requests_cut, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
+            self.requests_cut, self.paused, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
             self.input_limit, self.verdict, self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run,
             self.last_success, self.interval, *self.checks.per_target]
 
@@ -123,6 +127,8 @@ class Metrics:
         """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health
         (but for one its job's deadline cut: that says nothing of the target)."""
         error = exchange.error
+        if exchange.paused_s:
+            self.paused.labels(target).inc(exchange.paused_s)
         if error is not None and error.cut is not None:
             self.requests_cut.labels(target, error.cut).inc()
         if not api or (error is not None and error.cut is Cut.RUN_DEADLINE):
@@ -151,6 +157,7 @@ class Metrics:
             self.request_errors.labels(target, kind)
         for cut in Cut:
             self.requests_cut.labels(target, cut)
+        self.paused.labels(target)
         for tenant in tenants:
             self.tokens_sent.labels(target, tenant)
         for victim in tenants:

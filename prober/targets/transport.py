@@ -9,7 +9,6 @@ Adapters get bytes and timings back, or a `TargetError`; nothing here raises on 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json as json_module
 import random
 import socket
@@ -25,6 +24,7 @@ from prober.targets.bounds import NO_GENERATION, Size, current_deadline
 from prober.targets.credentials import Secret
 from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
 from prober.targets.outbox import Outbox
+from prober.targets.pacing import Pacer, retry_after_s
 from prober.targets.result import Cut, ErrorKind, TargetError
 from prober.text.scrub import Scrubber
 
@@ -63,7 +63,7 @@ class TransportPolicy:
     def delay(self, attempt: int, retry_after: str | None) -> float | None:
         """Before the next attempt: what Retry-After asks (None: longer than we wait), else jittered backoff."""
         if retry_after:
-            wait = _parse_retry_after(retry_after)
+            wait = retry_after_s(retry_after)
             if wait is not None:
                 return None if wait > self.retry_after_max_s else wait
         backoff: float = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
@@ -80,6 +80,7 @@ class HTTPExchange:
     first_byte_s: float | None = None
     total_s: float = 0.0
     attempts: int = 1  # 0: not sent, the run's deadline had passed
+    paused_s: float = 0.0  # waited before it was sent: the target's rate-limit headers said its allowance was spent
     error: TargetError | None = None
     streamed: bool = False  # a 200 body of server-sent events, given to the caller's reader as it came
 
@@ -122,6 +123,7 @@ class _Call:
     on_chunk: OnChunk | None
     size: Size
     started: float  # time.monotonic() when the exchange began: every timing is from here
+    paused_s: float = 0.0  # waited for the target's rate limit before it began
     latest: HTTPExchange = field(default_factory=lambda: HTTPExchange(None))
 
 
@@ -135,6 +137,7 @@ class Transport:
         self.scrubber = scrubber or Scrubber()
         self.outbox = Outbox()  # what went out through this transport (the adapters record their prompts)
         self.client = self.policy.client(http)
+        self.pacer = Pacer(self.policy.retry_after_max_s)
 
     async def __aenter__(self) -> Transport:
         return self
@@ -150,8 +153,10 @@ class Transport:
                        size: Size = NO_GENERATION) -> HTTPExchange:
         """Send with retries and same-origin redirects; read the body under its bounds; give up at the request's
         deadline or the run's, whichever comes first.  A 200 body of server-sent events goes to `on_chunk` as it
-        comes; any other body is kept (also what arrived of one cut short: it may carry a leak)."""
-        call = _Call(method, url, json, secret, headers or {}, on_chunk, size, time.monotonic())
+        comes; any other body is kept (also what arrived of one cut short: it may carry a leak).  A pause the target's
+        rate limit asked for comes first, outside the request's deadline but within the run's."""
+        paused = await self.pacer.wait()
+        call = _Call(method, url, json, secret, headers or {}, on_chunk, size, time.monotonic(), paused)
         p = self.policy
         limit = min(p.deadline_s, size.total_s(p.timeout_s, p.connect_timeout_s))
         why, cut = (f"deadline of {limit:.1f} s passed (connect to last byte, retries included, for "
@@ -159,7 +164,7 @@ class Transport:
         run = current_deadline()
         if run is not None and run.ends_at - call.started < limit:
             if run.ends_at <= call.started:
-                return HTTPExchange(None, attempts=0, error=TargetError(ErrorKind.TIMEOUT,
+                return HTTPExchange(None, attempts=0, paused_s=paused, error=TargetError(ErrorKind.TIMEOUT,
                                                                         f"{run.name} passed before it was sent"))
             limit, why, cut = run.ends_at - call.started, f"{run.name} passed", Cut.RUN_DEADLINE
         try:
@@ -170,11 +175,16 @@ class Transport:
             return _cut(call.latest, TargetError(ErrorKind.TIMEOUT, why, cut=cut), call.started, self.scrubber)
 
     async def _with_retries(self, call: _Call) -> HTTPExchange:
-        """Attempts until one is final: answered, refused for good, or out of retries."""
-        attempt = 0
+        """Attempts until one is final: answered, refused for good, or out of retries; each after the pause the
+        target's rate-limit headers asked for (prober/targets/pacing.py)."""
+        attempt, paused = 0, call.paused_s
         while True:
             attempt += 1
+            if attempt > 1:
+                paused += await self.pacer.wait()
             result = await _following_redirects(call, attempt, self._once, self.policy.max_redirects)
+            result.paused_s = paused
+            self.pacer.heard(result.headers)
             status = result.status
             # A peer that hung up before any response (a keep-alive connection it had just closed, a worker
             # restart) saw at most a request it never answered: sent again like a refused connection.
@@ -354,14 +364,3 @@ def _failed(result: HTTPExchange, kind: ErrorKind, message: str, started: float 
 def _origin(url: httpx.URL) -> str:
     port = url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
     return f"{url.scheme}://{url.host}:{port}"
-
-
-def _parse_retry_after(value: str) -> float | None:
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
