@@ -123,7 +123,7 @@ class TargetContext:
         prefill sent it as cached)."""
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
         path = route.path
-        usage = answer.usage.prompt_tokens if answer.served and answer.usage and not answer.implausible_usage else None
+        usage = answer.counted_prompt_tokens
         if usage is not None and built.exact:  # one more reading of what the path adds, while the run goes on
             path.observe(step.tenant, usage - (built.tokens - built.path))
         cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,

@@ -25,7 +25,7 @@ def undecided(step: Step, sent_tokens: int, answer: Completion, path: PathRange 
     if path is None or step.aim is not Aim.LENGTH or not spread:
         return None
     if answer.served and not step.expect_served:
-        usage = answer.usage.prompt_tokens if answer.usage and not answer.implausible_usage else None
+        usage = answer.counted_prompt_tokens
         if usage is None:
             return path if step.length - path.limit < spread else None
         added = usage - (sent_tokens - path.low)  # the prompt was built for the least the path adds
@@ -40,7 +40,7 @@ def over_limit(answer: Completion, path: PathRange | None) -> PathRange | None:
     """A prompt served although the engine's own count of it is at or over the limit (`seen`): behind a path whose
     prefix is as long as the limit (a long operator prompt before a small KV pool), every request is over it, and an
     engine that serves them all is wrong whatever the plan aimed at."""
-    usage = answer.usage.prompt_tokens if answer.served and answer.usage and not answer.implausible_usage else None
+    usage = answer.counted_prompt_tokens
     if path is None or usage is None or usage < path.limit:
         return None
     return PathRange(path.low, path.high, path.limit, usage)

@@ -150,6 +150,12 @@ class Completion:
         return self.status == 200 and self.error is None
 
     @property
+    def counted_prompt_tokens(self) -> int | None:
+        """What the engine says it prefilled, where it served the prompt and its usage is plausible: its own count
+        of what it saw, path and all."""
+        return self.usage.prompt_tokens if self.served and self.usage and not self.implausible_usage else None
+
+    @property
     def refused(self) -> bool:
         """The engine said no (a 4xx, or an error inside a 200 body or stream): at a boundary, correct."""
         return self.error is not None and self.error.kind is ErrorKind.REFUSED
