@@ -68,6 +68,9 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
         assert f["severity"] == ("critical" if whole else "warning" if fragment == "fact_word_name" else "high")
         assert f["evidence"]["excerpt_sha256"] and (f["canary_id"] or fragment == "probe_tag")
         assert f["check"] in ("campaign", "prefix-cache")
+    # Each names the request's W3C trace context: the engine's exported span for it, where it exports traces.
+    traces = {f["record_id"]: {d["type"]: d for d in f["details"]}["trace"]["trace_id"] for f in echoes}
+    assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces.values()) and len(set(traces.values())) == len(traces)
     # Facts planted beside the tokens come back reworded in summaries: the semantic detector attributes them.
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["detector"] == "semantic"}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}

@@ -34,6 +34,7 @@ from prober.domain.evidence import (
     SaltAsserted,
     SharedPrefix,
     TimingStatistics,
+    Traced,
     Unexplained,
     Unread,
     adding,
@@ -60,7 +61,7 @@ EVERY: list[Evidence] = [
     CacheUsage(256, shared_with=SharedPrefix(264, "a", 1.7e9), own_shared=SharedPrefix(0, "b", None)),
     COUNTERS, CounterTest("binomial", (DECISION,), (RisenWindow("x003-probe", 0.01, {ABORTS: 1.0}),)),
     TIMING, Burst(True, "cn_2", other_request="ct003"), AdapterAsk("shared", "adapter-b", True, "tenant-a"),
-    SaltAsserted(("a", "b")), Exchange("x003"),
+    SaltAsserted(("a", "b")), Exchange("x003"), Traced("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"),
     Unread('{"someday": 1}')]
 
 

@@ -6,6 +6,7 @@ tests/test_retries.py's, in this process.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from prober.targets import (
     TransportPolicy,
 )
 from prober.targets.api import Api
-from prober.targets.transport import KEEPALIVE_EXPIRY_S
+from prober.targets.transport import KEEPALIVE_EXPIRY_S, HTTPExchange
 from tests.support.aio import run
 from tests.support.policies import FAST
 from tests.support.shaped import Reply, Seen, ShapedServer, chat_answer, chat_chunk, sse
@@ -208,3 +209,23 @@ def test_credentials_come_from_env_or_file_and_never_print(tmp_path: Path,
     monkeypatch.setenv("LP_EMPTY", "  ")
     with pytest.raises(CredentialError, match="empty"):
         CredentialSource(env="LP_EMPTY").load()
+
+
+def test_every_request_carries_a_trace_context_of_its_own_unless_the_caller_gave_one() -> None:
+    """A fresh W3C `traceparent` per request (vLLM and SGLang continue it in the traces they export), the same on
+    the wire as on the answer; a caller's own (the request-ID check's) is sent as it is."""
+    with ShapedServer(_route(lambda r, _: r.send(200, chat_answer("fine")))) as srv:
+        async def asks() -> tuple[list[Completion], HTTPExchange]:
+            async with Transport(FAST) as transport:
+                target = OpenAICompatible("t", srv.url + "/v1", transport)
+                answers = [await target.complete(Prompt("hi"), None) for _ in range(2)]
+                mine = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                given = await transport.exchange("POST", srv.url + "/v1/chat/completions", json={},
+                                                 headers={"TraceParent": mine})
+                return answers, given
+
+        answers, given = run(asks())
+        sent = [seen.headers["traceparent"] for seen in srv.seen]
+    assert sent[:2] == [a.traceparent for a in answers] and sent[0] != sent[1]
+    assert all(re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", t) for t in sent[:2])
+    assert sent[2] == given.traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -289,6 +289,21 @@ class Exchange(Tagged):
 
 
 @dataclass(frozen=True)
+class Traced(Tagged):
+    """The W3C trace context the answer's request carried: where the engine exports traces (vLLM, SGLang), its span
+    for that request is in trace `trace_id`."""
+
+    type = "trace"
+    trace_id: str
+    span_id: str
+
+    @classmethod
+    def of(cls, traceparent: str | None) -> Traced | None:
+        parts = (traceparent or "").split("-")
+        return cls(parts[1], parts[2]) if len(parts) == 4 else None
+
+
+@dataclass(frozen=True)
 class Unread(Tagged):
     """Evidence this version cannot read, kept as it was written (JSON text)."""
 
@@ -303,7 +318,7 @@ class Unread(Tagged):
 Evidence: TypeAlias = Tagged  # any of the types above, or one a check brings (`register`)
 TYPES: dict[str, type[Tagged]] = {cls.type: cls for cls in (
     MacVerified, Fragment, PromptRun, Unexplained, Garbled, Retold, Escaped, Envelope, PathRange, CacheUsage,
-    EngineCounters, CounterTest, TimingStatistics, Burst, AdapterAsk, SaltAsserted, Exchange, Unread)}
+    EngineCounters, CounterTest, TimingStatistics, Burst, AdapterAsk, SaltAsserted, Exchange, Traced, Unread)}
 
 
 def register(kind: type[Tagged]) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from prober.domain.evidence import EngineCounters, Evidence, Exchange, PathRange, of_json
+from prober.domain.evidence import EngineCounters, Evidence, Exchange, PathRange, Traced, of_json
 from prober.domain.types import Finding, ProbeContext, Record
 from prober.probing.envelope import check_answer
 from prober.probing.events import FindingRecorded, Listener, ignore
@@ -68,6 +68,8 @@ class Judge:
             context = ProbeContext(built.tokens, step.boundary, answer.status)
             findings += [replace(f.adding(Exchange(exchange)), probe_id=f.probe_id or step.id, context=context)
                          for f in scanned.findings]
+        if (trace := Traced.of(answer.traceparent)) is not None:
+            findings = [f.adding(trace) for f in findings]
         findings = await self.persist(findings, engine, ignore, check=check)
         return StepResult(step=step, exchange=exchange, target=self.target, sent_tokens=built.tokens,
                           counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),

@@ -236,7 +236,7 @@ def _plausible(answer: Completion, prompt: Prompt) -> Completion:
 
 def _common(exchange: HTTPExchange) -> dict[str, Any]:
     return {"status": exchange.status, "total_s": exchange.total_s, "attempts": exchange.attempts,
-            "headers": exchange.headers}
+            "headers": exchange.headers, "traceparent": exchange.traceparent}
 
 
 def error_message(obj: Any) -> str | None:

@@ -126,6 +126,7 @@ class Completion:
     # arguments.  A canary there has left the engine as surely as one in the content.
     other_text: str = field(default="", repr=False)
     answer_id: str | None = None  # the id the target named the answer by (OpenAI's `id`), where it gave one
+    traceparent: str | None = None  # the W3C trace context it was asked with (prober/targets/transport.py `traced`)
 
     @property
     def retried(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json as json_module
 import random
+import secrets
 import socket
 import ssl
 import time
@@ -81,6 +82,7 @@ class HTTPExchange:
     total_s: float = 0.0
     attempts: int = 1  # 0: not sent, the run's deadline had passed
     paused_s: float = 0.0  # waited before it was sent: the target's rate-limit headers said its allowance was spent
+    traceparent: str | None = None  # the W3C trace context it was sent with: the engine's traces name it by this
     error: TargetError | None = None
     streamed: bool = False  # a 200 body of server-sent events, given to the caller's reader as it came
 
@@ -156,7 +158,8 @@ class Transport:
         comes; any other body is kept (also what arrived of one cut short: it may carry a leak).  A pause the target's
         rate limit asked for comes first, outside the request's deadline but within the run's."""
         paused = await self.pacer.wait()
-        call = _Call(method, url, json, secret, headers or {}, on_chunk, size, time.monotonic(), paused)
+        headers = traced(headers or {})
+        call = _Call(method, url, json, secret, headers, on_chunk, size, time.monotonic(), paused)
         p = self.policy
         limit = min(p.deadline_s, size.total_s(p.timeout_s, p.connect_timeout_s))
         why, cut = (f"deadline of {limit:.1f} s passed (connect to last byte, retries included, for "
@@ -202,6 +205,7 @@ class Transport:
 
     async def _once(self, call: _Call) -> HTTPExchange:
         result, started = call.latest, call.started
+        result.traceparent = call.headers["traceparent"]
         send_headers = dict(call.headers)
         if call.secret is not None:
             send_headers["Authorization"] = f"Bearer {call.secret.reveal()}"
@@ -364,3 +368,12 @@ def _failed(result: HTTPExchange, kind: ErrorKind, message: str, started: float 
 def _origin(url: httpx.URL) -> str:
     port = url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
     return f"{url.scheme}://{url.host}:{port}"
+
+
+def traced(headers: dict[str, str]) -> dict[str, str]:
+    """With a W3C `traceparent` of its own (a fresh trace, sampled), unless the caller set one: vLLM and SGLang
+    continue it in the traces they export, so a finding names the engine's request in its operator's trace view."""
+    if any(name.lower() == "traceparent" for name in headers):
+        return {**{k: v for k, v in headers.items() if k.lower() != "traceparent"},
+                "traceparent": next(v for k, v in headers.items() if k.lower() == "traceparent")}
+    return {**headers, "traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
