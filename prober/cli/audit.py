@@ -13,6 +13,7 @@ import typer
 
 from prober.cli.app import EXIT_ERROR, app, fail, print_table
 from prober.cli.options import ApiOption, Deprecated, FailOn, Format, Ledger, OutputFormat, Tenants
+from prober.config.schema import RENAMED_SECTIONS
 from prober.domain.types import Severity
 from prober.report import ReportFormat
 
@@ -133,8 +134,7 @@ def audit(
         help="Total time per target, e.g. 10m (default: derived from its plan).")] = None,
     check: Annotated[list[str] | None, typer.Option(
         "--check", metavar="NAME", help="Run this check, by its name (repeatable; default: each check its config "
-        "section runs in audits): shapes, prefix-cache, campaign, timing, idle-slots, crosstalk, request-ids, "
-        "abort-retry, adapters, media-cache.")] = None,
+        "section runs in audits).  The names: docs/checks.md; a name no check has is refused with the list.")] = None,
     skip: Annotated[list[str] | None, typer.Option(
         "--skip", metavar="NAME", help="Leave this check out (repeatable).")] = None,
     timing: Deprecated = None,
@@ -209,15 +209,11 @@ def demo(
     raise typer.Exit(asyncio.run(run_demo(out, {"model": model} if model else None)))
 
 
-DEPRECATED_SWITCHES = {"timing": "timing", "crosstalk": "crosstalk", "slots": "idle-slots",
-                       "request_ids": "request-ids", "abort_retry": "abort-retry", "media": "media-cache"}
-
-
 def switched(**given: bool | None) -> dict[str, Any]:
     """The per-check switches of earlier releases, still honoured for one (each given one says what replaces it)."""
     for flag, value in given.items():
         if value is not None:
-            name = DEPRECATED_SWITCHES[flag]
+            name = RENAMED_SECTIONS.get(flag, flag)
             instead = (f"use --skip {name}" if not value else
                        f"checks run by default (`{name}: {{audit: true}}` in the config overrides `audit: false`)")
             typer.echo(f"warning: --{'' if value else 'no-'}{flag.replace('_', '-')} is deprecated: {instead}",

@@ -319,11 +319,10 @@ def load_config(path: Path) -> dict[str, Any]:
 ENV_OVERRIDES = {"LEAKPROBE_LEDGER": ("ledger",), "LEAKPROBE_FAIL_ON": ("audit", "fail_on"),
                  "LEAKPROBE_TOKEN_BUDGET": ("audit", "token_budget"), "LEAKPROBE_LISTEN": ("daemon", "listen"),
                  "LEAKPROBE_TOKENS_PER_DAY": ("daemon", "tokens_per_day")}
+SWITCHED_SECTIONS = ("timing", "crosstalk", *RENAMED_SECTIONS)  # the per-check switches of earlier releases
 _TOP_LEVEL_FLAGS = {"ledger": ("ledger",), "listen": ("daemon", "listen"), "semantic": ("detection", "semantic"),
-                    "model": ("detection", "model"), "timing": ("timing", "audit"),
-                    "crosstalk": ("crosstalk", "audit"), "slots": ("idle-slots", "audit"),
-                    "request_ids": ("request-ids", "audit"), "abort_retry": ("abort-retry", "audit"),
-                    "media": ("media-cache", "audit")}
+                    "model": ("detection", "model"),
+                    **{flag: (RENAMED_SECTIONS.get(flag, flag), "audit") for flag in SWITCHED_SECTIONS}}
 
 
 def assemble_config(path: Path | None, *, target: str | None = None, target_name: str | None = None,

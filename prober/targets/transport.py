@@ -373,7 +373,6 @@ def _origin(url: httpx.URL) -> str:
 def traced(headers: dict[str, str]) -> dict[str, str]:
     """With a W3C `traceparent` of its own (a fresh trace, sampled), unless the caller set one: vLLM and SGLang
     continue it in the traces they export, so a finding names the engine's request in its operator's trace view."""
-    if any(name.lower() == "traceparent" for name in headers):
-        return {**{k: v for k, v in headers.items() if k.lower() != "traceparent"},
-                "traceparent": next(v for k, v in headers.items() if k.lower() == "traceparent")}
-    return {**headers, "traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
+    given = next((value for name, value in headers.items() if name.lower() == "traceparent"), None)
+    rest = {name: value for name, value in headers.items() if name.lower() != "traceparent"}
+    return {**rest, "traceparent": given or f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
