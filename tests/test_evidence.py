@@ -14,6 +14,7 @@ from prober.domain.evidence import (
     TYPES,
     AdapterAsk,
     Burst,
+    CacheLayer,
     CacheUsage,
     Change,
     CounterDecision,
@@ -25,6 +26,7 @@ from prober.domain.evidence import (
     Exchange,
     Fragment,
     FragmentKind,
+    FromCache,
     Garbled,
     MacVerified,
     PathRange,
@@ -62,6 +64,7 @@ EVERY: list[Evidence] = [
     COUNTERS, CounterTest("binomial", (DECISION,), (RisenWindow("x003-probe", 0.01, {ABORTS: 1.0}),)),
     TIMING, Burst(True, "cn_2", other_request="ct003"), AdapterAsk("shared", "adapter-b", True, "tenant-a"),
     SaltAsserted(("a", "b")), Exchange("x003"), Traced("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"),
+    FromCache(CacheLayer.RESPONSE, "header x-litellm-cache-key", "chatcmpl-1", "tenant-a", "4bf92f35"),
     Unread('{"someday": 1}')]
 
 

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.unit
 # headline must hold.
 CROSSINGS = {FindingKind.CROSS_TENANT_ECHO: "another tenant's canary appeared in an answer",
              FindingKind.CROSS_TENANT_CACHE_HIT: "the prefix cache is shared between tenants",
-             FindingKind.CROSS_TENANT_CACHE_TIMING: "the prefix cache is shared between tenants"}
+             FindingKind.CROSS_TENANT_CACHE_TIMING: "the prefix cache is shared between tenants",
+             FindingKind.CROSS_TENANT_RESPONSE_CACHE: "a cache in front of the engine served one tenant the answer "
+                                                      "made for another"}
 # The engine did what a correct one never does, with no crossing between tenants: an engine fault at high or above
 # (below, the detector itself is unsure), with the words that say which.
 FAULTS = {FindingKind.BOUNDARY_ACCEPTED: "served a prompt a correct engine must refuse",

@@ -17,6 +17,7 @@ from prober.checks.idle_slots import IdleSlotsCheck
 from prober.checks.media_cache import MediaCacheCheck
 from prober.checks.prefix_cache import PrefixCacheCheck
 from prober.checks.request_ids import RequestIdsCheck
+from prober.checks.response_cache import ResponseCacheCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapesCheck
 from prober.checks.timing import TimingCheck
@@ -70,4 +71,4 @@ class Registry:
 
 REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),
                      IdleSlotsCheck(), CrosstalkCheck(), RequestIdsCheck(), AbortRetryCheck(), AdaptersCheck(),
-                     MediaCacheCheck()])
+                     MediaCacheCheck(), ResponseCacheCheck()])

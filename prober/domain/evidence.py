@@ -303,6 +303,27 @@ class Traced(Tagged):
         return cls(parts[1], parts[2]) if len(parts) == 4 else None
 
 
+class CacheLayer(StrEnum):
+    """A cache in front of the engine that can answer in its place."""
+
+    RESPONSE = "response"  # answers a request the same as a stored one with the stored answer
+    SEMANTIC = "semantic"  # answers a request that reads alike (an embedding's distance) with the stored answer
+
+
+@dataclass(frozen=True)
+class FromCache(Tagged):
+    """The answer was served from a cache in front of the engine, not made for its request: how that was told
+    (`told`: a gateway's header, or an earlier answer repeated whole), and, where this process got the stored answer
+    first, for whom (`first_tenant`) and in answer to which request (`first_trace`: its trace id, as on findings)."""
+
+    type = "from_cache"
+    layer: CacheLayer
+    told: str
+    answer_id: str | None = None
+    first_tenant: str | None = None
+    first_trace: str | None = None
+
+
 @dataclass(frozen=True)
 class Unread(Tagged):
     """Evidence this version cannot read, kept as it was written (JSON text)."""
@@ -318,7 +339,8 @@ class Unread(Tagged):
 Evidence: TypeAlias = Tagged  # any of the types above, or one a check brings (`register`)
 TYPES: dict[str, type[Tagged]] = {cls.type: cls for cls in (
     MacVerified, Fragment, PromptRun, Unexplained, Garbled, Retold, Escaped, Envelope, PathRange, CacheUsage,
-    EngineCounters, CounterTest, TimingStatistics, Burst, AdapterAsk, SaltAsserted, Exchange, Traced, Unread)}
+    EngineCounters, CounterTest, TimingStatistics, Burst, AdapterAsk, SaltAsserted, Exchange, Traced, FromCache,
+    Unread)}
 
 
 def register(kind: type[Tagged]) -> None:

@@ -55,6 +55,8 @@ class FindingKind(StrEnum):
     PHANTOM_CACHE_HIT = "phantom_cache_hit"  # cached tokens claimed for a prompt no one had sent: KV never computed
     COUNTED_FAILURE = "counted_failure"  # the engine counted an abort or a failed transfer while this answer was 200
     PATH_JITTER = "path_jitter"  # served or refused at a length the path's varying prefix leaves undecided (info)
+    CROSS_TENANT_RESPONSE_CACHE = "cross_tenant_response_cache"  # a cache in front served another tenant's answer
+    TENANT_RESPONSE_CACHE = "tenant_response_cache"  # a cache in front serves a tenant its own earlier answers (info)
 
 
 class DetectorName(StrEnum):

@@ -37,6 +37,8 @@ MEANINGS: dict[FindingKind, Meaning] = {
                                                              "the cache another tenant's prompt filled"),
     FindingKind.CROSS_TENANT_CACHE_TIMING: Meaning(Weight.LEAK, f"{SHARED_CACHE}: a tenant's prompts answered "
                                                                 "sooner after another tenant had sent them"),
+    FindingKind.CROSS_TENANT_RESPONSE_CACHE: Meaning(Weight.LEAK, "a cache in front of the engine served one "
+                                                                  "tenant the answer made for another"),
     FindingKind.PHANTOM_CACHE_HIT: Meaning(Weight.FAULT, "the engine reported cached KV it never computed and "
                                                          "decoded over whatever its pages held", FAULT_FLOOR),
     FindingKind.PLACEHOLDER_SUBSTITUTION: Meaning(Weight.FAULT, "the engine processed a placeholder in place of the "
@@ -55,6 +57,7 @@ MEANINGS: dict[FindingKind, Meaning] = {
     FindingKind.UNEXPECTED_REFUSAL: Meaning(Weight.NOTE),
     FindingKind.IMPLAUSIBLE_USAGE: Meaning(Weight.NOTE),
     FindingKind.PATH_JITTER: Meaning(Weight.NOTE),
+    FindingKind.TENANT_RESPONSE_CACHE: Meaning(Weight.NOTE),
 }
 
 

@@ -21,6 +21,7 @@ from prober.probing.judging import Judge
 from prober.probing.path import measure as measure_path
 from prober.probing.plan import Step, acceptance_limit, pairs
 from prober.probing.planting import Planter
+from prober.probing.provenance import AnswerBook
 from prober.probing.results import CheckResult, ShapeChoice, StepResult
 from prober.probing.routes import Route, Routes
 from prober.probing.salts import salted_tenants, tenant_salts
@@ -43,6 +44,7 @@ class TargetContext:
             route.api, route.counter, self.tenants, lambda tenant, prompt: self.send_as(tenant, prompt, route)))
         self.planter = Planter(wiring)
         self.cached = CacheExplainer(transport.outbox, wiring.secrets)
+        self.answers = AnswerBook()  # every answer's name: one served again came from a cache in front of the engine
         self.surveyed: Survey | None = None
         self.shape: ShapeChoice | None = None  # what requests take: measured before the first canary-bearing check
         self._want_telemetry = telemetry
@@ -90,10 +92,12 @@ class TargetContext:
 
     async def send_as(self, tenant: str, prompt: Prompt, route: Route | None = None) -> Completion:
         """As this tenant: its credential, and its own cache salt where the target asks for one; on the chosen
-        route unless another is given."""
+        route unless another is given.  The answer says whether a cache in front of the engine served it."""
         route = route or await self.route()
-        return await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
-                                           self.wiring.secrets.get(tenant))
+        answer = await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
+                                             self.wiring.secrets.get(tenant))
+        stored = self.answers.read(tenant, answer, client_named=prompt.request_id is not None)
+        return answer if stored is None else replace(answer, from_cache=stored)
 
     async def send(self, step: Step, built: BuiltPrompt, route: Route, *,
                    request_id: RequestId | None = None) -> tuple[Completion, int]:
@@ -120,14 +124,16 @@ class TargetContext:
                      check: str, before: int, engine: EngineCounters | None = None) -> StepResult:
         """The judge's verdict on one answer, its cached tokens explained by what was sent before it (`before`: the
         outbox's count when it was sent); no phantom check where prefill and decode are split (decode counts what
-        prefill sent it as cached)."""
+        prefill sent it as cached).  An answer a cache in front served tells nothing of the engine: its text alone
+        is judged."""
         split = self.surveyed is not None and self.surveyed.capacity.disaggregation_mode is not None
         path = route.path
         usage = answer.counted_prompt_tokens
-        if usage is not None and built.exact:  # one more reading of what the path adds, while the run goes on
+        made = answer.from_cache is None
+        if made and usage is not None and built.exact:  # one more reading of what the path adds, as the run goes on
             path.observe(step.tenant, usage - (built.tokens - built.path))
         cached = await self.cached.judge(step, built, answer, before=before, counter=route.counter,
-                                         overhead=path.high(step.tenant), fresh=not split)
+                                         overhead=path.high(step.tenant), fresh=not split) if made else []
         limit = acceptance_limit(self.surveyed.capacity) if self.surveyed else None
         ranged = PathRange(path.low(step.tenant), path.high(step.tenant), limit) if limit else None
         return await self.judge.answer(step, exchange, built, answer, check=check, engine=engine, also=cached,

@@ -81,3 +81,11 @@ class CheckDoc(TypedDict):
     skipped: dict[str, str]
     moot: str | None
     summary: str
+
+
+class CacheLayerDoc(TypedDict):
+    layer: str  # response | semantic | prefix
+    route: str
+    state: str  # shared | per_tenant | none_seen | undecided
+    control: str
+    directions: int

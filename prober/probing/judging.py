@@ -7,8 +7,8 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from prober.domain.evidence import EngineCounters, Evidence, Exchange, PathRange, Traced, of_json
-from prober.domain.types import Finding, ProbeContext, Record
+from prober.domain.evidence import EngineCounters, Evidence, Exchange, FromCache, PathRange, Traced, of_json
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Record, Severity
 from prober.probing.envelope import check_answer
 from prober.probing.events import FindingRecorded, Listener, ignore
 from prober.probing.plan import Step
@@ -51,8 +51,12 @@ class Judge:
                      engine: EngineCounters | None = None, also: list[Finding] | None = None,
                      path: PathRange | None = None) -> StepResult:
         """One answer's envelope and text (and `also`, what its cached tokens showed), its findings durable; `path`:
-        what a varying path adds, against the limit (prober/probing/envelope.py's `undecided`)."""
-        checked = check_answer(step, built.tokens, answer, path) + (also or [])
+        what a varying path adds, against the limit (prober/probing/envelope.py's `undecided`).  An answer a cache
+        in front served has no envelope of the engine's: its text is judged, each finding saying the cache served
+        it, and a copy made for another tenant is that tenant's answer handed over (`stored_elsewhere`)."""
+        stored = answer.from_cache
+        checked = (check_answer(step, built.tokens, answer, path) + (also or []) if stored is None
+                   else stored_elsewhere(step, stored))
         findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
         if answer.full_text:
@@ -70,7 +74,18 @@ class Judge:
                          for f in scanned.findings]
         if (trace := Traced.of(answer.traceparent)) is not None:
             findings = [f.adding(trace) for f in findings]
+        if stored is not None:
+            findings = [f.adding(stored) for f in findings]
         findings = await self.persist(findings, engine, ignore, check=check)
         return StepResult(step=step, exchange=exchange, target=self.target, sent_tokens=built.tokens,
                           counted=built.counted, answer=answer, canary_ids=sorted({c.id for c in built.canaries}),
                           findings=findings, own_echoes=own)
+
+
+def stored_elsewhere(step: Step, stored: FromCache) -> list[Finding]:
+    """A cache's copy of an answer made for another tenant, served to this one: `cross_tenant_response_cache`."""
+    if stored.first_tenant is None or stored.first_tenant == step.tenant:
+        return []
+    return [Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
+                    severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=stored.first_tenant,
+                    probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}): answer {stored.answer_id}")]

@@ -12,6 +12,7 @@ from enum import StrEnum
 from prober.domain.errors import BuildError
 from prober.domain.incidents import Incident, group
 from prober.domain.types import Finding, FindingKind, Severity
+from prober.probing.cache_map import CacheVerdict
 from prober.probing.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
 from prober.probing.path import PathOverhead, behind_path
 from prober.probing.plan import Plan, Planned, Step
@@ -75,13 +76,11 @@ class StepResult:
 
     @property
     def observed(self) -> bool:
-        """Whether this request shows how the engine isolates tenants.  Served: its answer was checked.
-        Refused, or failed with the engine's own 5xx, where the plan expects a refusal (above the acceptance
-        limit): that is the engine's verdict on an over-limit prompt.  Anything else is not an observation:
-        no usable answer (timeout, connect, malformed, truncated, too large, unauthorized, rate limited), and
-        a refusal or a 5xx at a length the capacity says fits — the boundary it was sent to test went
-        untested — unless a path whose prefix varies may have put it over the limit (`path_jitter`): at the limit,
-        either verdict is the engine's correct one."""
+        """Whether this request shows how the engine isolates tenants.  Served: its answer was checked.  Refused, or
+        failed with the engine's own 5xx, where the plan expects a refusal (over the acceptance limit): the engine's
+        verdict on an over-limit prompt.  Not: no usable answer (timeout, connect, malformed, truncated, too large,
+        unauthorized, rate limited), or a refusal or a 5xx at a length the capacity says fits (its boundary went
+        untested) unless a varying path may have put it over the limit (`path_jitter`: either verdict is right)."""
         answer = self.answer
         if answer.served:
             return True
@@ -153,6 +152,7 @@ class CheckResult:
     sees_with: str = ""  # checks whose probes are built alike vouch for each other's sight (a plan's exchanges)
     stopped: str | None = None  # why it stopped early (a deadline, the circuit breaker): no check after it runs
     moot: str | None = None  # why it had nothing to check on this target, and sent nothing
+    layers: list[CacheVerdict] = field(default_factory=list)  # the caches it tested, each with its state: the map
 
     @property
     def findings(self) -> list[Finding]:

@@ -44,6 +44,12 @@ WHAT_TO_DO: dict[FindingKind, str] = {
     FindingKind.PATH_JITTER: "Nothing to fix in the engine: a gateway's prompt that changes per request (a date, a "
                              "request reference) moved this prompt across the limit. Give the tenant's requests a "
                              "fixed operator prompt to test that boundary exactly.",
+    FindingKind.CROSS_TENANT_RESPONSE_CACHE: "Treat it as a data breach: a cache in front of the engine keys answers "
+                                             "without the caller. Scope its key per tenant (LiteLLM: a cache "
+                                             "namespace per caller, set in a pre-call hook) or turn it off.",
+    FindingKind.TENANT_RESPONSE_CACHE: "Nothing to fix: a cache in front answers each tenant from its own earlier "
+                                       "answers only. Its copies say nothing about the engine; the checks judge the "
+                                       "engine by the answers it made.",
     FindingKind.IMPLAUSIBLE_USAGE: "The engine's (or a gateway's) token accounting cannot be trusted: budgets and the "
                                    "placeholder check ignored its figures; find who rewrites usage.",
 }

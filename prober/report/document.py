@@ -14,7 +14,7 @@ from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.domain.incidents import Incident, IncidentDoc
 from prober.domain.types import Finding, FindingDoc
 from prober.domain.verdicts import AuditVerdict, Status, Weight, weight
-from prober.probing.documents import CheckDoc, CoverageDoc, PlanDoc, PlannedDoc, ShapeDoc, SightDoc
+from prober.probing.documents import CacheLayerDoc, CheckDoc, CoverageDoc, PlanDoc, PlannedDoc, ShapeDoc, SightDoc
 from prober.probing.path import PathDoc
 from prober.probing.results import AuditResult, StepResult, TargetReport
 from prober.probing.survey import Survey
@@ -71,6 +71,7 @@ class TargetDoc(TypedDict):
     coverage: CoverageDoc
     sight: dict[str, SightDoc]  # per content check: probe answers checked, how many echoed their own canary, blind
     paths: list[PathDoc]  # what the path to the engine adds, per route used
+    cache_map: list[CacheLayerDoc]  # each cache layer tested, per route: shared, per tenant, none seen, undecided
     skipped: dict[str, str]  # exchanges that could not be built behind the path, and why
     notes: list[str]  # what the run set aside, and why
     planned: dict[str, PlannedDoc]  # by check, what it was to send: tokens, requests, seconds, or why it was moot
@@ -187,7 +188,9 @@ def target_json(report: TargetReport) -> TargetDoc:
             "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
             "coverage": report.coverage().to_json(),
             "sight": {check: sight.to_json() for check, sight in report.sights.items()},
-            "paths": [p.to_json() for p in report.paths], "skipped": report.skipped, "notes": report.notes,
+            "paths": [p.to_json() for p in report.paths],
+            "cache_map": [layer.to_json() for r in report.results for layer in r.layers], "skipped": report.skipped,
+            "notes": report.notes,
             "planned": {name: p.to_json() for name, p in report.planned.items()},
             "checks": [r.to_json() for r in report.results],
             "shape": report.shape.to_json() if report.shape else None,

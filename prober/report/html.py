@@ -261,6 +261,8 @@ def target_section(doc: Document, t: TargetDoc) -> str:
              f"{t['tokens_sent']:,} tokens sent; {'complete' if t['complete'] else '<b>incomplete</b>'}."
              + "".join(f" Check {_esc(c['check'])}: {_esc(c['summary'])}." for c in t["checks"])
              + "".join(f" Path to the engine: {_esc(path['summary'])}." for path in t["paths"])
+             + "".join(f" Cache map: {_esc(c['layer'])} cache on {_esc(c['route'])}: "
+                       f"<b>{_esc(c['state'].replace('_', ' '))}</b> ({_esc(c['control'])})." for c in t["cache_map"])
              + "".join(f" Skipped {_esc(exchange)}: {_esc(why)}." for exchange, why in t["skipped"].items())
              + "".join(f" Note: {_esc(note)}." for note in t["notes"]))
     verdicts = "".join(f'<li><span class="sev" style="color:{SEVERITY_COLOURS.get(v["severity"], "#495057")}">'

@@ -31,6 +31,10 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
                                                "computed", "8.5"),
     FindingKind.PATH_JITTER: ("CAP004", "Served or refused at a length the path's varying prefix leaves undecided",
                               "0.0"),
+    FindingKind.CROSS_TENANT_RESPONSE_CACHE: ("LEAK007", "A cache in front of the engine served one tenant another "
+                                                         "tenant's answer", "9.0"),
+    FindingKind.TENANT_RESPONSE_CACHE: ("CACHE001", "A cache in front of the engine answers each tenant from its own "
+                                                    "earlier answers", "0.0"),
 }
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
@@ -60,4 +64,5 @@ def sarif(doc: Document, config_uri: str) -> dict[str, object]:
                                           "informationUri": "https://github.com/leakprobe/leakprobe",
                                           "rules": rules}},
                       "invocations": [{"executionSuccessful": doc["complete"]}],
+                      "properties": {"cache_map": {t["name"]: t["cache_map"] for t in doc["targets"]}},
                       "results": results}]}

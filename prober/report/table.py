@@ -35,6 +35,8 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
     parts += [f"  check {c['check']}: {c['summary']}\n" for c in t["checks"]]
     parts += [f"  path to the engine: {path['summary']}\n" for path in t["paths"]]
+    parts += [f"  cache map: {c['layer']} cache on {c['route']}: {c['state'].replace('_', ' ')} ({c['control']})\n"
+              for c in t["cache_map"]]
     parts += [f"  skipped {exchange}: {why}\n" for exchange, why in t["skipped"].items()]
     parts += [f"  note: {note}\n" for note in t["notes"]]
     parts += [f"  capacity note: {note}\n" for note in cap["notes"]]

@@ -89,6 +89,10 @@ class HTTPTarget(Target):
         """The id the target named an answer (or a stream event) by, where its API has one."""
         return None
 
+    def answer_created(self, obj: Any) -> int | None:
+        """When the target says it made an answer (or a stream event), where its API says."""
+        return None
+
     async def complete(self, prompt: Prompt, secret: Secret | None) -> Completion:
         """The answer read as what arrived: a stream as a stream, JSON as JSON, whichever was asked for (a
         mismatch is named in the error of an answer that failed)."""
@@ -136,7 +140,8 @@ class HTTPTarget(Target):
                 exchange.snippet()))
         error = TargetError(ErrorKind.REFUSED, piece.error, 200, exchange.snippet()) if piece.error else None
         return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
-                          ttft_s=exchange.total_s, error=error, other_text=piece.other, answer_id=self.answer_id(obj))
+                          ttft_s=exchange.total_s, error=error, other_text=piece.other, answer_id=self.answer_id(obj),
+                          created=self.answer_created(obj))
 
 
 class _StreamReader:
@@ -161,6 +166,7 @@ class _StreamReader:
         self.usage: Usage | None = None
         self.error: TargetError | None = None
         self.answer_id: str | None = None
+        self.created: int | None = None
         self.done = False
 
     def feed(self, chunk: bytes, at: float) -> TargetError | None:
@@ -188,6 +194,7 @@ class _StreamReader:
             obj = json.loads(data)
             piece = self.target.read_event(obj)
             self.answer_id = self.answer_id or self.target.answer_id(obj)
+            self.created = self.created or self.target.answer_created(obj)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
@@ -221,7 +228,7 @@ class _StreamReader:
         # Partial text stays, reasoning before any content too: a cut answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
                           ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others),
-                          answer_id=self.answer_id)
+                          answer_id=self.answer_id, created=self.created)
 
 
 def _plausible(answer: Completion, prompt: Prompt) -> Completion:

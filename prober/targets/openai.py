@@ -50,6 +50,10 @@ class OpenAICompatible(HTTPTarget):
         named = obj.get("id") if isinstance(obj, dict) else None
         return named if isinstance(named, str) else None
 
+    def answer_created(self, obj: Any) -> int | None:
+        made = obj.get("created") if isinstance(obj, dict) else None
+        return made if isinstance(made, int) and not isinstance(made, bool) else None
+
     def read_answer(self, obj: Any) -> Piece:
         problem = error_message(obj)
         if problem and not obj.get("choices"):

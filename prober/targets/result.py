@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from prober.domain.evidence import FromCache
+
 
 class ErrorKind(StrEnum):
     """Why a request did not yield a well-formed answer.  `refused` is the engine saying no (4xx): at a
@@ -126,7 +128,9 @@ class Completion:
     # arguments.  A canary there has left the engine as surely as one in the content.
     other_text: str = field(default="", repr=False)
     answer_id: str | None = None  # the id the target named the answer by (OpenAI's `id`), where it gave one
+    created: int | None = None  # when the target says it made the answer (OpenAI's `created`, unix seconds)
     traceparent: str | None = None  # the W3C trace context it was asked with (prober/targets/transport.py `traced`)
+    from_cache: FromCache | None = None  # served from a cache in front of the engine (prober/probing/provenance.py)
 
     @property
     def retried(self) -> bool:

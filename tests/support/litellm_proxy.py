@@ -75,7 +75,10 @@ class LiteLLMProxy:
     `upstream_model`); `keys`: each tenant's key (the proxy accepts them) and `upstream_key`, the one it sends on."""
 
     def __init__(self, installation: Installation, folder: Path, *, models: dict[str, str], upstream_model: str,
-                 keys: dict[str, str], upstream_key: str, system_prompt: str = "", retries: int = 2) -> None:
+                 keys: dict[str, str], upstream_key: str, system_prompt: str = "", retries: int = 2,
+                 cache: dict[str, Any] | None = None, cache_per_tenant: bool = False) -> None:
+        """`cache`: the proxy's `cache_params` (its response cache on; None: off); `cache_per_tenant`: a pre-call hook
+        scopes it per tenant (tests/support/litellm_plugins/cache_scope.py), as the fix for LiteLLM #29955."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,10 @@ class LiteLLMProxy:
                 "model": f"openai/{upstream_model}", "api_base": base, "api_key": upstream_key}}
                 for name, base in models.items()],
             "router_settings": {"num_retries": retries},
-            "litellm_settings": {"callbacks": "system_prompt.operator_prompt", "drop_params": False},
+            "litellm_settings": {"callbacks": ["system_prompt.operator_prompt",
+                                               *(["cache_scope.per_tenant"] if cache_per_tenant else [])],
+                                 "drop_params": False,
+                                 **({"cache": True, "cache_params": cache} if cache is not None else {})},
             "general_settings": {"master_key": "sk-leakprobe-tests-" + hashlib.sha256(folder.name.encode()
                                                                                       ).hexdigest()[:32],
                                  "custom_auth": "tenant_auth.user_api_key_auth"}}

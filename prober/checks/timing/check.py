@@ -201,9 +201,12 @@ def _prompt(text: str) -> Prompt:
 
 def timed(answer: Completion) -> float | Loss:
     """The observer's TTFT, or why it gives none.  A retried request's clock includes the failed attempt, and that
-    attempt may have put the prompt in the observer's own cache: not a sample."""
+    attempt may have put the prompt in the observer's own cache: not a sample; nor is a copy a cache in front
+    served (a shared response cache is its own finding, prober/probing/provenance.py)."""
     if not answer.served:
         return Loss.FAILED
+    if answer.from_cache is not None:
+        return Loss.CACHED
     if answer.retried:
         return Loss.RETRIED
     return Loss.NO_TEXT if answer.ttft_s is None else answer.ttft_s

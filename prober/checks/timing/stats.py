@@ -43,6 +43,7 @@ class Loss(StrEnum):
     RETRIED = "retried"  # ours or a gateway's retry: the clock holds the failed attempt, which may have cached it
     FAILED = "failed"  # the observer's request got no answer after every retry (a 5xx, a timeout, a refusal)
     NO_TEXT = "no_text"  # served, but no text arrived to time
+    CACHED = "cached"  # a cache in front of the engine served it: its clock is the cache's, not the engine's
 
 
 @dataclass(frozen=True)

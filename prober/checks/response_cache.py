@@ -1,0 +1,177 @@
+"""The response-cache check: does a cache in front of the engine (a gateway's) hand one tenant the answer it stored
+for another?
+
+On every generation route the target serves (chat and completions), for every direction: tenant A sends a fresh
+canary-free prompt led by a nonce, tenant B sends the same request, then A again.  An answer the engine made has an
+`id` of its own; one a cache served repeats the stored answer whole, or the gateway says so in a header
+(prober/probing/provenance.py).  So B's answer repeating A's is a cache shared across tenants (LiteLLM #29955: its
+key is model + messages + settings, not the caller) — `cross_tenant_response_cache`, high, for any check that meets
+it; A's repeat served from the cache while B's was made is a cache scoped per tenant (`tenant_response_cache`, info);
+neither served from a cache is no cache seen.  A's repeat is the positive control: without it no answer can say
+"per tenant", only that no cache was seen (vLLM #53347: a test of "no reuse across tenants" also passes with the
+cache off).  Each route gets its own word in the cache map, since a gateway may scope its cache on one route and not
+on another (LiteLLM CVE-2026-89032).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from secrets import token_hex
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Gauge
+from pydantic import Field
+
+from prober.checks.base import Check, ResultMetrics, Run
+from prober.config.schema import ProberConfig
+from prober.config.sections import Strict
+from prober.domain.errors import BuildError, CountError, PlanError
+from prober.domain.evidence import CacheLayer, FromCache
+from prober.domain.types import DetectorName, Finding, FindingKind, Severity
+from prober.probing.cache_map import CacheVerdict, LayerState
+from prober.probing.context import record
+from prober.probing.plan import Aim, Planned, Step, pairs
+from prober.probing.results import CheckResult
+from prober.targets.api import Api
+
+ROUTES = {"chat": Api.CHAT, "completions": Api.COMPLETIONS}
+
+
+class ResponseCacheSettings(Strict):
+    """A cache in front of the engine shared between tenants: each tenant's fresh request sent again by another."""
+
+    audit: bool = True
+    """Run the response-cache check in `leakprobe audit`."""
+    routes: tuple[Literal["chat", "completions"], ...] = ("chat", "completions")
+    """The generation routes to test, where the target serves them (a gateway may scope its cache on one only)."""
+    tokens: int = Field(default=48, ge=16, le=4096)
+    """Prompt length of each request (a gateway's system prompt comes on top)."""
+    max_tokens: int = Field(default=16, ge=1, le=1024)
+    """Completion tokens per request: an answer with an id is all it needs."""
+
+
+@dataclass(kw_only=True)
+class ResponseCacheResult(CheckResult):
+    content: bool = False  # its prompts carry no canary: it reads who was served whose answer, not text
+
+    def summary(self) -> str:
+        words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "no route tested"
+        return f"response cache: {words}; {len(self.steps)} requests, {len(self.findings)} findings"
+
+
+class ResponseCacheCheck(Check):
+    name = "response-cache"
+    about = "a cache in front of the engine that serves one tenant the answer it stored for another"
+    every = 3_600.0
+    docs = "checks.md"
+    settings = ResponseCacheSettings
+
+    def in_audit(self, config: ProberConfig) -> bool:
+        return config.section(self.name, ResponseCacheSettings).audit
+
+    def metrics(self, registry: CollectorRegistry) -> ResultMetrics:
+        return LayerMetrics(registry)
+
+    def planned(self, run: Run) -> Planned:
+        settings = run.config.section(self.name, ResponseCacheSettings)
+        requests = 3 * len(pairs(run.target.tenants)) * len(self._routes(run, settings))
+        return Planned.of(requests * settings.tokens, requests, requests * settings.max_tokens)
+
+    @staticmethod
+    def _routes(run: Run, settings: ResponseCacheSettings) -> list[Api]:
+        """The configured route first, then the other OpenAI route where the API has them."""
+        api = run.target.config.api
+        if not api.openai_routes:
+            return [api]
+        return [api, *(r for r in (ROUTES[n] for n in settings.routes) if r is not api)]
+
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        settings = run.config.section(self.name, ResponseCacheSettings)
+        result = ResponseCacheResult(check=self.name)
+        for api in self._routes(run, settings):
+            result.layers.append(await self._route(run, settings, api, result))
+        return result
+
+    async def _route(self, run: Run, settings: ResponseCacheSettings, api: Api,
+                     result: ResponseCacheResult) -> CacheVerdict:
+        ctx = run.target
+        try:
+            route = await ctx.routes.get(api)
+        except (PlanError, CountError) as exc:
+            (result.errors if api is ctx.config.api else result.notes).append(f"response cache on {api}: {exc}")
+            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, f"route not usable: {exc}")
+        shared: list[tuple[str, str]] = []
+        controls = made = unserved = 0
+        for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
+            step = Step(id=f"{run.run_id}rc-{api}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
+                        max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
+                        stream=False)
+            steps = [step, replace(step, id=f"{run.run_id}rc-{api}-{n}-probe", role="probe", tenant=b),
+                     replace(step, id=f"{run.run_id}rc-{api}-{n}-control", role="control")]
+            try:
+                built = await ctx.planter.plain(steps[0], route, token_hex(6))
+            except BuildError as exc:
+                result.errors.append(f"response cache on {api}: {exc}")
+                return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, str(exc))
+            answers = []
+            for step in steps:  # one after another: each may be served what the one before it left
+                answer, before = await ctx.send(step, built, route)
+                judged = await ctx.judged(step, f"{run.run_id}rc-{api}-{n}", built, answer, route, check=self.name,
+                                          before=before)
+                record(judged, result, run.on_event)
+                answers.append(judged)
+            first, other, again = answers
+            if not all(s.answer.served for s in answers):
+                unserved += 1
+                if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
+                    result.notes.append(f"response cache: the target does not serve the {api} route (404)")
+                    return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, "route not served")
+                continue
+            made += first.answer.from_cache is None
+            if (stored := other.answer.from_cache) is not None:
+                shared.append((a, b))
+                if not any(f.kind is FindingKind.CROSS_TENANT_RESPONSE_CACHE for f in other.findings):
+                    # Told by a header alone: the prompt was new to this run, and only `a` had sent it.
+                    result.extra += await ctx.judge.persist([_shared(other.step, a, stored)], None, run.on_event,
+                                                            check=self.name)
+            controls += again.answer.from_cache is not None
+        pairs_run = len(pairs(ctx.tenants))
+        control = f"same tenant's repeat served from the cache in {controls} of {pairs_run} directions"
+        if shared:
+            who = ", ".join(f"{b} served {a}'s answer" for a, b in shared)
+            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.SHARED, f"{who}; {control}", pairs_run)
+        if unserved:
+            result.errors.append(f"response cache on {api}: {unserved} of {pairs_run} directions not answered")
+            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, control, pairs_run)
+        if controls:
+            result.extra += await ctx.judge.persist([_scoped(result.steps[-1].step, api, control)], None,
+                                                    run.on_event, check=self.name)
+            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.PER_TENANT, control, pairs_run)
+        return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.NONE_SEEN,
+                            f"every answer made afresh ({made} first requests); {control}", pairs_run)
+
+
+def _shared(step: Step, victim: str, stored: FromCache) -> Finding:
+    return Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
+                   severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=victim,
+                   probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}) answered a request only "
+                                             f"{victim} had sent", evidence=(stored,))
+
+
+def _scoped(step: Step, api: Api, control: str) -> Finding:
+    return Finding(record_id=step.id, kind=FindingKind.TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
+                   severity=Severity.INFO, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
+                   excerpt=f"a response cache on the {api} route, per tenant: {control}")
+
+
+class LayerMetrics(ResultMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.state = Gauge("leakprobe_cache_layer_state", "Per cache layer and route of a target, what its last test "
+                           "said: 1 on the state it found (shared, per_tenant, none_seen, undecided)",
+                           ["target", "layer", "route", "state"], registry=registry)
+        self.series = [self.state]
+
+    def observe(self, target: str, result: CheckResult) -> None:
+        for verdict in result.layers:
+            for state in LayerState:
+                self.state.labels(target, verdict.layer, verdict.route, state).set(float(state is verdict.state))

@@ -1,0 +1,83 @@
+"""Where an answer came from: made by the engine for its request, or served from a cache in front of it.
+
+A response or semantic cache in a gateway answers with a stored copy: the engine never saw the request, so the copy
+says nothing about the engine (no boundary, envelope, counter, timing or cached-token judgement may be drawn from
+it), and where the copy was made for another tenant, that tenant's answer reached this one.  Two things tell it:
+
+- the gateway says so in a header (LiteLLM sends `x-litellm-cache-key` on a hit only, and
+  `x-litellm-semantic-similarity` on a semantic hit; Cloudflare AI Gateway, Helicone, Portkey and HTTP caches their
+  own cache-status headers);
+- the answer repeats an earlier one whole: the same `id`, `created` and text.  An engine names each answer afresh, so
+  a repeat is a stored object handed out again, and the book says for whom it was made.  Not where the client named
+  the request (the request-ID check sends one ID for many requests, and engines name answers by it).
+
+A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from prober.domain.evidence import CacheLayer, FromCache, Traced
+from prober.targets.result import Completion
+
+# header -> (the layer a hit is on, the value's first words that mean a hit; empty: the header alone means one)
+HIT_HEADERS: dict[str, tuple[CacheLayer, tuple[str, ...]]] = {
+    "x-litellm-semantic-similarity": (CacheLayer.SEMANTIC, ()),
+    "x-litellm-cache-key": (CacheLayer.RESPONSE, ()),
+    "x-portkey-cache-status": (CacheLayer.RESPONSE, ("hit", "semantic hit")),
+    "cf-aig-cache-status": (CacheLayer.RESPONSE, ("hit",)),
+    "helicone-cache": (CacheLayer.RESPONSE, ("hit",)),
+    "x-cache": (CacheLayer.RESPONSE, ("hit", "tcp_hit")),
+    "x-cache-status": (CacheLayer.RESPONSE, ("hit",)),
+}
+KEPT = 8_192  # answers remembered per target: far more than a run sends between a prime and its probe
+
+
+def hit_header(headers: dict[str, str]) -> tuple[str, CacheLayer] | None:
+    """The header in which the path says it answered from a cache, and the layer it names."""
+    for name, (layer, hits) in HIT_HEADERS.items():
+        value = headers.get(name)
+        if value is None:
+            continue
+        said = value.strip().lower()
+        if not hits or said.startswith(hits):
+            return name, (CacheLayer.SEMANTIC if "semantic" in said else layer)
+    return None
+
+
+@dataclass(frozen=True)
+class Made:
+    tenant: str
+    trace_id: str | None  # the request it was made for, as the engine's traces know it
+
+
+class AnswerBook:
+    """One per target: the answers it made, by what names them, so that one handed out again is known."""
+
+    def __init__(self, kept: int = KEPT) -> None:
+        self._kept = kept
+        self._made: OrderedDict[tuple[str, int | None, str], Made] = OrderedDict()
+
+    def read(self, tenant: str, answer: Completion, *, client_named: bool) -> FromCache | None:
+        """Whether `tenant`'s answer was served from a cache, and how that was told (None: made for it)."""
+        if not answer.served:
+            return None
+        said = hit_header(answer.headers)
+        first = None
+        if answer.answer_id and not client_named:
+            key = (answer.answer_id, answer.created, hashlib.sha256(answer.full_text.encode()).hexdigest())
+            first = self._made.get(key)
+            if first is None:
+                trace = Traced.of(answer.traceparent)
+                self._made[key] = Made(tenant, trace.trace_id if trace else None)
+                while len(self._made) > self._kept:
+                    self._made.popitem(last=False)
+        if said is None and first is None:
+            return None
+        told = " and ".join(([f"header {said[0]}"] if said else [])
+                            + (["an earlier answer repeated (id, created, text)"] if first else []))
+        return FromCache(said[1] if said else CacheLayer.RESPONSE, told, answer.answer_id,
+                         first.tenant if first else None, first.trace_id if first else None)

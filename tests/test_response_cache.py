@@ -1,0 +1,131 @@
+"""A cache in front of the engine (prober/probing/provenance.py, prober/checks/response_cache.py): an answer served
+again is known by the gateway's header or by repeating an earlier answer whole, never by text alone; the response-
+cache check says, per route, whether such a cache is shared across tenants, scoped per tenant (with the same tenant's
+reuse as its control) or not seen.  The real gateway: the LiteLLM proxy (1.108.7) with its in-memory cache in front
+of the reference engine, shared (its key is model, messages and settings: LiteLLM #29955), scoped per tenant by a
+pre-call hook that sets the cache `namespace` from the caller, and off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prober.domain.evidence import CacheLayer
+from prober.probing.provenance import AnswerBook, hit_header
+from prober.targets.result import Completion
+from tests.support.cli import invoke
+from tests.support.litellm_proxy import Installation as LiteLLMInstallation
+from tests.support.litellm_proxy import LiteLLMProxy
+from tests.support.testbed import StartTestbed
+
+TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
+ENGINE_KINDS = {"boundary_accepted", "cross_tenant_cache_hit", "cross_tenant_cache_timing", "phantom_cache_hit",
+                "unexpected_refusal", "counted_failure"}
+
+
+def made(answer_id: str | None, text: str = "the answer", *, created: int = 1_790_000_000,
+         headers: dict[str, str] | None = None) -> Completion:
+    return Completion(200, text, answer_id=answer_id, created=created, headers=headers or {},
+                      traceparent="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
+
+
+def test_an_answer_repeated_whole_was_stored_and_says_for_whom() -> None:
+    book = AnswerBook()
+    assert book.read("tenant-a", made("chatcmpl-1"), client_named=False) is None
+    stored = book.read("tenant-b", made("chatcmpl-1"), client_named=False)
+    assert stored is not None and stored.first_tenant == "tenant-a" and stored.first_trace == "ab" * 16
+    assert stored.layer is CacheLayer.RESPONSE
+
+
+def test_the_same_text_under_a_new_id_is_a_deterministic_engine_not_a_cache() -> None:
+    book = AnswerBook()
+    assert book.read("tenant-a", made("chatcmpl-1"), client_named=False) is None
+    assert book.read("tenant-b", made("chatcmpl-2"), client_named=False) is None
+    # An engine that reuses ids (a counter reset by a restart) in another second, or for other text, is no cache.
+    assert book.read("tenant-b", made("chatcmpl-1", created=1_790_000_009), client_named=False) is None
+    assert book.read("tenant-b", made("chatcmpl-1", "another answer"), client_named=False) is None
+
+
+def test_answers_named_by_the_clients_request_id_are_not_read_as_repeats() -> None:
+    """The request-ID check sends one ID from every tenant; vLLM names each answer by it."""
+    book = AnswerBook()
+    assert book.read("tenant-a", made("shared-id"), client_named=True) is None
+    assert book.read("tenant-b", made("shared-id"), client_named=True) is None
+
+
+def test_gateways_say_so_in_headers() -> None:
+    assert hit_header({"x-litellm-cache-key": "abc"}) == ("x-litellm-cache-key", CacheLayer.RESPONSE)
+    assert hit_header({"x-litellm-semantic-similarity": "0.93"}) == ("x-litellm-semantic-similarity",
+                                                                   CacheLayer.SEMANTIC)
+    assert hit_header({"cf-aig-cache-status": "HIT"}) == ("cf-aig-cache-status", CacheLayer.RESPONSE)
+    assert hit_header({"x-portkey-cache-status": "SEMANTIC HIT"}) == ("x-portkey-cache-status", CacheLayer.SEMANTIC)
+    assert hit_header({"cf-aig-cache-status": "MISS", "x-cache": "Miss from cloudfront"}) is None
+    book = AnswerBook()
+    stored = book.read("tenant-b", made("chatcmpl-9", headers={"x-litellm-cache-key": "k"}), client_named=False)
+    assert stored is not None and stored.first_tenant is None and stored.told == "header x-litellm-cache-key"
+
+
+def audit(proxy: LiteLLMProxy, engine: str, folder: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    folder.mkdir()
+    (folder / "c.yaml").write_text(yaml.safe_dump({
+        "targets": [{"name": "behind-litellm", "url": proxy.url + "/v1", "model": "fixed", "introspection_url": engine,
+                     "cache_salt": "per-tenant"}],
+        "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
+        "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False}}))
+    result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json", *args)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def states(doc: dict[str, Any]) -> dict[str, str]:
+    return {layer["route"]: layer["state"] for layer in doc["targets"][0]["cache_map"]
+            if layer["layer"] == "response"}
+
+
+def kinds(doc: dict[str, Any], *names: str) -> set[tuple[str, str | None, str]]:
+    return {(f["kind"], f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] in names}
+
+
+def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tmp_path: Path,
+                                                       litellm_install: LiteLLMInstallation) -> None:
+    """Shared across two keys: each tenant served the other's answer, on both routes, exit 1, and no engine finding
+    drawn from a stored copy in the whole audit; scoped per tenant by the gateway's hook: per tenant (info), its
+    control the same tenant's repeat, exit 0; off: none seen, never "isolated"."""
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    models = {"fixed": engine.url + "/v1"}
+    common: dict[str, Any] = {"models": models, "upstream_model": "testbed-quoter", "keys": TENANTS,
+                              "upstream_key": TENANTS["tenant-a"]}
+    with LiteLLMProxy(litellm_install, tmp_path / "shared-proxy", cache={"type": "local"}, **common) as proxy:
+        shared = audit(proxy, engine.url, tmp_path / "shared", "--skip", "timing")
+    with LiteLLMProxy(litellm_install, tmp_path / "scoped-proxy", cache={"type": "local"}, cache_per_tenant=True,
+                      **common) as proxy:
+        scoped = audit(proxy, engine.url, tmp_path / "scoped", "--check", "response-cache")
+    with LiteLLMProxy(litellm_install, tmp_path / "off-proxy", **common) as proxy:
+        off = audit(proxy, engine.url, tmp_path / "off", "--check", "response-cache")
+
+    code, doc = shared
+    both = {("cross_tenant_response_cache", "tenant-a", "tenant-b"),
+            ("cross_tenant_response_cache", "tenant-b", "tenant-a")}
+    assert code == 1 and states(doc) == {"chat": "shared", "completions": "shared"}, (code, doc["verdict"])
+    assert kinds(doc, "cross_tenant_response_cache") == both
+    stored = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
+    assert all("x-litellm-cache-key" in f["evidence"]["excerpt"] for f in stored)
+    # Every engine finding is the media-cache check's uuid-only probe (one upstream key: the gateway does not scope
+    # the uuid), none drawn from an answer the cache served.
+    engine_findings = [f for f in doc["findings"] if f["kind"] in ENGINE_KINDS]
+    assert all(f["record_id"].endswith("uuid-only-probe") for f in engine_findings), engine_findings
+    assert not [f for f in doc["findings"] if f["kind"] in ENGINE_KINDS and any(
+        e["type"] == "from_cache" for e in f["details"])]
+
+    code, doc = scoped
+    assert code == 0 and states(doc) == {"chat": "per_tenant", "completions": "per_tenant"}, (code, doc["verdict"])
+    assert not kinds(doc, "cross_tenant_response_cache") and kinds(doc, "tenant_response_cache")
+    assert all("same tenant's repeat served from the cache in 2 of 2" in layer["control"]
+               for layer in doc["targets"][0]["cache_map"])
+
+    code, doc = off
+    assert code == 0 and states(doc) == {"chat": "none_seen", "completions": "none_seen"}, (code, doc["verdict"])
+    assert not kinds(doc, "cross_tenant_response_cache", "tenant_response_cache")
