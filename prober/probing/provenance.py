@@ -7,8 +7,9 @@ it), and where the copy was made for another tenant, that tenant's answer reache
 - the gateway says so in a header (LiteLLM sends `x-litellm-cache-key` on a hit only, and
   `x-litellm-semantic-similarity` on a semantic hit; Cloudflare AI Gateway, Helicone, Portkey and HTTP caches their
   own cache-status headers);
-- the answer repeats an earlier one whole: the same `id`, `created` and text.  An engine names each answer afresh, so
-  a repeat is a stored object handed out again, and the book says for whom it was made.  Not where the client named
+- the answer repeats an earlier one whole: the same `id`, `created` and text (an answer without `created` is not
+  compared).  An engine names each answer afresh, so a repeat is a stored object handed out again, and the book says
+  for whom it was made.  Not where the client named
   the request (the request-ID check sends one ID for many requests, and engines name answers by it).
 
 A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.
@@ -67,7 +68,7 @@ class AnswerBook:
             return None
         said = hit_header(answer.headers)
         first = None
-        if answer.answer_id and not client_named:
+        if answer.answer_id and answer.created is not None and not client_named:
             key = (answer.answer_id, answer.created, hashlib.sha256(answer.full_text.encode()).hexdigest())
             first = self._made.get(key)
             if first is None:
