@@ -9,7 +9,9 @@ from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
 from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
 from prober.domain.types import FindingKind
-from prober.probing.plan import Aim, Boundary, Plan, Streaming, pairs, prime_length
+from prober.probing.cache_map import CacheVerdict, LayerState
+from prober.probing.plan import Aim, Boundary, Plan, Planned, Streaming, pairs, prime_length
+from prober.probing.results import CheckResult, StepResult
 
 CACHE_CHECK_TOKENS = 1_024
 REPEAT = "repeat"  # the label of an A, X, A exchange's steps
@@ -39,6 +41,12 @@ class PrefixCacheCheck(PlanCheck):
     bugs = BUGS
     sees_with = LONG_PROMPTS
 
+    async def run(self, run: Run, planned: Planned) -> CheckResult:
+        result = await super().run(run, planned)
+        route = run.target.shape.chosen.api.value if run.target.shape else run.target.config.api.value
+        result.layers.append(prefix_layer(result, route))
+        return result
+
     def plan(self, run: Run) -> Plan:
         a, ctx = run.config.audit, run.target
         return cache_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, max_tokens=a.max_tokens,
@@ -65,3 +73,32 @@ def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming
         add(victim, observer, repeat, streaming == "stream" or (streaming == "both" and d % 2 == 1), False,
             first=repeat.length, repeat=True)
     return plan
+
+
+def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
+    """The engine's prefix cache on the cache map: shared where another tenant's prompt was served from it
+    (`cross_tenant_cache_hit`); per tenant where none was but an observer's own repeat (A, X, A) reported more cached
+    tokens than its first send of the same prompt (the positive control); none seen where the engine counts cached
+    tokens and the repeat reused nothing; undecided where it counts none (a counter that does not move proves
+    nothing: llama.cpp #27148) or the repeats went unanswered.  Answers a cache in front served are no reading."""
+    made = [s for s in result.steps if s.answer.served and s.answer.from_cache is None]
+    crossed = sum(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT for f in result.findings)
+    firsts = {s.exchange: _cached(s) for s in made if s.step.role == "lead"}
+    repeats = [(firsts[s.exchange], _cached(s)) for s in made
+               if s.step.role == "probe" and s.step.boundary == REPEAT and s.exchange in firsts]
+    counted = [(first, again) for first, again in repeats if first is not None and again is not None]
+    reused = sum(again > first for first, again in counted)
+    control = f"an observer's own repeat reused more than its first send in {reused} of {len(repeats)} repeats"
+    if crossed:
+        return CacheVerdict("prefix", route, LayerState.SHARED, f"{crossed} cross-tenant hits; {control}",
+                            len(repeats))
+    if not counted:
+        why = "the engine reported no cached tokens" if repeats else "no repeat was answered by the engine"
+        return CacheVerdict("prefix", route, LayerState.UNDECIDED, why, len(repeats))
+    state = LayerState.PER_TENANT if reused else LayerState.NONE_SEEN
+    return CacheVerdict("prefix", route, state, control, len(repeats))
+
+
+def _cached(step: StepResult) -> int | None:
+    usage = step.answer.usage
+    return usage.cached_tokens if usage is not None and not step.answer.implausible_usage else None

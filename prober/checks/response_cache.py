@@ -19,10 +19,9 @@ from dataclasses import dataclass, replace
 from secrets import token_hex
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Gauge
 from pydantic import Field
 
-from prober.checks.base import Check, ResultMetrics, Run
+from prober.checks.base import Check, Run
 from prober.config.schema import ProberConfig
 from prober.config.sections import Strict
 from prober.domain.errors import BuildError, CountError, PlanError
@@ -68,9 +67,6 @@ class ResponseCacheCheck(Check):
 
     def in_audit(self, config: ProberConfig) -> bool:
         return config.section(self.name, ResponseCacheSettings).audit
-
-    def metrics(self, registry: CollectorRegistry) -> ResultMetrics:
-        return LayerMetrics(registry)
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, ResponseCacheSettings)
@@ -162,16 +158,3 @@ def _scoped(step: Step, api: Api, control: str) -> Finding:
     return Finding(record_id=step.id, kind=FindingKind.TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
                    severity=Severity.INFO, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
                    excerpt=f"a response cache on the {api} route, per tenant: {control}")
-
-
-class LayerMetrics(ResultMetrics):
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.state = Gauge("leakprobe_cache_layer_state", "Per cache layer and route of a target, what its last test "
-                           "said: 1 on the state it found (shared, per_tenant, none_seen, undecided)",
-                           ["target", "layer", "route", "state"], registry=registry)
-        self.series = [self.state]
-
-    def observe(self, target: str, result: CheckResult) -> None:
-        for verdict in result.layers:
-            for state in LayerState:
-                self.state.labels(target, verdict.layer, verdict.route, state).set(float(state is verdict.state))

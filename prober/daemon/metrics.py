@@ -23,6 +23,7 @@ from prober.config.sections import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.outcomes import Failure, Skip
 from prober.domain.incidents import Incident
+from prober.probing.cache_map import LayerState
 from prober.probing.results import CheckResult, StepResult
 from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
@@ -221,19 +222,26 @@ class ProcessMetrics:
 
 
 class CheckMetrics:
-    """What the checks decide beyond their requests: each job's sight, and the series each check's results carry (its
-    own `ResultMetrics`, from the registry of checks)."""
+    """What the checks decide beyond their requests: each job's sight, the cache map (each layer any check tested),
+    and the series each check's results carry (its own `ResultMetrics`, from the registry of checks)."""
 
     def __init__(self, registry: CollectorRegistry, checks: Registry) -> None:
         self.blind = Gauge("leakprobe_probes_blind", "1 when the job's last run got answers and none repeated its own "
                            "tenant's canary: its content checks could not have seen a leak; 0 when some did.",
                            ["target", "job"], registry=registry)
+        self.cache_layer = Gauge("leakprobe_cache_layer_state", "Per cache layer and route of a target, what its last "
+                                 "test found: 1 on its state (shared, per_tenant, none_seen, undecided), 0 on the "
+                                 "others.",
+                                 ["target", "layer", "route", "state"], registry=registry)
         self.results = {check.name: observer for check in checks if (observer := check.metrics(registry))}
         self.per_target: list[MetricWrapperBase] = [
-            self.blind, *(series for observer in self.results.values() for series in observer.series)]
+            self.blind, self.cache_layer, *(series for observer in self.results.values() for series in observer.series)]
 
     def observe(self, target: str, result: CheckResult) -> None:
         """A check's run ended on `target` (the `shapes` check's too, where another check chose the shape first)."""
+        for layer in result.layers:
+            for state in LayerState:
+                self.cache_layer.labels(target, layer.layer, layer.route, state.value).set(float(state is layer.state))
         observer = self.results.get(result.check)
         if observer is not None:
             observer.observe(target, result)

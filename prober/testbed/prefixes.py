@@ -127,8 +127,8 @@ class Prefill:
         """Positions below `end` are written: their whole pages, but the stale ones, published as written."""
         low, high = self.stale
         pages = [i for i in range(end // page_size) if (i + 1) * page_size <= low or i * page_size >= high]
-        for cache, lookup in self.lookups:
-            cache.written([lookup.keys[i] for i in pages], self.adapter)
+        for cache, lookup in self.lookups:  # a cache that keeps nothing (no entries) looked up no keys
+            cache.written([lookup.keys[i] for i in pages if i < len(lookup.keys)], self.adapter)
 
 
 class Prefixes:
