@@ -108,7 +108,7 @@ def test_fixed_and_healthy_are_clean_over_repeated_runs(testbed: StartTestbed, t
         outcomes = {(s["boundary"], s["outcome"]) for s in doc["targets"][0]["steps"] if s["role"] == "probe"}
         served = ("max_req_input_len-1", "prefix-cache", "repeat", "limit-1", "media-collision", "media-uuid-reuse",
                   "media-reshaped", "request-id", "abort-retry",
-                  "response-cache")  # and a uuid alone, another tenant's, refused
+                  "response-cache", "semantic-cache")  # and a uuid alone, another tenant's, refused
         assert all(outcome == ("served" if b in served else "refused") for b, outcome in outcomes), outcomes
 
 

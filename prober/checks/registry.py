@@ -18,6 +18,7 @@ from prober.checks.media_cache import MediaCacheCheck
 from prober.checks.prefix_cache import PrefixCacheCheck
 from prober.checks.request_ids import RequestIdsCheck
 from prober.checks.response_cache import ResponseCacheCheck
+from prober.checks.semantic_cache import SemanticCacheCheck
 from prober.checks.sentinel import SentinelCheck
 from prober.checks.shapes import ShapesCheck
 from prober.checks.timing import TimingCheck
@@ -71,4 +72,4 @@ class Registry:
 
 REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),
                      IdleSlotsCheck(), CrosstalkCheck(), RequestIdsCheck(), AbortRetryCheck(), AdaptersCheck(),
-                     MediaCacheCheck(), ResponseCacheCheck()])
+                     MediaCacheCheck(), ResponseCacheCheck(), SemanticCacheCheck()])

@@ -96,16 +96,18 @@ class TargetContext:
         route = route or await self.route()
         answer = await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                              self.wiring.secrets.get(tenant))
-        stored = self.answers.read(tenant, answer, client_named=prompt.request_id is not None)
+        stored = self.answers.read(tenant, answer, (prompt.turns, prompt.text),
+                                   client_named=prompt.request_id is not None)
         return answer if stored is None else replace(answer, from_cache=stored)
 
-    async def send(self, step: Step, built: BuiltPrompt, route: Route, *,
-                   request_id: RequestId | None = None) -> tuple[Completion, int]:
-        """A step's prompt as its tenant (named by the client's `request_id` where one is given): the answer, and how
-        many prompts the target had been sent before."""
+    async def send(self, step: Step, built: BuiltPrompt, route: Route, *, request_id: RequestId | None = None,
+                   turns: tuple[tuple[str, str], ...] = ()) -> tuple[Completion, int]:
+        """A step's prompt as its tenant (named by the client's `request_id` where one is given, after `turns` where
+        the conversation has earlier ones): the answer, and how many prompts the target had been sent before."""
         before = self.transport.outbox.started  # also the number this prompt gets as it goes out
         self.cached.sent(before, built)
-        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id)
+        prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id,
+                        turns=turns)
         return await self.send_as(step.tenant, prompt, route), before
 
     async def hang_up(self, step: Step, built: BuiltPrompt, route: Route, after: float,

@@ -12,7 +12,9 @@ it), and where the copy was made for another tenant, that tenant's answer reache
   for whom it was made.  Not where the client named
   the request (the request-ID check sends one ID for many requests, and engines name answers by it).
 
-A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.
+A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.  A copy
+handed out for a question other than the one it was made for came from a semantic cache (one that matches requests
+that read alike).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def hit_header(headers: dict[str, str]) -> tuple[str, CacheLayer] | None:
 class Made:
     tenant: str
     trace_id: str | None  # the request it was made for, as the engine's traces know it
+    request: str  # what was asked (a digest): a copy handed out for another question came from a semantic cache
 
 
 class AnswerBook:
@@ -62,23 +65,28 @@ class AnswerBook:
         self._kept = kept
         self._made: OrderedDict[tuple[str, int | None, str], Made] = OrderedDict()
 
-    def read(self, tenant: str, answer: Completion, *, client_named: bool) -> FromCache | None:
-        """Whether `tenant`'s answer was served from a cache, and how that was told (None: made for it)."""
+    def read(self, tenant: str, answer: Completion, request: object, *, client_named: bool) -> FromCache | None:
+        """Whether `tenant`'s answer to `request` (what was asked: its text and turns) was served from a cache, and
+        how that was told (None: made for it)."""
         if not answer.served:
             return None
         said = hit_header(answer.headers)
+        asked = hashlib.sha256(repr(request).encode()).hexdigest()
         first = None
         if answer.answer_id and answer.created is not None and not client_named:
             key = (answer.answer_id, answer.created, hashlib.sha256(answer.full_text.encode()).hexdigest())
             first = self._made.get(key)
             if first is None:
                 trace = Traced.of(answer.traceparent)
-                self._made[key] = Made(tenant, trace.trace_id if trace else None)
+                self._made[key] = Made(tenant, trace.trace_id if trace else None, asked)
                 while len(self._made) > self._kept:
                     self._made.popitem(last=False)
         if said is None and first is None:
             return None
         told = " and ".join(([f"header {said[0]}"] if said else [])
                             + (["an earlier answer repeated (id, created, text)"] if first else []))
-        return FromCache(said[1] if said else CacheLayer.RESPONSE, told, answer.answer_id,
-                         first.tenant if first else None, first.trace_id if first else None)
+        layer = said[1] if said else CacheLayer.RESPONSE
+        if first is not None and first.request != asked:
+            layer = CacheLayer.SEMANTIC  # the stored answer was made for another question
+        return FromCache(layer, told, answer.answer_id, first.tenant if first else None,
+                         first.trace_id if first else None)

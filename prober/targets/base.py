@@ -41,6 +41,9 @@ class Prompt:
     request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
     model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
     media: tuple[Media, ...] = ()  # images after the text (chat only)
+    # The conversation before `text`, as (role, text): a system prompt, earlier turns (chat; completions read them as
+    # lines before the text).
+    turns: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

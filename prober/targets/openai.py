@@ -37,9 +37,10 @@ class OpenAICompatible(HTTPTarget):
         if prompt.model or self.model:
             body["model"] = prompt.model or self.model
         if self.api is Api.CHAT:
-            body["messages"] = [{"role": "user", "content": _content(prompt)}]
+            body["messages"] = [*({"role": role, "content": text} for role, text in prompt.turns),
+                                {"role": "user", "content": _content(prompt)}]
         else:
-            body["prompt"] = prompt.text
+            body["prompt"] = "".join(f"{text}\n" for _, text in prompt.turns) + prompt.text
         if prompt.stream:
             body["stream_options"] = {"include_usage": True}
         if prompt.request_id is not None:

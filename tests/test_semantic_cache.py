@@ -1,0 +1,66 @@
+"""A semantic cache in front of the reference engine (tests/support/semantic_gateway.py: GPTCache with its faiss
+store, embedding with leakprobe's own embedder): shared between tenants, tenant B's ladder of requests is answered
+with tenant A's stored answer, A's canary and all — a `cross_tenant_echo` and a `cross_tenant_response_cache` in the
+semantic layer — at the rungs the threshold lets through, never at a clearly different question; scoped per tenant,
+the map says per tenant (A's own reuse is the control) and nothing of warning or worse is found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.support.cli import invoke
+from tests.support.semantic_gateway import SemanticGateway
+from tests.support.testbed import StartTestbed
+
+TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
+PAIRS = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
+
+
+def audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:
+    result = invoke("audit", "--target", url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B",
+                    "--ledger", str(folder / "l.sqlite"), "-f", "json", "--no-semantic", "--check", "semantic-cache")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def semantic(doc: dict[str, Any]) -> dict[str, Any]:
+    [layer] = [layer for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "semantic"]
+    return layer
+
+
+def test_a_shared_semantic_cache_hands_one_tenant_anothers_answer(testbed: StartTestbed, tmp_path: Path) -> None:
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    with SemanticGateway(engine.url, tmp_path / "strict", threshold=0.8) as gateway:
+        code, doc = audit(gateway.url, tmp_path / "strict")
+    echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
+    copies = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
+    assert code == 1 and echoes == PAIRS and semantic(doc)["state"] == "shared", (code, doc["verdict"], echoes)
+    assert all(any(e["type"] == "from_cache" and e["layer"] == "semantic" for e in f["details"]) for f in copies)
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in copies} == PAIRS
+    ladder = semantic(doc)["control"]
+    # At semantic-router's 0.8: A's words with another canary match (USE similarity about 0.92), a rewording (0.6 to
+    # 0.7) and another question (about 0.2) do not; the last question alone is the key, so another system prompt or
+    # an earlier turn changes nothing.
+    assert ladder.startswith("tenant-a->tenant-b at same-words, other-system, other-turn;"), ladder
+    assert "paraphrase" not in ladder and "other-question" not in ladder, ladder
+
+    with SemanticGateway(engine.url, tmp_path / "loose", threshold=0.5) as gateway:
+        code, doc = audit(gateway.url, tmp_path / "loose")
+    assert code == 1 and "tenant-a->tenant-b at same-words, paraphrase," in semantic(doc)["control"], semantic(doc)
+    assert "other-question" not in semantic(doc)["control"]
+
+
+def test_a_semantic_cache_per_tenant_is_said_so_beside_its_control(testbed: StartTestbed, tmp_path: Path) -> None:
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    with SemanticGateway(engine.url, tmp_path / "scoped", scope="tenant", threshold=0.5) as gateway:
+        code, doc = audit(gateway.url, tmp_path / "scoped")
+        served = gateway.served_from_cache
+    assert code == 0 and semantic(doc)["state"] == "per_tenant", (code, doc["verdict"], semantic(doc))
+    assert "served from the cache in 2 of 2" in semantic(doc)["control"] and served >= 2
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+    with SemanticGateway(engine.url, tmp_path / "off", scope="tenant", threshold=1.0) as gateway:
+        code, doc = audit(gateway.url, tmp_path / "off")
+    assert code == 0 and semantic(doc)["state"] == "none_seen", semantic(doc)
