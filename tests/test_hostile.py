@@ -208,7 +208,8 @@ def test_a_huge_answer_is_cut_as_soon_as_it_is_over_and_reported_in_seconds(tmp_
                                  str(tmp_path / "l.sqlite"), "-f", "html", "-o", str(tmp_path / "r.html"),
                                  f"--report=json={tmp_path / 'r.json'}", "--no-concurrent", "--skip=timing",
                                  "--skip=crosstalk", "--skip=request-ids", "--skip=abort-retry",
-                                 "--skip=media-cache")  # the campaign's answers
+                                 "--skip=media-cache", "--skip=response-cache",
+                                 "--skip=semantic-cache")  # the campaign's answers
         elapsed = time.monotonic() - started
     # Its answers never repeat a canary (it echoes the first line of a prompt): blind, exit 2, report written.
     assert run.returncode == 2 and "audit was blind" in run.stderr, run.stderr[-2000:]
@@ -501,7 +502,8 @@ def test_an_answer_that_never_ends_is_cut_on_every_route(tmp_path: Path, route: 
         # The campaign's answers alone: the other checks' requests would only be cut the same way (and the media
         # check finds this echo engine's own faults: it serves an image named by a uuid alone).
         run = leakprobe("audit", "--config", str(config), "-f", "json", "--no-semantic", "--skip=timing",
-                        "--skip=crosstalk", "--skip=request-ids", "--skip=abort-retry", "--skip=media-cache")
+                        "--skip=crosstalk", "--skip=request-ids", "--skip=abort-retry", "--skip=media-cache",
+                        "--skip=response-cache", "--skip=semantic-cache")
         cut = [r for r in engine.seen if r.path == PATHS[route]]
         assert_cut_in_time(cut, TIMEOUT_S)
         paths = {r.path for r in engine.seen}

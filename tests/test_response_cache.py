@@ -34,29 +34,32 @@ def made(answer_id: str | None, text: str = "the answer", *, created: int = 1_79
 
 def test_an_answer_repeated_whole_was_stored_and_says_for_whom() -> None:
     book = AnswerBook()
-    assert book.read("tenant-a", made("chatcmpl-1"), "q", client_named=False) is None
-    stored = book.read("tenant-b", made("chatcmpl-1"), "q", client_named=False)
+    assert book.read("tenant-a", made("chatcmpl-1"), "q") is None
+    stored = book.read("tenant-b", made("chatcmpl-1"), "q")
     assert stored is not None and stored.first_tenant == "tenant-a" and stored.first_trace == "ab" * 16
     assert stored.layer is CacheLayer.RESPONSE
     # Handed out for another question: a semantic cache matched the two.
-    paraphrase = book.read("tenant-b", made("chatcmpl-1"), "q, put otherwise", client_named=False)
+    paraphrase = book.read("tenant-b", made("chatcmpl-1"), "q, put otherwise")
     assert paraphrase is not None and paraphrase.layer is CacheLayer.SEMANTIC and paraphrase.first_tenant == "tenant-a"
 
 
 def test_the_same_text_under_a_new_id_is_a_deterministic_engine_not_a_cache() -> None:
     book = AnswerBook()
-    assert book.read("tenant-a", made("chatcmpl-1"), "q", client_named=False) is None
-    assert book.read("tenant-b", made("chatcmpl-2"), "q", client_named=False) is None
+    assert book.read("tenant-a", made("chatcmpl-1"), "q") is None
+    assert book.read("tenant-b", made("chatcmpl-2"), "q") is None
     # An engine that reuses ids (a counter reset by a restart) in another second, or for other text, is no cache.
-    assert book.read("tenant-b", made("chatcmpl-1", created=1_790_000_009), "q", client_named=False) is None
-    assert book.read("tenant-b", made("chatcmpl-1", "another answer"), "q", client_named=False) is None
+    assert book.read("tenant-b", made("chatcmpl-1", created=1_790_000_009), "q") is None
+    assert book.read("tenant-b", made("chatcmpl-1", "another answer"), "q") is None
 
 
 def test_answers_named_by_the_clients_request_id_are_not_read_as_repeats() -> None:
-    """The request-ID check sends one ID from every tenant; vLLM names each answer by it."""
+    """The request-ID check sends one ID from every tenant; vLLM names each answer by it.  A copy of an answer named
+    by an earlier request's ID is still a copy."""
     book = AnswerBook()
-    assert book.read("tenant-a", made("shared-id"), "q", client_named=True) is None
-    assert book.read("tenant-b", made("shared-id"), "q", client_named=True) is None
+    assert book.read("tenant-a", made("cmpl-shared-id"), "q", client_id="shared-id") is None
+    assert book.read("tenant-b", made("cmpl-shared-id"), "q", client_id="shared-id") is None
+    stored = book.read("tenant-b", made("cmpl-shared-id"), "q", client_id="the-next-id")
+    assert stored is not None and stored.first_tenant == "tenant-a"
 
 
 def test_gateways_say_so_in_headers() -> None:
@@ -67,8 +70,7 @@ def test_gateways_say_so_in_headers() -> None:
     assert hit_header({"x-portkey-cache-status": "SEMANTIC HIT"}) == ("x-portkey-cache-status", CacheLayer.SEMANTIC)
     assert hit_header({"cf-aig-cache-status": "MISS", "x-cache": "Miss from cloudfront"}) is None
     book = AnswerBook()
-    stored = book.read("tenant-b", made("chatcmpl-9", headers={"x-litellm-cache-key": "k"}), "q",
-                       client_named=False)
+    stored = book.read("tenant-b", made("chatcmpl-9", headers={"x-litellm-cache-key": "k"}), "q")
     assert stored is not None and stored.first_tenant is None and stored.told == "header x-litellm-cache-key"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.support.cli import invoke
 from tests.support.semantic_gateway import SemanticGateway
-from tests.support.testbed import StartTestbed
+from tests.support.testbed import SMALL, StartTestbed
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
 PAIRS = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
@@ -64,3 +64,28 @@ def test_a_semantic_cache_per_tenant_is_said_so_beside_its_control(testbed: Star
     with SemanticGateway(engine.url, tmp_path / "off", scope="tenant", threshold=1.0) as gateway:
         code, doc = audit(gateway.url, tmp_path / "off")
     assert code == 0 and semantic(doc)["state"] == "none_seen", semantic(doc)
+
+
+def full_audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:
+    result = invoke("audit", "--target", url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B",
+                    "--ledger", str(folder / "l.sqlite"), "-f", "json", "--no-semantic", "--skip", "timing")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_behind_a_per_tenant_cache_no_check_judges_the_engine_by_a_copy(testbed: StartTestbed,
+                                                                         tmp_path: Path) -> None:
+    """Every check behind a semantic cache scoped per tenant, which answers many of a tenant's requests from that
+    tenant's earlier answers (over-limit prompts among them, which the engine never sees): the healthy engine is
+    clean, as at the engine itself; the incident's engine is still caught, through the requests that reached it."""
+    healthy = testbed("healthy", **SMALL, tenants=TENANTS)
+    with SemanticGateway(healthy.url, tmp_path / "healthy", scope="tenant") as gateway:
+        code, doc = full_audit(gateway.url, tmp_path / "healthy")
+        served = gateway.served_from_cache
+    serious = [(f["kind"], f["check"], f["record_id"]) for f in doc["findings"] if f["severity"] != "info"]
+    assert code == 0 and not serious and served > 10, (code, doc["verdict"], serious, served)
+    incident = testbed("incident", **SMALL, tenants=TENANTS)
+    with SemanticGateway(incident.url, tmp_path / "incident", scope="tenant") as gateway:
+        code, doc = full_audit(gateway.url, tmp_path / "incident")
+    echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"]
+              if f["kind"] == "cross_tenant_echo" and f["check"] == "campaign"}
+    assert code == 1 and echoes == PAIRS, (code, doc["verdict"], echoes)

@@ -196,7 +196,8 @@ class AdaptersCheck(Check):
         if answer.served:  # scanned for every adapter's canary
             result.seen.append(Observed(AdaptersCheck.name, BOUNDARY, ask.tenant, None,
                                         faulted=any(f.severity > Severity.INFO for f in scanned.findings)))
-        return [replace(f, probe_id=f.probe_id or ask.id, context=where, evidence=adding(f.evidence, asked))
+        copy = (answer.from_cache,) if answer.from_cache else ()  # a cache in front served it: an echo all the same
+        return [replace(f, probe_id=f.probe_id or ask.id, context=where, evidence=adding(f.evidence, asked, *copy))
                 for f in scanned.findings]
 
 

@@ -120,11 +120,13 @@ async def _judge(request: BurstRequest, answer: Completion, scan: Scan, result: 
     scanned = await scan(Record(request.id, request.tenant, answer.full_text, ASK.format(code=request.canary.text)))
     burst = Burst(answer.streamed, request.canary.id)
     where = ProbeContext(boundary=BOUNDARY, status=answer.status)
-    findings = [replace(f.adding(burst), probe_id=f.probe_id or request.id, context=where) for f in scanned.findings]
+    stored = answer.from_cache  # a copy a cache in front served: another request's answer, but not the engine's mix-up
+    findings = [replace(f.adding(burst, *([stored] if stored else [])), probe_id=f.probe_id or request.id,
+                        context=where) for f in scanned.findings]
     own = [hit for hit in scanned.own_echoes if hit.canary is not None]
     if any(hit.canary.id == request.canary.id for hit in own if hit.canary):
         result.own_echoed += 1
-    strays = [hit for hit in own if hit.canary and hit.canary.id != request.canary.id]
+    strays = [hit for hit in own if hit.canary and hit.canary.id != request.canary.id and stored is None]
     for hit in strays:
         assert hit.canary is not None
         findings.append(Finding(

@@ -174,10 +174,12 @@ class Asker:
         ctx, check = self.run.target, SemanticCacheCheck.name
         canary = await ctx.planter.canary(tenant, f"{self.prefix}-{role}")
         words = text.format(code=canary.text)
-        step = Step(id=f"{self.prefix}-{role}", role=ROLES.get(role, "probe"), tenant=tenant, length=len(words) // 4,
+        tokens = await self.route.counter.count(words)  # as the route counts it: the envelope reads usage against it
+        step = Step(id=f"{self.prefix}-{role}", role=ROLES.get(role, "probe"), tenant=tenant, length=tokens,
                     max_tokens=self.run.config.section(check, SemanticCacheSettings).max_tokens, expect_served=True,
                     boundary="semantic-cache", aim=Aim.NONE, stream=False)
-        built = BuiltPrompt(words, step.length, step.length, False, "estimate", (canary,))
+        # Earlier turns are not in the count: not the engine's whole prompt, so no reading of what the path adds.
+        built = BuiltPrompt(words, tokens, tokens, not turns, self.route.counter.source, (canary,))
         answer, before = await ctx.send(step, built, self.route, turns=turns)
         judged = await ctx.judged(step, self.prefix, built, answer, self.route, check=check, before=before)
         record(judged, self.result, self.run.on_event, others=(self.victim,) if tenant != self.victim else ())

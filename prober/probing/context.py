@@ -97,7 +97,7 @@ class TargetContext:
         answer = await route.target.complete(replace(prompt, cache_salt=self.salts.get(tenant)),
                                              self.wiring.secrets.get(tenant))
         stored = self.answers.read(tenant, answer, (prompt.turns, prompt.text),
-                                   client_named=prompt.request_id is not None)
+                                   client_id=prompt.request_id.value if prompt.request_id else None)
         return answer if stored is None else replace(answer, from_cache=stored)
 
     async def send(self, step: Step, built: BuiltPrompt, route: Route, *, request_id: RequestId | None = None,

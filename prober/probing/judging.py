@@ -20,6 +20,9 @@ from prober.targets.result import Completion
 from prober.text.scrub import Scrubber
 
 CATCH_UP_S = 900.0  # how far back to read the ledger for a verified token this process has not indexed
+# Detectors that read an answer against the prompt it answered: a cache's copy answered another prompt (an earlier one
+# of this tenant's, or someone's), so they say nothing of it; the canaries in it still do.
+AGAINST_ITS_PROMPT = frozenset({DetectorName.VERBATIM, DetectorName.FOREIGN})
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Judge:
             own = len(scanned.own_echoes)
             context = ProbeContext(built.tokens, step.boundary, answer.status)
             findings += [replace(f.adding(Exchange(exchange)), probe_id=f.probe_id or step.id, context=context)
-                         for f in scanned.findings]
+                         for f in scanned.findings if stored is None or f.detector not in AGAINST_ITS_PROMPT]
         if (trace := Traced.of(answer.traceparent)) is not None:
             findings = [f.adding(trace) for f in findings]
         if stored is not None:

@@ -9,8 +9,8 @@ it), and where the copy was made for another tenant, that tenant's answer reache
   own cache-status headers);
 - the answer repeats an earlier one whole: the same `id`, `created` and text (an answer without `created` is not
   compared).  An engine names each answer afresh, so a repeat is a stored object handed out again, and the book says
-  for whom it was made.  Not where the client named
-  the request (the request-ID check sends one ID for many requests, and engines name answers by it).
+  for whom it was made.  Not an answer named by the ID the
+  client gave its request (the request-ID check sends one ID for many requests, and engines name answers by it).
 
 A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.  A copy
 handed out for a question other than the one it was made for came from a semantic cache (one that matches requests
@@ -65,18 +65,21 @@ class AnswerBook:
         self._kept = kept
         self._made: OrderedDict[tuple[str, int | None, str], Made] = OrderedDict()
 
-    def read(self, tenant: str, answer: Completion, request: object, *, client_named: bool) -> FromCache | None:
+    def read(self, tenant: str, answer: Completion, request: object, *, client_id: str | None = None
+             ) -> FromCache | None:
         """Whether `tenant`'s answer to `request` (what was asked: its text and turns) was served from a cache, and
-        how that was told (None: made for it)."""
+        how that was told (None: made for it).  `client_id`: the ID the client named the request by, where it did:
+        an answer named by it was made for this request (or is the engine's own mix-up, the request-ID check's)."""
         if not answer.served:
             return None
         said = hit_header(answer.headers)
         asked = hashlib.sha256(repr(request).encode()).hexdigest()
         first = None
-        if answer.answer_id and answer.created is not None and not client_named:
+        named_by_client = client_id is not None and client_id in (answer.answer_id or "")
+        if answer.answer_id and answer.created is not None:
             key = (answer.answer_id, answer.created, hashlib.sha256(answer.full_text.encode()).hexdigest())
-            first = self._made.get(key)
-            if first is None:
+            first = None if named_by_client else self._made.get(key)
+            if key not in self._made:
                 trace = Traced.of(answer.traceparent)
                 self._made[key] = Made(tenant, trace.trace_id if trace else None, asked)
                 while len(self._made) > self._kept:
