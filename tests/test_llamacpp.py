@@ -92,10 +92,12 @@ def test_over_the_slot_context_is_a_correct_refusal(llama: LlamaServer) -> None:
 def _audit(server: LlamaServer, ledger: Path, *, complete: bool = True, api: Api = Api.COMPLETIONS,
            shapes: list[str] | None = None, concurrent: bool = True) -> Any:
     # The campaign alone: the timing check, the idle-slot check, the cross-talk burst and the request-ID and
-    # abort-and-retry checks on llama.cpp are tests/test_isolation.py's.
+    # abort-and-retry checks on llama.cpp are tests/test_isolation.py's; the cache checks, in front of an engine,
+    # tests/test_response_cache.py's and tests/test_semantic_cache.py's.
     cfg = assemble_config(None, target=server.url + "/v1", api=api, probe_shapes=shapes, ledger=str(ledger),
                           tenants=["tenant-a=UNUSED_A", "tenant-b=UNUSED_B"], max_tokens=32, timing=False,
                           crosstalk=False, slots=False, request_ids=False, abort_retry=False, concurrent=concurrent,
+                          skip=["response-cache", "semantic-cache"],
                           target_deadline="30m")  # the derived deadline assumes an accelerator
     result = asyncio.run(run_audit(cfg, {"tenant-a": None, "tenant-b": None}))  # the engine has no keys of its own
     assert result.complete is complete, result.targets[0].errors

@@ -81,7 +81,8 @@ def audit(proxy: LiteLLMProxy, engine: str, folder: Path, *args: str) -> tuple[i
         "targets": [{"name": "behind-litellm", "url": proxy.url + "/v1", "model": "fixed", "introspection_url": engine,
                      "cache_salt": "per-tenant"}],
         "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
-        "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False}}))
+        "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False},
+        "response-cache": {"audit": True}, "semantic-cache": {"audit": True}}))
     result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json", *args)
     return result.exit_code, json.loads(result.stdout)
 

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.support.cli import invoke
 from tests.support.semantic_gateway import SemanticGateway
 from tests.support.testbed import SMALL, StartTestbed
@@ -67,8 +69,14 @@ def test_a_semantic_cache_per_tenant_is_said_so_beside_its_control(testbed: Star
 
 
 def full_audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:
-    result = invoke("audit", "--target", url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant", "tenant-b=LP_B",
-                    "--ledger", str(folder / "l.sqlite"), "-f", "json", "--no-semantic", "--skip", "timing")
+    """Every check but timing, the two cache checks among them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "c.yaml").write_text(yaml.safe_dump({
+        "targets": [{"name": "behind-a-cache", "url": url + "/v1"}],
+        "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
+        "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False}, "timing": {"audit": False},
+        "response-cache": {"audit": True}, "semantic-cache": {"audit": True}}))
+    result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json")
     return result.exit_code, json.loads(result.stdout)
 
 

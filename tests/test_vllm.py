@@ -138,7 +138,8 @@ def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: b
         "tenants": [{"name": name, "api_key_env": env, "cache_salted": claimed_salted and name == "tenant-a"}
                     for name, env in TENANTS.items()],
         # Room for a probe to repeat its own code (about 35 of Gemma's tokens), so that the campaign can see.
-        "audit": {"max_tokens": 64, "target_deadline": TARGET_DEADLINE},
+        # The cache checks are tests/test_response_cache.py's and tests/test_semantic_cache.py's, in front of engines.
+        "audit": {"max_tokens": 64, "target_deadline": TARGET_DEADLINE, "skip": ["response-cache", "semantic-cache"]},
         "detection": {"semantic": False},
         "timing": TIMING,
         # Theirs: test_request_ids_and_abort_retry_on_a_healthy_vllm (minutes of decoding on a CPU each audit).

@@ -40,8 +40,9 @@ INSTRUCTION_TOKENS = 48
 class ResponseCacheSettings(Strict):
     """A cache in front of the engine shared between tenants: each tenant's fresh request sent again by another."""
 
-    audit: bool = True
-    """Run the response-cache check in `leakprobe audit`."""
+    audit: bool = False
+    """Run the response-cache check in every `leakprobe audit` (else only where `--check` names it); the daemon
+    runs it on its schedule."""
     routes: tuple[Literal["chat", "completions"], ...] = ("chat", "completions")
     """The generation routes to test, where the target serves them (a gateway may scope its cache on one only)."""
     tokens: int = Field(default=48, ge=16, le=4096)

@@ -76,8 +76,9 @@ class SemanticCacheSettings(Strict):
     """A cache in front of the engine that matches requests by meaning, shared between tenants: another tenant's
     question reworded, step by step."""
 
-    audit: bool = True
-    """Run the semantic-cache check in `leakprobe audit`."""
+    audit: bool = False
+    """Run the semantic-cache check in every `leakprobe audit` (else only where `--check` names it); the daemon
+    runs it on its schedule."""
     max_tokens: int = Field(default=48, ge=8, le=1024)
     """Completion tokens per request (enough to say a canary back and a sentence)."""
 
@@ -85,6 +86,14 @@ class SemanticCacheSettings(Strict):
 @dataclass(kw_only=True)
 class SemanticCacheResult(CheckResult):
     matched: dict[str, list[str]] = field(default_factory=dict)  # "victim->observer" -> the rungs that got its answer
+    # It decides by copies (an answer's id repeated), which need no model to repeat a canary: a model that does not
+    # never makes the audit blind through it (it always asks on the chat route, whatever shape the others took).
+    content: bool = False
+
+    @property
+    def sighted(self) -> bool:
+        """Where its answers did repeat their own canary, its clean ones re-check echoes all the same."""
+        return any(s.own_echoes for s in self.steps if s.answer.served)
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "not tested"
