@@ -55,8 +55,10 @@ class Check(ABC):
     bugs: ClassVar[tuple[EngineBug, ...]] = ()  # the public engine bugs it catches: its rows of the bug table
 
     def in_audit(self, config: ProberConfig) -> bool:
-        """Whether `leakprobe audit` runs it (a check's settings say; the sentinel is the daemon's alone)."""
-        return True
+        """Whether `leakprobe audit` runs it: its own section's `audit` where it brings one that has it, else yes (the
+        sentinel is the daemon's alone)."""
+        own = config.section(self.name, self.settings) if self.settings is not None else None
+        return bool(getattr(own, "audit", True))
 
     def metrics(self, registry: CollectorRegistry) -> ResultMetrics | None:
         """The series its results carry beyond their requests, on the daemon's registry (None: none)."""

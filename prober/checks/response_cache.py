@@ -22,13 +22,13 @@ from typing import Literal
 from pydantic import Field
 
 from prober.checks.base import Check, Run
-from prober.config.schema import ProberConfig
 from prober.config.sections import Strict
 from prober.domain.errors import BuildError, CountError, PlanError
-from prober.domain.evidence import CacheLayer, FromCache
+from prober.domain.evidence import CacheLayer
 from prober.domain.types import DetectorName, Finding, FindingKind, Severity
 from prober.probing.cache_map import CacheVerdict, LayerState
 from prober.probing.context import record
+from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult
 from prober.targets.api import Api
@@ -66,9 +66,6 @@ class ResponseCacheCheck(Check):
     every = 1_800.0  # a dozen short requests: cheap enough for every half hour
     docs = "checks.md"
     settings = ResponseCacheSettings
-
-    def in_audit(self, config: ProberConfig) -> bool:
-        return config.section(self.name, ResponseCacheSettings).audit
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, ResponseCacheSettings)
@@ -131,8 +128,8 @@ class ResponseCacheCheck(Check):
                 shared.append((a, b))
                 if not any(f.kind is FindingKind.CROSS_TENANT_RESPONSE_CACHE for f in other.findings):
                     # Told by a header alone: the prompt was new to this run, and only `a` had sent it.
-                    result.extra += await ctx.judge.persist([_shared(other.step, a, stored)], None, run.on_event,
-                                                            check=self.name)
+                    found = copied(other.step, a, stored, f"answered a request only {a} had sent")
+                    result.extra += await ctx.judge.persist([found], None, run.on_event, check=self.name)
             controls += again.answer.from_cache is not None
         pairs_run = len(pairs(ctx.tenants))
         control = f"same tenant's repeat served from the cache in {controls} of {pairs_run} directions"
@@ -148,13 +145,6 @@ class ResponseCacheCheck(Check):
             return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.PER_TENANT, control, pairs_run)
         return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.NONE_SEEN,
                             f"every answer made afresh ({made} first requests); {control}", pairs_run)
-
-
-def _shared(step: Step, victim: str, stored: FromCache) -> Finding:
-    return Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
-                   severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=victim,
-                   probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}) answered a request only "
-                                             f"{victim} had sent", evidence=(stored,))
 
 
 def _scoped(step: Step, api: Api, control: str) -> Finding:

@@ -35,7 +35,6 @@ from typing import Literal
 from pydantic import Field
 
 from prober.checks.base import Check, Run
-from prober.config.schema import ProberConfig
 from prober.config.sections import Strict
 from prober.domain.evidence import CacheLayer
 from prober.domain.types import FindingKind
@@ -107,9 +106,6 @@ class SemanticCacheCheck(Check):
     every = 1_800.0  # a dozen short requests: cheap enough for every half hour
     docs = "checks.md"
     settings = SemanticCacheSettings
-
-    def in_audit(self, config: ProberConfig) -> bool:
-        return config.section(self.name, SemanticCacheSettings).audit
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, SemanticCacheSettings)

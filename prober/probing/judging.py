@@ -89,6 +89,11 @@ def stored_elsewhere(step: Step, stored: FromCache) -> list[Finding]:
     """A cache's copy of an answer made for another tenant, served to this one: `cross_tenant_response_cache`."""
     if stored.first_tenant is None or stored.first_tenant == step.tenant:
         return []
-    return [Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
-                    severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=stored.first_tenant,
-                    probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}): answer {stored.answer_id}")]
+    return [copied(step, stored.first_tenant, stored, f"answer {stored.answer_id}")]
+
+
+def copied(step: Step, victim: str, stored: FromCache, how: str) -> Finding:
+    """`victim`'s answer, which a cache in front stored, served to `step`'s tenant (`how`: what shows it was)."""
+    return Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
+                   severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=victim,
+                   probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}): {how}", evidence=(stored,))
