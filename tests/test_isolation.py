@@ -155,7 +155,8 @@ def test_llamacpp_request_ids_and_abort_retry(llama_install: Installation, tmp_p
 def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed, tmp_path: Path) -> None:
     """`leakprobe daemon` as a process against a reference engine whose prefix cache is shared: the timing job
     finds both pairs and exports its p-values and medians, the burst's answers are each their own."""
-    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 1_000}, faults={"shared_prefix_cache": True})
+    # 2 s per 1k prompt tokens: a miss costs 400 ms more than a hit, well clear of a loaded machine's stalls.
+    server = testbed("fixed", **{**SMALL, "prefill_ms_per_1k_tokens": 2_000}, faults={"shared_prefix_cache": True})
     config = daemon_config(server.url, tmp_path / "l.sqlite",
                            schedule=dict.fromkeys(daemon_jobs(REGISTRY), "24h"))
     config.update(detection={"semantic": False}, audit={"concurrent": False, "max_tokens": 8},
@@ -168,8 +169,9 @@ def test_daemon_jobs_export_what_timing_and_the_burst_find(testbed: StartTestbed
         assert "timing testbed: ok" in daemon.log() and "crosstalk testbed: ok" in daemon.log(), daemon.log()[-3000:]
         pairs = (("tenant-a", "tenant-b"), ("tenant-b", "tenant-a"))
         for victim, observer in pairs:
-            assert daemon.sample("leakprobe_findings_total", kind="cross_tenant_cache_timing", victim=victim,
-                                 observer=observer) == 1
+            found = daemon.sample("leakprobe_findings_total", kind="cross_tenant_cache_timing", victim=victim,
+                                  observer=observer)
+            assert found == 1, daemon.log()[-3000:]
             p = daemon.sample("leakprobe_cache_timing_p_value", victim=victim, observer=observer)
             hit = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer, prompts="hit")
             miss = daemon.sample("leakprobe_cache_timing_ttft_seconds", victim=victim, observer=observer,

@@ -89,9 +89,9 @@ def _check(url: str, ledger: Path, settings: RequestIdSettings) -> RequestIdResu
 
 
 def test_the_check_finds_the_fault_and_names_the_victim(testbed: StartTestbed, tmp_path: Path) -> None:
-    # 10 ms a token: a set's requests overlap however busy the machine (at 1 ms, a 64-token answer may be done
-    # before the other tenant's request arrives, and nothing is shared).
-    server = testbed("fixed", **{**OVERLAPPING, "decode_ms_per_token": 10}, faults={"keys_requests_by_client_id": True})
+    # 40 ms a token: a set's requests overlap however busy the machine (at 10 ms, a quote of some twenty tokens was
+    # done before the other tenant's request arrived under a loaded CI run, and nothing was shared).
+    server = testbed("fixed", **{**OVERLAPPING, "decode_ms_per_token": 40}, faults={"keys_requests_by_client_id": True})
     result = _check(server.url, tmp_path / "l.sqlite", RequestIdSettings(groups=2))
     echoes = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_ECHO]
     assert echoes, result.summary()
