@@ -41,7 +41,7 @@ def echoes(daemon: DaemonProcess, victim: str, observer: str) -> float:
 
 
 def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbed, tmp_path: Path) -> None:
-    server = testbed("incident", **SMALL)
+    server = testbed("incident", **SMALL, reports_version="0.5.11")  # an SGLang release the incident's bug is in
     ledger = tmp_path / "l.sqlite"
     with DaemonProcess(daemon_config(server.url, ledger), tmp_path) as daemon:
         daemon.wait_for(lambda: echoes(daemon, "tenant-a", "tenant-b") > 0 and echoes(daemon, "tenant-b", "tenant-a")
@@ -50,6 +50,8 @@ def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbe
                         "every job to succeed")
         assert daemon.sample("leakprobe_findings_total", kind="boundary_accepted") > 0
         assert daemon.sample("leakprobe_capacity_verdict", verdict="capacity_inversion") == 1
+        assert daemon.sample("leakprobe_engine_info", engine="sglang", release="0.5.11") == 1
+        assert daemon.sample("leakprobe_engine_known_bug", bug="SGLang #30233, #38704, #38935", standing="applies") == 1
         assert daemon.sample("leakprobe_target_advertised_context_tokens") == SMALL["context_length"]
         assert daemon.sample("leakprobe_target_kv_pool_tokens") == SMALL["pool_tokens"]
         assert daemon.sample("leakprobe_boundary_last_outcome", boundary="pool+1") == 3  # served over the limit

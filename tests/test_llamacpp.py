@@ -59,6 +59,11 @@ def test_preflight_reads_props_and_tokenizer(llama: LlamaServer) -> None:
     assert capacity["context_length"]["value"] == SLOT_CTX and "/props" in capacity["context_length"]["source"]
     assert capacity["slots"]["value"] == 2 and "total_slots" in capacity["slots"]["source"]
     assert report["tokenizer"].startswith("llama.cpp /tokenize")
+    # Built from the package's source archive without git: a build_info that names no release, so every row of
+    # the bug table for llama.cpp may apply and is said to.
+    assert capacity["version"] == {"text": "b0-unknown", "source": "llama.cpp /props build_info", "release": None}
+    standings = {bug["public"]: bug["standing"] for bug in report["known_bugs"]}
+    assert standings and set(standings.values()) == {"unknown"} and "llama.cpp #27148, #27624" in standings
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

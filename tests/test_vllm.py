@@ -99,6 +99,11 @@ def test_preflight_reads_max_model_len_tokenizer_and_metrics(vllm: VllmServer) -
     assert capacity["page_size"]["value"] == 128
     assert report["tokenizer"] == "vllm /tokenize (chat form)"
     assert [v["code"] for v in report["verdicts"]] == ["ok"]
+    # Its release, and the bug table against it: past the fixes of 0.9.0, 0.14.0 and 0.26.0, not of the open ones.
+    assert capacity["version"] == {"text": "0.32.0", "source": "GET /version", "release": "0.32.0"}
+    standings = {bug["public"]: bug["standing"] for bug in report["known_bugs"]}
+    assert standings["vLLM #16016, CVE-2025-46570"] == standings["vLLM #47724 (PR #47725)"] == "fixed"
+    assert standings["vLLM PR #56525, #52234"] == "applies" and "unknown" not in standings.values()
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

@@ -2,7 +2,8 @@
 prober/checks/bugs.py).
 
 A page asks for it with `<!-- bugs -->` on a line of its own and gets one row per public bug: what went wrong,
-the reference engine's faults that reproduce it, the probe that catches it and the finding it reports.  The
+the engines' releases it is in and the fix, the reference engine's faults that reproduce it, the probe that
+catches it and the finding it reports.  The
 same rows drive tests/test_engine_bugs.py, so a documented row is a tested one.
 """
 
@@ -21,12 +22,14 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 
 def table() -> str:
-    rows = ["| public bug | what went wrong | reference-engine fault | the probe that catches it | finding |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = ["| public bug | what went wrong | releases | reference-engine fault | the probe that catches it "
+            "| finding |", "| --- | --- | --- | --- | --- | --- |"]
     for bug in REGISTRY.bugs:
         faults = ", ".join([f"`{name}`" for name, on in bug.faults.items() if on]
                            + [f"`{key}: {value}`" for key, value in bug.engine.items()])
         needs = "".join(f" (with `{key}: {value}`)" for key, value in bug.audit.items())
         lm = "; also with a real model" if bug.real_lm else ""
-        rows.append(f"| {bug.public} | {bug.what} | {faults} | {bug.probe}{needs} | `{bug.kind.value}`{lm} |")
+        releases = "; ".join(r.describe() for r in bug.releases) or "not the engine's own (no release to read)"
+        rows.append(f"| {bug.public} | {bug.what} | {releases} | {faults} | {bug.probe}{needs} | "
+                    f"`{bug.kind.value}`{lm} |")
     return "\n".join(rows)

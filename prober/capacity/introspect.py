@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from prober.capacity.limits import Capacity, Known
+from prober.capacity.version import said
 from prober.targets.api import Engine
 from prober.targets.credentials import Secret
 from prober.targets.result import ErrorKind
@@ -88,7 +89,7 @@ async def read_sglang(transport: Transport, origin: str, base_url: str, secret: 
         max_req_input_len=known(_int(flat, "max_req_input_len"), "max_req_input_len"),
         page_size=known(_int(flat, "page_size"), "page_size"),
         disaggregation_mode=mode if isinstance(mode, str) and mode not in ("null", "") else None,
-        notes=notes)
+        version=said(flat.get("version"), f"sglang {path} version"), notes=notes)
 
 
 async def read_models(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
@@ -125,6 +126,14 @@ async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Se
                                                                  "num_gpu_blocks x block_size"))
 
 
+async def read_vllm_version(transport: Transport, origin: str, base_url: str, secret: Secret | None
+                            ) -> Capacity | None:
+    """vLLM's `GET /version`: the release alone (the engine is told by its metrics)."""
+    answer = await _get_json(transport, origin + "/version", secret)
+    version = said(answer.get("version"), "GET /version") if isinstance(answer, dict) and len(answer) == 1 else None
+    return Capacity(version=version) if version else None
+
+
 async def read_llamacpp(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
     props = await _get_json(transport, origin + "/props", secret)
     if not isinstance(props, dict) or "default_generation_settings" not in props:
@@ -135,6 +144,7 @@ async def read_llamacpp(transport: Transport, origin: str, base_url: str, secret
         engine=Engine.LLAMACPP,
         context_length=Known(n_ctx, "llama.cpp /props default_generation_settings.n_ctx (per slot)") if n_ctx else None,
         slots=Known(slots, "llama.cpp /props total_slots") if slots else None,
+        version=said(props.get("build_info"), "llama.cpp /props build_info"),
         notes=("llama.cpp does not expose its KV pool size; with --kv-unified every slot advertises the whole "
                "shared pool",))
 
@@ -149,7 +159,8 @@ async def read_tgi(transport: Transport, origin: str, base_url: str, secret: Sec
         engine=Engine.TGI,
         context_length=Known(total, "tgi /info max_total_tokens") if total else None,
         max_req_input_len=Known(inputs + 1, "tgi /info max_input_tokens + 1") if inputs else None,
-        pool_tokens=Known(batch, "tgi /info max_batch_total_tokens") if batch else None)
+        pool_tokens=Known(batch, "tgi /info max_batch_total_tokens") if batch else None,
+        version=said(info.get("version"), "tgi /info version"))
 
 
 async def reachability(transport: Transport, base_url: str, secret: Secret | None) -> str | None:
@@ -163,7 +174,7 @@ async def reachability(transport: Transport, base_url: str, secret: Secret | Non
     return None
 
 
-READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_llamacpp, read_tgi)
+READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_vllm_version, read_llamacpp, read_tgi)
 
 
 async def _read(reader: Reader, transport: Transport, origin: str, base_url: str,

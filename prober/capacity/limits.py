@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypedDict
 
+from prober.capacity.version import EngineVersion, EngineVersionDoc
 from prober.domain.types import Severity
 from prober.targets.api import Engine
 
@@ -28,6 +29,7 @@ class KnownDoc(TypedDict):
 
 class CapacityDoc(TypedDict):
     engine: str | None
+    version: EngineVersionDoc | None
     context_length: KnownDoc | None
     pool_tokens: KnownDoc | None
     max_req_input_len: KnownDoc | None
@@ -45,6 +47,7 @@ class Capacity:
     hold it; `accept_limit` is the longest prompt seen served (bisection)."""
 
     engine: Engine | None = None
+    version: EngineVersion | None = None  # the engine's release, as it says it (what the bug table is read by)
     context_length: Known | None = None
     pool_tokens: Known | None = None
     max_req_input_len: Known | None = None
@@ -58,7 +61,7 @@ class Capacity:
     def merged(self, other: Capacity) -> Capacity:
         """Fill what this one lacks from `other` (this one wins where both know)."""
         values = {name: getattr(self, name) or getattr(other, name) for name in FIELDS}
-        return replace(self, **values, engine=self.engine or other.engine,
+        return replace(self, **values, engine=self.engine or other.engine, version=self.version or other.version,
                        disaggregation_mode=self.disaggregation_mode or other.disaggregation_mode,
                        kv_unified=self.kv_unified if self.kv_unified is not None else other.kv_unified,
                        notes=self.notes + other.notes)
@@ -71,7 +74,9 @@ class Capacity:
         def known(value: Known | None) -> KnownDoc | None:
             return value.to_json() if value else None
 
-        return {"engine": str(self.engine) if self.engine else None, "context_length": known(self.context_length),
+        return {"engine": str(self.engine) if self.engine else None,
+                "version": self.version.to_json(self.engine) if self.version else None,
+                "context_length": known(self.context_length),
                 "pool_tokens": known(self.pool_tokens), "max_req_input_len": known(self.max_req_input_len),
                 "page_size": known(self.page_size), "slots": known(self.slots),
                 "accept_limit": known(self.accept_limit), "disaggregation_mode": self.disaggregation_mode,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from secrets import token_hex
 
 from prober.capacity import Capacity
+from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
@@ -44,6 +45,7 @@ from prober.probing.results import CheckResult, Sight, StepResult
 from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
+from prober.targets.api import Engine
 
 BOUNDARY = "abort-retry"
 STEPS = 5  # requests per ordered pair
@@ -90,7 +92,7 @@ BUGS = (
               "held, another tenant's KV", {"publishes_before_written": True},
               "the abort-and-retry check: the observer's prompt abandoned mid-prefill, the same prompt and then its "
               "own from the victim, the observer's retry", FindingKind.CROSS_TENANT_ECHO, checks=("abort-retry",),
-              engine={"prefill_ms_per_1k_tokens": 100}),
+              engine={"prefill_ms_per_1k_tokens": 100}, releases=(Releases(Engine.VLLM),)),
 )
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from prober.canaries.adapters import asking
 from prober.canaries.filler import load_filler
+from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.config.schema import ProberConfig
@@ -36,6 +37,7 @@ from prober.probing.events import Observed
 from prober.probing.plan import Planned
 from prober.probing.results import CheckResult, Sight
 from prober.prompts import TokenCounter
+from prober.targets.api import Engine
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
 
@@ -98,13 +100,15 @@ BUGS = (
               "prefix-cache key: a request through tenant B's adapter is served the KV computed under tenant A's for "
               "the same prompt, and answers as A's fine-tune", {"lora_missing_from_cache_key": True},
               "the adapters check's shared round: one fresh prompt through every tenant's adapter in turn",
-              FindingKind.CROSS_TENANT_ECHO, checks=("adapters",), audit={"adapters": CANARY_ADAPTERS}),
+              FindingKind.CROSS_TENANT_ECHO, checks=("adapters",), audit={"adapters": CANARY_ADAPTERS},
+              # vLLM 0.31.0 keys the adapter's path; a reload under the same path (#42125, #44250) is still open.
+              releases=(Releases(Engine.VLLM), Releases(Engine.LLAMACPP), Releases(Engine.SGLANG))),
     EngineBug("vLLM #47724 (PR #47725)", "activating an adapter (a runtime `add_lora()`) evicted a LoRA slot that an "
               "in-flight request still decoded with: it finished with another tenant's adapter, with no error, log "
               "or metric", {"lora_slot_evicted_in_flight": True},
               "the adapters check's first round: every tenant's trigger through its own adapter, all at once",
               FindingKind.CROSS_TENANT_ECHO, checks=("adapters",), engine={"max_loras": 1},
-              audit={"adapters": CANARY_ADAPTERS}),
+              audit={"adapters": CANARY_ADAPTERS}, releases=(Releases(Engine.VLLM, fixed_in="0.26.0"),)),
 )
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from prober.capacity.known_bugs import KnownBug, Releases, standing
+from prober.capacity.limits import Capacity
 from prober.domain.types import FindingKind
+from prober.targets.api import Engine
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,14 @@ class EngineBug:
     engine: dict[str, Any] = field(default_factory=dict)  # the reference engine's other settings it needs
     audit: dict[str, Any] = field(default_factory=dict)  # what the target's config needs beyond its defaults
     real_lm: bool = False  # the real-LM mode shows it too (tests/test_testbed_reallm.py)
+    releases: tuple[Releases, ...] = ()  # the engines' releases it is in, from their trackers
+
+    def standing(self, capacity: Capacity) -> KnownBug | None:
+        """How this row stands for a target of that capacity (its engine and release); None: another engine's."""
+        for releases in self.releases:
+            if (said := standing(releases, capacity.engine, capacity.version)) is not None:
+                return KnownBug(self.public, self.what, said, releases, self.checks)
+        return None
 
 
 # What every check that reads answers catches: no one check owns these rows.
@@ -34,5 +45,7 @@ EVERY_ANSWER = (
     EngineBug("vLLM #45704, #47282", "KV pages restored from the CPU offload tier before their copy landed (load and "
               "store not ordered with compute): no error or crash, the answers turn to mixed-script salad",
               {"offload_restore_unsynced": True},
-              "every answer, judged by itself: the garbled-output detector", FindingKind.GARBLED_OUTPUT),
+              "every answer, judged by itself: the garbled-output detector", FindingKind.GARBLED_OUTPUT,
+              # The store race was fixed in 0.24.0 (PR #46278); the load race's fix (PR #47291) was not merged.
+              releases=(Releases(Engine.VLLM),)),
 )

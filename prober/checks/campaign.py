@@ -3,6 +3,7 @@ canaries primed, another tenant's probe after them."""
 
 from __future__ import annotations
 
+from prober.capacity.known_bugs import Releases
 from prober.capacity.limits import Capacity
 from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
@@ -20,6 +21,7 @@ from prober.probing.plan import (
     pairs,
     prime_length,
 )
+from prober.targets.api import Engine
 
 ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
 STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line past the last whole block
@@ -32,17 +34,20 @@ BUGS = (
               "prefill-to-decode hand-off forwards; decode attends over pages it never received (the incident)",
               {"abort_flag_unsynced": True, "decode_skips_page_check": True},
               "boundary probes just over the KV pool, primed by a canary-dense prompt", FindingKind.CROSS_TENANT_ECHO,
-              checks=("campaign",), real_lm=True),
+              checks=("campaign",), real_lm=True,
+              # Its author's word on #38935: the stale KV ends with #36988, first released in 0.5.20.
+              releases=(Releases(Engine.SGLANG, fixed_in="0.5.20"),)),
     EngineBug("SGLang #33507, #35421", "an aborted request answered HTTP 200 with `finish_reason: length` (or "
               "garbage) instead of an error", {"usage_reports_placeholder": True},
               "boundary probes over the pool, with the engine's counters read around each (SGLang's "
-              "`num_aborted_requests`)", FindingKind.COUNTED_FAILURE, checks=("campaign",)),
+              "`num_aborted_requests`)", FindingKind.COUNTED_FAILURE, checks=("campaign",),
+              releases=(Releases(Engine.SGLANG),)),
     EngineBug("SGLang #33507, under vLLM's counters", "the same HTTP 200 for an abort, on an engine that exports "
               "vLLM's metrics (`request_success{finished_reason=\"abort\"}`, `nixl_num_failed_transfers`)",
               {"usage_reports_placeholder": True},
               "boundary probes over the pool, with the engine's counters read around each (vLLM's "
               "`request_success{finished_reason=\"abort\"}`)", FindingKind.COUNTED_FAILURE, checks=("campaign",),
-              engine={"metrics": "vllm"}),
+              engine={"metrics": "vllm"}, releases=(Releases(Engine.SGLANG),)),
 )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from secrets import token_hex
 
 from prober.capacity import Capacity
+from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
@@ -27,6 +28,7 @@ from prober.probing.context import tell
 from prober.probing.plan import Aim, Plan, Planned, Step, pairs
 from prober.probing.planting import ASKED, PRIME_INSTRUCTION
 from prober.probing.results import CheckResult, StepResult
+from prober.targets.api import Engine
 
 Send = Callable[[Step], Awaitable[StepResult]]  # plant, send and judge one request
 BOUNDARY = "idle-slot"
@@ -80,7 +82,7 @@ BUGS = (
               "the idle-slot check: the victim's conversations in every slot, then the observer's cold prompts one "
               "at a time and all at once", FindingKind.CROSS_TENANT_ECHO, checks=("idle-slots",),
               engine={"mode": "monolithic", "slots": 2, "context_length": 4_096, "pool_tokens": 8_192},
-              audit={"capacity": {"slots": 2}}),
+              audit={"capacity": {"slots": 2}}, releases=(Releases(Engine.LLAMACPP),)),
 )
 
 

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
+from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.config.schema import ProberConfig
@@ -45,7 +46,7 @@ from prober.probing.plan import Aim, Exchange, Plan, Planned, Step, pairs
 from prober.probing.results import CheckResult, Sight
 from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
-from prober.targets.api import Api
+from prober.targets.api import Api, Engine
 from prober.targets.base import Media, Prompt
 from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 from prober.targets.result import Completion, ErrorKind
@@ -108,7 +109,7 @@ BUGS = (
               "another tenant's image sent under that uuid, or the uuid alone, is answered with the first tenant's "
               "image", {"media_cache_trusts_uuid": True},
               "the media-cache check: the observer's own card under the victim's uuid, then the uuid alone",
-              FindingKind.CROSS_TENANT_ECHO, checks=("media-cache",)),
+              FindingKind.CROSS_TENANT_ECHO, checks=("media-cache",), releases=(Releases(Engine.VLLM),)),
     EngineBug("LMCache #3301, #4086", "image hashes cut to 16 bits: a different image whose hash agrees in those bits "
               "is answered with the first one's features", {"media_hash_truncated": True},
               "the media-cache check: a card of the observer's whose digest agrees with the victim's in 16 bits, "

@@ -4,6 +4,7 @@ everything sent before (prober/probing/cached.py)."""
 
 from __future__ import annotations
 
+from prober.capacity.known_bugs import Releases
 from prober.capacity.limits import Capacity
 from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
@@ -12,6 +13,7 @@ from prober.domain.types import FindingKind
 from prober.probing.cache_map import CacheVerdict, LayerState
 from prober.probing.plan import Aim, Boundary, Plan, Planned, Streaming, pairs, prime_length
 from prober.probing.results import CheckResult, StepResult
+from prober.targets.api import Engine
 
 CACHE_CHECK_TOKENS = 1_024
 REPEAT = "repeat"  # the label of an A, X, A exchange's steps
@@ -22,15 +24,19 @@ BUGS = (
     EngineBug("vLLM #16016, CVE-2025-46570", "one prefix cache for every tenant: another tenant's prompt is served "
               "from cache, and answers sooner", {"shared_prefix_cache": True},
               "the prefix-cache check: the observer resends the victim's prompt; timing: it answers sooner",
-              FindingKind.CROSS_TENANT_CACHE_HIT, checks=("prefix-cache", "timing")),
+              FindingKind.CROSS_TENANT_CACHE_HIT, checks=("prefix-cache", "timing"),
+              releases=(Releases(Engine.VLLM, fixed_in="0.9.0"),)),
     EngineBug("SGLang #26747 → #37058 → #38577, #37160; LMCache #4825", "a storage tier keyed without the tenant's "
               "namespace or cache salt: tenant B reads tenant A's pages back", {"storage_tier_ignores_salt": True},
               "the prefix-cache check with a cache salt per tenant", FindingKind.CROSS_TENANT_CACHE_HIT,
-              checks=("prefix-cache",), audit={"cache_salt": "per-tenant"}),
+              checks=("prefix-cache",), audit={"cache_salt": "per-tenant"},
+              # HiCache's keys take the namespace from 0.5.20 (#38577); the LMCache path (#37160) is still open.
+              releases=(Releases(Engine.SGLANG),)),
     EngineBug("vLLM #50630, llama.cpp #28056", "an identical request after one with another prefix carries the "
               "intervening request's content (A, X, A)", {"cache_hit_reads_stale_pages": True},
               "the repeat check: the observer's prompt, the victim's, the observer's again",
-              FindingKind.CROSS_TENANT_ECHO, checks=("prefix-cache",)),
+              FindingKind.CROSS_TENANT_ECHO, checks=("prefix-cache",),
+              releases=(Releases(Engine.VLLM), Releases(Engine.LLAMACPP))),
 )
 
 

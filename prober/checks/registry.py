@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prober.capacity.known_bugs import KnownBug, Standing
+from prober.capacity.limits import Capacity
 from prober.checks.abort_retry import AbortRetryCheck
 from prober.checks.adapters import AdaptersCheck
 from prober.checks.base import Check
@@ -53,6 +55,16 @@ class Registry:
         """The bug table: each check's rows in the registry's order, then those every check that reads answers
         catches."""
         return (*(bug for check in self for bug in check.bugs), *EVERY_ANSWER)
+
+    def known_bugs(self, capacity: Capacity) -> tuple[KnownBug, ...]:
+        """The bug table's rows for a target's engine, each as its release stands (those that apply first)."""
+        rows = [known for bug in self.bugs if (known := bug.standing(capacity)) is not None]
+        return tuple(sorted(rows, key=lambda known: known.standing is not Standing.APPLIES))
+
+    def ordered(self, checks: list[Check], known: tuple[KnownBug, ...]) -> list[Check]:
+        """`checks` with those that probe a bug the target's release has first (else in the registry's order)."""
+        first = {name for bug in known if bug.standing is Standing.APPLIES for name in bug.checks}
+        return sorted(checks, key=lambda check: check.name not in first)
 
     @property
     def sections(self) -> Sections:

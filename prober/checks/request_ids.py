@@ -25,6 +25,7 @@ import asyncio
 from dataclasses import dataclass
 from secrets import token_hex
 
+from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.checks.shapes import shaped
@@ -75,7 +76,9 @@ BUGS = (
               "handed the other's answer", {"keys_requests_by_client_id": True},
               "the request-ID check: every tenant's requests at once under one client request ID (header and body "
               "field), each answer checked for the others' canaries", FindingKind.CROSS_TENANT_ECHO,
-              checks=("request-ids",), engine={"decode_ms_per_token": 1}),
+              checks=("request-ids",), engine={"decode_ms_per_token": 1},
+              # SGLang refuses a duplicate rid from 0.5.10; vLLM suffixes the client's ID from 0.14.0 (PR #27987).
+              releases=(Releases(Engine.SGLANG, fixed_in="0.5.10"), Releases(Engine.VLLM, fixed_in="0.14.0"))),
 )
 
 

@@ -41,6 +41,7 @@ def preflight(
     from prober.config.schema import assemble_config
     from prober.probing.secrets import scrubber_for
     from prober.probing.survey import preflight as run_preflight
+    from prober.report.document import bug_lines, engine_named
 
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
                           sections=REGISTRY.sections)
@@ -50,7 +51,7 @@ def preflight(
 
     async def run_all() -> list[Any]:
         return [await run_preflight(t, secret, bisect_budget=bisect_budget, scrubber=scrubber,
-                                    tenant=first if measure_path else None) for t in cfg.targets]
+                                    tenant=first if measure_path else None, bugs=REGISTRY) for t in cfg.targets]
 
     results = asyncio.run(run_all())
     if output_format is OutputFormat.json:
@@ -63,6 +64,11 @@ def preflight(
         for r in results:
             for v in r.verdicts:
                 typer.echo(f"{r.target}: {v.code}: {v.message}")
+            doc = r.capacity.to_json()
+            said = f" (from {r.capacity.version.source})" if r.capacity.version else ""
+            typer.echo(f"{r.target}: engine {engine_named(doc)}{said}")
+            for line in bug_lines([bug.to_json() for bug in r.bugs]):
+                typer.echo(f"{r.target}: {line}")
             sources = [f"{name} from {known.source}" for name in FIELDS if (known := getattr(r.capacity, name))]
             typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
             if r.path is not None:

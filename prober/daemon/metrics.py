@@ -98,6 +98,12 @@ class Metrics:
         self.verdict = Gauge("leakprobe_capacity_verdict", "1 where the last survey that reached the target holds "
                              "this verdict, else 0 (its age: leakprobe_capacity_surveyed_timestamp_seconds).",
                              ["target", "verdict", "severity"], registry=registry)
+        self.engine = Gauge("leakprobe_engine_info", "1 for the engine and release the last survey read (release: "
+                            "as the engine says it, empty where it says none).", ["target", "engine", "release"],
+                            registry=registry)
+        self.known_bug = Gauge("leakprobe_engine_known_bug", "1 for each public isolation bug of leakprobe's bug table "
+                               "for the target's engine, by how its release stands (applies, fixed, unknown).",
+                               ["target", "bug", "standing"], registry=registry)
         self.surveyed = Gauge("leakprobe_capacity_surveyed_timestamp_seconds", "When the capacity and verdicts were "
                               "last learned from the target (a survey that reached it).", ["target"], registry=registry)
         self.up = Gauge("leakprobe_target_up", "1 when the target's API gave an HTTP answer to the last request (of "
@@ -121,8 +127,8 @@ class Metrics:
         self._per_target: list[MetricWrapperBase] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.requests_cut, self.paused, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
-            self.input_limit, self.verdict, self.surveyed, self.up, self.runs, self.failures, self.skips, self.last_run,
-            self.last_success, self.interval, *self.checks.per_target]
+            self.input_limit, self.verdict, self.engine, self.known_bug, self.surveyed, self.up, self.runs,
+            self.failures, self.skips, self.last_run, self.last_success, self.interval, *self.checks.per_target]
 
     def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:
         """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health

@@ -166,7 +166,8 @@ class Daemon:
         pairs(tenants)
         self.scanner.tenants = tenants
         self.metrics.process.set_links(config.daemon.links)
-        wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping)
+        wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping,
+                           bugs=settings.checks)
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         for target in config.targets:

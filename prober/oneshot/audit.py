@@ -49,6 +49,7 @@ class Auditor:
         self.secrets = secrets
         self.minter = minter
         self.on_event = on_event
+        self.registry = checks
         self.checks = checks.selected(config)
         self.tokens_left = config.audit.token_budget
 
@@ -57,7 +58,7 @@ class Auditor:
         result = AuditResult(dry_run=dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
         scanner = await ledger_scanner(self.minter, [t.name for t in self.config.tenants], read=not dry_run)
-        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber)
+        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber, bugs=self.registry)
         deadline = self.config.audit.deadline
         with run_deadline(deadline, "the audit's deadline"):
             for target_config in self.config.targets:
@@ -88,7 +89,8 @@ class Auditor:
             finally:
                 report.survey = ctx.surveyed
             run = Run(ctx, self.config, on_event=self.on_event)
-            planned = [(check, planning(check, run)) for check in self.checks]
+            bugs = ctx.surveyed.bugs if ctx.surveyed else ()  # those its release has: their checks go first
+            planned = [(check, planning(check, run)) for check in self.registry.ordered(self.checks, bugs)]
             report.planned = {check.name: p for check, p in planned}
             self._spend(cfg, planned, dry_run)
             if dry_run:
@@ -115,7 +117,8 @@ class Auditor:
             self.tokens_left -= tokens
 
     async def _checks(self, run: Run, planned: list[tuple[Check, Planned]], report: TargetReport) -> None:
-        """In the registry's order; none after one that stopped (the deadline, the circuit breaker)."""
+        """In the planned order (the registry's, the known bugs' checks first); none after one that stopped (the
+        deadline, the circuit breaker)."""
         for check, p in planned:
             if (stop := run.target.wiring.stop_reason()) is not None:
                 report.errors.append(f"not run: {check.name}: {stop}")

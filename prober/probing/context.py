@@ -75,7 +75,7 @@ class TargetContext:
                 if problem:
                     raise TargetUnusable(f"{problem} (tenant {tenant})")
         first = self.wiring.secrets.get(self.tenants[0])
-        result, counter = await survey(self.transport, cfg, first, bisect_budget=bisect_budget)
+        result, counter = await survey(self.transport, cfg, first, bisect_budget=bisect_budget, bugs=self.wiring.bugs)
         self.surveyed = result
         on_event(SurveyDone(result))
         if result.error or counter is None:

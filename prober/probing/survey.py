@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from prober.capacity import Capacity, Verdict, assess, introspect, origin_of, reachability
 from prober.capacity.bisect import bisect_accept_limit
+from prober.capacity.known_bugs import BugTable, KnownBug
 from prober.config.schema import TargetConfig
 from prober.domain.errors import CountError
 from prober.domain.types import Severity
@@ -37,6 +38,7 @@ class Survey:
     error: str | None = None
     at: float = field(default_factory=time.time)  # when it was learned
     path: PathOverhead | None = None  # what the path adds to a prompt on the configured route, where measured
+    bugs: tuple[KnownBug, ...] = ()  # the bug table's rows for its engine, as its release stands
 
     @property
     def page(self) -> int | None:
@@ -51,13 +53,15 @@ class Survey:
         return {"target": self.target, "url": self.url, "severity": self.severity.label,
                 "capacity": self.capacity.to_json(), "verdicts": [v.to_json() for v in self.verdicts],
                 "tokenizer": self.tokenizer, "error": self.error,
-                "path": self.path.to_json() if self.path else None}
+                "path": self.path.to_json() if self.path else None,
+                "known_bugs": [bug.to_json() for bug in self.bugs]}
 
 
 async def survey(transport: Transport, config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
-                 measure_as: str | None = None) -> tuple[Survey, TokenCounter | None]:
+                 measure_as: str | None = None, bugs: BugTable | None = None) -> tuple[Survey, TokenCounter | None]:
     """`measure_as`: also measure what the path adds on the configured route, as this tenant (with `secret`): two
-    short generation requests of one answer token each (prober/probing/path.py)."""
+    short generation requests of one answer token each (prober/probing/path.py).  `bugs`: the table whose rows for
+    the engine's release the survey lists."""
     result = Survey(config.name, config.url)
     problem = await reachability(transport, config.url, secret) if config.api.openai_routes else None
     if problem:
@@ -85,12 +89,14 @@ async def survey(transport: Transport, config: TargetConfig, secret: Secret | No
         capacity = replace(capacity, notes=(*capacity.notes, UNKNOWN_ENGINE))
     result.capacity = capacity
     result.verdicts = assess(capacity)
+    result.bugs = bugs.known_bugs(capacity) if bugs else ()
     return result, counter
 
 
 async def preflight(config: TargetConfig, secret: Secret | None, *, bisect_budget: int = 0,
-                    scrubber: Scrubber | None = None, tenant: str | None = None) -> Survey:
+                    scrubber: Scrubber | None = None, tenant: str | None = None,
+                    bugs: BugTable | None = None) -> Survey:
     """`tenant`: whose `secret` it is; given, the path's overhead is measured as that tenant."""
     async with Transport(config.policy(), scrubber) as transport:
-        result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget, measure_as=tenant)
+        result, _ = await survey(transport, config, secret, bisect_budget=bisect_budget, measure_as=tenant, bugs=bugs)
     return result

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prober.canaries.mint import Minter
+from prober.capacity.known_bugs import BugTable
 from prober.config.schema import ProberConfig
 from prober.config.sections import CounterSettings
 from prober.ledger.base import Ledger
@@ -32,6 +33,7 @@ class Wiring:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set: finish the exchange, start no other
     cache_salted: frozenset[str] = frozenset()  # tenants whose gateway, the config says, salts their prefix cache
     counters: CounterSettings = field(default_factory=CounterSettings)  # failure counters against the background
+    bugs: BugTable | None = None  # the bug table a survey reads the engine's release against
 
     def stop_reason(self) -> str | None:
         """Why no request may start now, if one may not: shutting down, the ledger moved, the run's deadline."""
@@ -42,8 +44,8 @@ class Wiring:
 
     @classmethod
     def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],
-           scrubber: Scrubber, stopping: asyncio.Event | None = None) -> Wiring:
+           scrubber: Scrubber, stopping: asyncio.Event | None = None, bugs: BugTable | None = None) -> Wiring:
         """The wiring a config implies: its tenants and their languages, facts only where an embedder is."""
         return cls(minter.ledger, minter, scanner, secrets, tuple(t.name for t in config.tenants), config.languages,
                    config.detection.fact_share if minter.embedder is not None else 0.0, scrubber,
-                   stopping or asyncio.Event(), claimed_salted(config.tenants), config.counters)
+                   stopping or asyncio.Event(), claimed_salted(config.tenants), config.counters, bugs)

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import TypedDict
 
 from prober import __version__
+from prober.capacity.known_bugs import KnownBugDoc, Standing
 from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
 from prober.domain.incidents import Incident, IncidentDoc
 from prober.domain.types import Finding, FindingDoc
@@ -65,6 +66,7 @@ class TargetDoc(TypedDict):
     complete: bool
     capacity: CapacityDoc
     verdicts: list[CapacityVerdictDoc]
+    known_bugs: list[KnownBugDoc]  # the bug table's rows for its engine, as its release stands
     tokenizer: str | None
     tokens_sent: int
     matrix: MatrixDoc
@@ -147,6 +149,32 @@ def advertised_and_pool(capacity: CapacityDoc) -> tuple[int | None, int | None]:
     return advertised["value"] if advertised else None, pool["value"] if pool else None
 
 
+def engine_named(capacity: CapacityDoc) -> str:
+    """The engine and the release it says it is (`?` where it says neither)."""
+    engine, version = capacity["engine"], capacity["version"]
+    if engine is None:
+        return "?"
+    if version is None:
+        return f"{engine} (release not said)"
+    return f"{engine} {version['release'] or version['text'] + ' (no release named)'}"
+
+
+def bug_lines(known: list[KnownBugDoc]) -> list[str]:
+    """The bug table as it stands for a target: each row its release is in, then how many could not be told."""
+    def count(standing: Standing) -> int:
+        return sum(bug["standing"] == standing for bug in known)
+
+    lines = [f"known bug {bug['public']} applies ({bug['releases']}): {bug['what']}; probed by "
+             f"{', '.join(bug['checks']) or 'every check that reads answers'}"
+             for bug in known if bug["standing"] == Standing.APPLIES]
+    if unknown := count(Standing.UNKNOWN):
+        lines.append(f"known bugs: {unknown} of the bug table's rows for this engine may apply (its release is not "
+                     "known); every check runs")
+    if fixed := count(Standing.FIXED):
+        lines.append(f"known bugs: {fixed} of the bug table's rows for this engine are fixed in its release")
+    return lines
+
+
 def still_checked(report: TargetReport) -> list[str]:
     """What a target's run observed without reading answers for canaries: envelopes, caches, timing."""
     return [said for r in report.results if (said := r.still_checked()) is not None] or ["nothing"]
@@ -185,7 +213,8 @@ def target_json(report: TargetReport) -> TargetDoc:
     survey = report.survey or Survey(report.name, report.url)
     return {"name": report.name, "url": report.url, "complete": report.complete,
             "capacity": survey.capacity.to_json(), "verdicts": [v.to_json() for v in survey.verdicts],
-            "tokenizer": survey.tokenizer, "tokens_sent": report.tokens_sent, "matrix": matrix(report),
+            "known_bugs": [bug.to_json() for bug in survey.bugs], "tokenizer": survey.tokenizer,
+            "tokens_sent": report.tokens_sent, "matrix": matrix(report),
             "coverage": report.coverage().to_json(),
             "sight": {check: sight.to_json() for check, sight in report.sights.items()},
             "paths": [p.to_json() for p in report.paths],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from prober.domain.verdicts import Status
-from prober.report.document import Document, TargetDoc, advertised_and_pool
+from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named
 from prober.report.terminal import Terminal
 
 STATUS_STYLE = {Status.LEAK: "bold red", Status.ENGINE_FAULT: "bold red", Status.INCOMPLETE: "bold yellow",
@@ -29,10 +29,11 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     cap = t["capacity"]
     ctx, pool = advertised_and_pool(cap)
     parts = [term.style(t["name"], "bold") + f" {t['url']}\n",
-             f"  engine {cap['engine'] or '?'}, advertised {'?' if ctx is None else f'{ctx:,}'}, KV pool "
+             f"  engine {engine_named(cap)}, advertised {'?' if ctx is None else f'{ctx:,}'}, KV pool "
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "
              f"tokens sent, {'complete' if t['complete'] else 'INCOMPLETE'}\n"]
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
+    parts += [f"  {line}\n" for line in bug_lines(t["known_bugs"])]
     parts += [f"  check {c['check']}: {c['summary']}\n" for c in t["checks"]]
     parts += [f"  path to the engine: {path['summary']}\n" for path in t["paths"]]
     parts += [f"  cache map: {c['layer']} cache on {c['route']}: {c['state'].replace('_', ' ')} ({c['control']})\n"

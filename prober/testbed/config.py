@@ -129,6 +129,9 @@ class EngineConfig(BaseModel):
     real per-layer K/V tensors (needs the `lm` extra; smaller default sizes, see the real-LM presets)."""
     model_name: str = "testbed-quoter"
     """The model id `/v1/models` lists (with a real model: its name, unless given)."""
+    reports_version: str | None = Field(None, max_length=64)
+    """The release `/server_info` reports as SGLang's (`0.5.11`), so that a prober reads the bug table against
+    it; none: `leakprobe-testbed <version>`, which names no SGLang release."""
     mode: Literal["monolithic", "disaggregated"] = "disaggregated"
     """One pool, or a prefill pool whose written pages are handed off to a decode pool."""
     context_length: int = Field(INCIDENT_CONTEXT, ge=16, description="advertised context (max_model_len)")

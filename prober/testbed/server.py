@@ -214,7 +214,7 @@ class TestbedApp:
                 "page_size": cfg.page_size,
                 "disaggregation_mode": "prefill" if cfg.mode == "disaggregated" else "null",
                 "internal_states": [{"memory_usage": {"token_capacity": cfg.pool_tokens}}],
-                "version": f"leakprobe-testbed {__version__}",
+                "version": cfg.reports_version or f"leakprobe-testbed {__version__}",
             })
         return await self._guarded("server_info", request, handle)
 
