@@ -220,21 +220,23 @@ def test_every_yaml_block_of_the_docs_loads_as_written(block: Block, tmp_path: P
 def test_readme_quickstart_runs_as_written(testbed: StartTestbed, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The front page's five-minute commands, against the reference engine's incident (scaled down) in place of
-    a real endpoint: preflight flags the capacity inversion, the dry run sends nothing, the audit catches it."""
+    a real endpoint: preflight flags the capacity inversion, the dry run sends nothing, the audit catches it, and
+    so does the deploy gate."""
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"## Five minutes.*?```sh\n(.*?)```", readme, re.S)
     assert block, "README: the quickstart's sh block"
     commands = [shlex.split(line, comments=True)[1:] for line in block.group(1).splitlines()
                 if line.startswith("leakprobe ")]
-    assert [c[0] for c in commands] == ["preflight", "audit", "audit"]
+    assert [c[0] for c in commands] == ["preflight", "audit", "audit", "gate"]
     server = testbed("incident", **SMALL)
     monkeypatch.chdir(tmp_path)  # the audit's ledger and report land where it runs
     keys = {"KEY_A": "testbed-key-a", "KEY_B": "testbed-key-b"}
     results = [CliRunner().invoke(app, [server.url + "/v1" if a == "$URL" else a for a in c], env=keys)
                for c in commands]
-    preflight, dry_run, audit = results
+    preflight, dry_run, audit, gate = results
     assert preflight.exit_code == 1 and "capacity_inversion" in preflight.output, preflight.output
     assert dry_run.exit_code == 0 and "DRY RUN" in dry_run.output, dry_run.output
     assert audit.exit_code == 1, audit.output
     report = (tmp_path / "audit.html").read_text()
     assert "cross_tenant_echo" in report
+    assert gate.exit_code == 1 and "of a ceiling of 12,288" in gate.output, gate.output

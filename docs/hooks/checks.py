@@ -31,8 +31,10 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def spelled(seconds: float) -> str:
-    """As the config spells durations: 1m, 5m, 6h."""
+def spelled(seconds: float | None) -> str:
+    """As the config spells durations: 1m, 5m, 6h (`off`: the daemon runs it only where its schedule says)."""
+    if seconds is None:
+        return "off"
     for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"

@@ -46,7 +46,7 @@ class Run:
 class Check(ABC):
     name: ClassVar[str]  # its job in the daemon, its label in metrics and reports
     about: ClassVar[str]  # one line: what it catches (the docs, the config reference)
-    every: ClassVar[float]  # the daemon's default interval, seconds
+    every: ClassVar[float | None]  # the daemon's default interval, seconds (None: only where `daemon.schedule` says)
     survey: ClassVar[bool] = False  # the daemon surveys the target afresh before each run (not only the first)
     sees_with: ClassVar[str] = ""  # checks of one group build their probes alike: one's echo vouches for the others
     docs: ClassVar[str] = "auditing.md"  # the page of docs/ whose section `{#name}` says what it does and costs

@@ -15,6 +15,7 @@ from prober.checks.base import Check
 from prober.checks.bugs import EVERY_ANSWER, EngineBug
 from prober.checks.campaign import CampaignCheck
 from prober.checks.crosstalk import CrosstalkCheck
+from prober.checks.gate import GateCheck
 from prober.checks.idle_slots import IdleSlotsCheck
 from prober.checks.media_cache import MediaCacheCheck
 from prober.checks.prefix_cache import PrefixCacheCheck
@@ -61,10 +62,15 @@ class Registry:
         rows = [known for bug in self.bugs if (known := bug.standing(capacity)) is not None]
         return tuple(sorted(rows, key=lambda known: known.standing is not Standing.APPLIES))
 
+    def probing(self, known: tuple[KnownBug, ...]) -> list[Check]:
+        """The checks that probe a bug the target's release has, in the registry's order."""
+        names = {name for bug in known if bug.standing is Standing.APPLIES for name in bug.checks}
+        return [check for check in self if check.name in names]
+
     def ordered(self, checks: list[Check], known: tuple[KnownBug, ...]) -> list[Check]:
         """`checks` with those that probe a bug the target's release has first (else in the registry's order)."""
-        first = {name for bug in known if bug.standing is Standing.APPLIES for name in bug.checks}
-        return sorted(checks, key=lambda check: check.name not in first)
+        first = self.probing(known)
+        return sorted(checks, key=lambda check: check not in first)
 
     @property
     def sections(self) -> Sections:
@@ -84,4 +90,4 @@ class Registry:
 
 REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),
                      IdleSlotsCheck(), CrosstalkCheck(), RequestIdsCheck(), AbortRetryCheck(), AdaptersCheck(),
-                     MediaCacheCheck(), ResponseCacheCheck(), SemanticCacheCheck()])
+                     MediaCacheCheck(), ResponseCacheCheck(), SemanticCacheCheck(), GateCheck()])

@@ -1,4 +1,4 @@
-"""`leakprobe audit`, `preflight` and `demo`: one-shot runs that end with a report and an exit code."""
+"""`leakprobe audit`, `gate`, `preflight` and `demo`: one-shot runs that end with a report and an exit code."""
 
 from __future__ import annotations
 
@@ -157,12 +157,6 @@ def audit(
     or an audit that could not see or could not finish."""
     from prober.checks import REGISTRY
     from prober.config.schema import assemble_config
-    from prober.embeddings import make_embedder
-    from prober.ledger import masked
-    from prober.oneshot.audit import exit_code, run_audit
-    from prober.oneshot.progress import AuditProgress
-    from prober.probing.secrets import load_secrets, scrubber_for
-    from prober.report import Terminal, render
 
     cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
                           environ=dict(os.environ), ledger=ledger.given if ledger else None, fail_on=fail_on,
@@ -172,16 +166,38 @@ def audit(
                           sections=REGISTRY.sections, checks=check, skip=skip,
                           **switched(timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,
                                      abort_retry=abort_retry, media=media))
+    result = audited(cfg, dry_run=dry_run)
+    raise typer.Exit(reported(result, cfg, config, output_format, output, report))
+
+
+def audited(cfg: Any, *, dry_run: bool = False, known_bugs: bool = False) -> Any:
+    """The audit of `cfg` (a ProberConfig), its progress on stderr."""
+    from prober.embeddings import make_embedder
+    from prober.oneshot.audit import run_audit
+    from prober.oneshot.progress import AuditProgress
+    from prober.probing.secrets import load_secrets
+
     secrets = load_secrets(cfg)
     detection = cfg.detection
     embedder = make_embedder(detection.model, detection.device, detection.threshold) if detection.semantic else None
     try:
         with AuditProgress() as progress:
-            result = asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress))
+            return asyncio.run(run_audit(cfg, secrets, dry_run=dry_run, embedder=embedder, on_event=progress,
+                                         known_bugs=known_bugs))
     except OSError as exc:
         raise fail(str(exc)) from None
+
+
+def reported(result: Any, cfg: Any, config: Path | None, output_format: ReportFormat, output: Path | None,
+              report: list[ReportTo] | None) -> int:
+    """Every report asked for written (stdout's unless `output` is given), secrets masked; the exit code."""
+    from prober.ledger import masked
+    from prober.oneshot.audit import exit_code
+    from prober.probing.secrets import load_secrets, scrubber_for
+    from prober.report import Terminal, render
+
     threshold = cfg.audit.fail_on
-    scrubber = scrubber_for(secrets, ledger=cfg.ledger)
+    scrubber = scrubber_for(load_secrets(cfg), ledger=cfg.ledger)
 
     def rendered(fmt: ReportFormat, terminal: Terminal) -> str:
         return scrubber.text(render(result, fmt, config_uri=str(config or "leakprobe.yaml"), fail_on=threshold,
@@ -196,11 +212,62 @@ def audit(
                    err=True)
     if output is None:
         typer.echo(rendered(output_format, Terminal.of(sys.stdout)), nl=False)
-    code = exit_code(result, threshold)
+    code: int = exit_code(result, threshold)
     if code == 2:
         typer.echo("error: the audit was blind: no answer repeated its own canary (see why above)" if result.blind
                    else "error: the audit did not finish; see the errors above", err=True)
-    raise typer.Exit(code)
+    return code
+
+
+GATE_POOLS = 3  # the gate's default token ceiling, in KV pools: one prime and one probe fill about two
+
+
+@app.command()
+def gate(
+    config: Annotated[Path | None, typer.Option(help="YAML config: targets, tenants.")] = None,
+    target: Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")] = None,
+    api: ApiOption = None,
+    tenant: Tenants = None,
+    ledger: Ledger = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        min=1, help=f"Most prompt tokens the gate may send (default: {GATE_POOLS} x each target's KV pool as its "
+                    "survey finds it, else its advertised context).")] = None,
+    max_time: Annotated[str, typer.Option(help="Most time the gate may take, e.g. 10m.")] = "10m",
+    output_format: Annotated[ReportFormat, typer.Option(
+        "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+    report: Annotated[list[ReportTo] | None, typer.Option(
+        parser=_report_to, metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable).")] = None,
+    fail_on: FailOn = None,
+    semantic: Annotated[bool, typer.Option(help="Also plant fact canaries (loads an embedding model).")] = False,
+) -> None:
+    """The deploy gate: preflight, then the fewest probes that decide whether the engine leaks at its acceptance
+    limit (one tenant's pool-filling prime, another's prompt just over the limit) and the checks of the known bugs
+    its release is in, under a hard ceiling on tokens and time.
+
+    Exit 0 pass; 1 fail (a leak, an engine fault, findings at or above --fail-on); 2 could not decide (unreachable,
+    blind, over a ceiling, unfinished): never 0 without a decision."""
+    from prober.checks import REGISTRY
+    from prober.config.schema import assemble_config
+    from prober.probing.survey import preflight as run_preflight
+
+    cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
+                          ledger=ledger.given if ledger else None, fail_on=fail_on, semantic=semantic,
+                          deadline=max_time, sections=REGISTRY.sections, checks=["shapes", "gate"], skip=["campaign"])
+    if max_tokens is None:
+        secret = cfg.tenants[0].credential.load() if cfg.tenants else None
+
+        async def surveyed() -> list[Any]:
+            return [await run_preflight(t, secret) for t in cfg.targets]
+
+        sizes = [s.capacity.pool_tokens or s.capacity.advertised for s in asyncio.run(surveyed())]
+        max_tokens = max(1, sum(GATE_POOLS * size.value for size in sizes if size))
+    cfg = cfg.model_copy(update={"audit": cfg.audit.model_copy(update={"token_budget": max_tokens})})
+    result = audited(cfg, known_bugs=True)
+    served = sum(s.sent_tokens for t in result.targets for s in t.steps if s.answer.served)
+    typer.echo(f"gate: {sum(t.tokens_sent for t in result.targets):,} prompt tokens sent ({served:,} served) of a "
+               f"ceiling of {max_tokens:,}, in {result.finished - result.started:.1f} s of {max_time}", err=True)
+    raise typer.Exit(reported(result, cfg, config, output_format, output, report))
 
 
 @app.command()

@@ -39,7 +39,8 @@ def daemon_jobs(checks: Registry) -> list[str]:
 
 class Timetable:
     """How often each job runs: `daemon.schedule` where it names the job (`off`: never), else the job's own default
-    (the preflight's 5 minutes, each check's `every`); jitter `daemon.jitter`, else a tenth of the interval."""
+    (the preflight's 5 minutes, each check's `every`, which may be off); jitter `daemon.jitter`, else a tenth of the
+    interval."""
 
     def __init__(self, daemon: DaemonSettings, checks: Registry) -> None:
         """Raises ConfigError for a job no check is registered under (a typo would otherwise run at the default)."""

@@ -41,9 +41,10 @@ TARGET_DEADLINE = "the audit's deadline for this target"
 
 class Auditor:
     def __init__(self, config: ProberConfig, minter: Minter, secrets: Mapping[str, Secret | None], *,
-                 on_event: Listener = ignore, checks: Registry = REGISTRY) -> None:
+                 on_event: Listener = ignore, checks: Registry = REGISTRY, known_bugs: bool = False) -> None:
         """`minter`: the ledger, the deployment key and the embedder, which the audit mints and scans with; every
-        secret (and the ledger's password) is scrubbed from whatever leaves it."""
+        secret (and the ledger's password) is scrubbed from whatever leaves it.  `known_bugs`: also run the checks
+        of the bug-table rows each target's release is in (the deploy gate's), but those `audit.skip` names."""
         self.config = config
         self.scrubber = scrubber_for(dict(secrets), ledger=config.ledger)
         self.secrets = secrets
@@ -51,6 +52,7 @@ class Auditor:
         self.on_event = on_event
         self.registry = checks
         self.checks = checks.selected(config)
+        self.known_bugs = known_bugs
         self.tokens_left = config.audit.token_budget
 
     async def run(self, *, dry_run: bool = False) -> AuditResult:
@@ -90,7 +92,11 @@ class Auditor:
                 report.survey = ctx.surveyed
             run = Run(ctx, self.config, on_event=self.on_event)
             bugs = ctx.surveyed.bugs if ctx.surveyed else ()  # those its release has: their checks go first
-            planned = [(check, planning(check, run)) for check in self.registry.ordered(self.checks, bugs)]
+            added = [c for c in self.registry.probing(bugs) if c not in self.checks
+                     and c.name not in self.config.audit.skip] if self.known_bugs else []
+            checks = self.registry.ordered(self.checks + added, bugs)
+            planned = [(check, planning(check, run)) for check in checks]
+            planned = self._within_budget(planned, added)
             report.planned = {check.name: p for check, p in planned}
             self._spend(cfg, planned, dry_run)
             if dry_run:
@@ -107,12 +113,25 @@ class Auditor:
                 report.errors.insert(0, reason)  # the one-line why, ahead of the requests it sums up
             report.complete = not report.errors
 
+    def _within_budget(self, planned: list[tuple[Check, Planned]], added: list[Check]) -> list[tuple[Check, Planned]]:
+        """A known bug's check the ceiling has no room for, after what was asked for, is not run (it says so):
+        the gate decides the boundary first, and probes known bugs with what is left."""
+        room = self.tokens_left - sum(p.tokens for check, p in planned if check not in added)
+        kept = []
+        for check, p in planned:
+            if check in added and p.tokens > room:
+                p = Planned.moot_because(f"a known bug's check whose plan of {p.tokens:,} tokens is over what the "
+                                         f"token ceiling leaves ({max(room, 0):,}); raise it to run this check")
+            room -= p.tokens if check in added else 0
+            kept.append((check, p))
+        return kept
+
     def _spend(self, cfg: TargetConfig, planned: list[tuple[Check, Planned]], dry_run: bool) -> None:
         """The audit's token budget, for everything the target's checks plan (raises PlanError, nothing sent)."""
         tokens = sum(p.tokens for _, p in planned)
         if tokens > self.tokens_left:
             raise PlanError(f"the plan for {cfg.name} needs {tokens:,} tokens, over the remaining budget of "
-                            f"{self.tokens_left:,}; raise --token-budget or lower `rounds`")
+                            f"{self.tokens_left:,}; raise --token-budget (the gate's --max-tokens) or lower `rounds`")
         if not dry_run:
             self.tokens_left -= tokens
 
@@ -131,10 +150,12 @@ class Auditor:
 
 
 async def run_audit(config: ProberConfig, secrets: dict[str, Secret | None], *, dry_run: bool = False,
-                    embedder: Embedder | None = None, on_event: Listener = ignore) -> AuditResult:
+                    embedder: Embedder | None = None, on_event: Listener = ignore,
+                    known_bugs: bool = False) -> AuditResult:
     ledger = open_ledger(config.ledger)
     try:
-        auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event)
+        auditor = Auditor(config, Minter(ledger, resolve_key(ledger), embedder), secrets, on_event=on_event,
+                          known_bugs=known_bugs)
         return await auditor.run(dry_run=dry_run)
     finally:
         ledger.close()
