@@ -57,5 +57,6 @@ class GateCheck(PlanCheck):
                     letter="g")
         add = adder(plan, ctx.capacity, settings.max_tokens)
         add(victim, observer, over[0], False, False)
-        add(victim, observer, sight, False, False, first=min(one_page(ctx.capacity), longest), prime_label=ONE_PAGE)
+        add(victim, observer, sight, False, False, first=min(one_page(ctx.capacity), longest), prime_label=ONE_PAGE,
+            ask="quote")  # asked to quote: an answer that rewords may drop the canary it was asked for
         return plan

@@ -36,7 +36,7 @@ class PlanCheck(Check):
 
 def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Callable[..., None]:
     """How a plan adds an exchange: primes at the longest prompt a correct engine serves unless told otherwise,
-    asks in turn, and no more completion than the context leaves."""
+    asks in turn unless told (`ask`), and no more completion than the context leaves."""
     prime = prime_length(capacity)
     ctx = capacity.advertised.value if capacity.advertised else None
 
@@ -47,8 +47,8 @@ def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Callable[..., None
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
-            prime_aim: Aim | None = None) -> None:
-        ask = "quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)]
+            prime_aim: Aim | None = None, ask: Ask | None = None) -> None:
+        ask = ask or ("quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)])
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
                  prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
                  repeat=repeat, prime_aim=prime_aim)

@@ -323,6 +323,10 @@ class DaemonSettings(Strict):
     status: Literal["full", "redacted"] = "full"
     """What `/status` shows a request without the token: `full` (refused with 401 where `token_file` is set),
     or `redacted`: no URLs, ledger location, config path, error texts or notes."""
+    probe_every: DurationOrOff = 60.0
+    """The least time between two on-demand runs on one target through `/probe` (a rollout step's, an on-call
+    engineer's); `off`: no `/probe`.  It spends the target's budget: with `token_file` the token is required, and
+    without one only this host may call it."""
     links: Links = Field(default_factory=Links)
     """Links put into every page."""
     shutdown_grace: Duration = 30.0

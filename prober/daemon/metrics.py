@@ -110,6 +110,9 @@ class Metrics:
                         "any job), 0 when it got none (refused, DNS, TLS, timeout) or a gateway's 502/503/504.",
                         ["target"], registry=registry)
         self.runs = Counter("leakprobe_job_runs", "Job runs started.", target_job, registry=registry)
+        self.on_demand = Counter("leakprobe_on_demand_runs", "Runs asked for through /probe, by what they came to "
+                                 "(pass, fail, undecided); those refused: leakprobe_http_refused_total.",
+                                 ["target", "job", "verdict"], registry=registry)
         self.failures = Counter("leakprobe_job_failures", "Job runs that did not complete, by reason.",
                                 ["target", "job", "reason"], registry=registry)
         self.skips = Counter("leakprobe_job_skips", "Job runs not started, by reason (budget, locked).",
@@ -128,7 +131,8 @@ class Metrics:
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.requests_cut, self.paused, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
             self.input_limit, self.verdict, self.engine, self.known_bug, self.surveyed, self.up, self.runs,
-            self.failures, self.skips, self.last_run, self.last_success, self.interval, *self.checks.per_target]
+            self.on_demand, self.failures, self.skips, self.last_run, self.last_success, self.interval,
+            *self.checks.per_target]
 
     def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:
         """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health
@@ -202,8 +206,10 @@ class ProcessMetrics:
         self.reloads = Counter("leakprobe_config_reloads", "Config reloads attempted.", registry=registry)
         self.reload_failures = Counter("leakprobe_config_reload_failures", "Config reloads refused.",
                                        registry=registry)
-        self.http_refused = Counter("leakprobe_http_refused", "Requests to /status or /-/reload refused: 401 without "
-                                    "the token, 403 reload over HTTP off.", ["endpoint", "status"], registry=registry)
+        self.http_refused = Counter("leakprobe_http_refused", "Requests to /status, /-/reload or /probe refused: 401 "
+                                    "without the token, 403 off (or /probe from another host without a token), 404 "
+                                    "no such target or check, 429 busy, too soon or over budget.",
+                                    ["endpoint", "status"], registry=registry)
         for endpoint, status in (("status", "401"), ("reload", "401"), ("reload", "403")):
             self.http_refused.labels(endpoint, status)
         build = Gauge("leakprobe_build_info", "Always 1; labels say what runs.", ["version", "python"],

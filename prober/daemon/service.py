@@ -34,6 +34,7 @@ from prober.daemon.http import Access
 from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
+from prober.daemon.probe import OnDemand, ProbeAnswer, Refused
 from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import JobScheduler, first_run
 from prober.daemon.settings import Settings, load_settings
@@ -89,6 +90,7 @@ class Daemon:
         self.scanner: RunScanner | None = None
         self.scheduler: JobScheduler | None = None
         self.in_flight = InFlight()
+        self.on_demand = OnDemand(self.turns, self.metrics, clock)
         self._background: set[asyncio.Future[Any]] = set()
         self.metrics.process.reloaded(settings.loaded_at, attempt=False)
 
@@ -200,6 +202,17 @@ class Daemon:
             finally:
                 self.exposition.stale()
 
+    async def probe(self, target: str, check: str) -> ProbeAnswer:
+        """One check of one target now (`/probe`, prober/daemon/probe.py): raises Refused where it may not run."""
+        if self.stopping.is_set() or not await self.health.check():
+            why = "the daemon is stopping" if self.stopping.is_set() else f"the ledger: {self.health.error}"
+            raise Refused(503, f"nothing may be sent now: {why}")
+        try:
+            with self.in_flight.tracked():
+                return await self.on_demand.run(self.sessions, self.settings.checks, target, check, self.config)
+        finally:
+            self.exposition.stale()
+
     # -- housekeeping ---------------------------------------------------------------------------
     async def housekeep(self) -> None:
         """Ledger health (and recovery), incidents, budgets: every 10 s, and whenever a test wants it now."""
@@ -238,7 +251,10 @@ class DaemonEndpoints:
 
     def access(self) -> Access:
         daemon = self.daemon.config.daemon
-        return Access(self.daemon.settings.token, daemon.http_reload, daemon.status)
+        return Access(self.daemon.settings.token, daemon.http_reload, daemon.status, daemon.probe_every)
+
+    async def probe(self, target: str, check: str) -> ProbeAnswer:
+        return await self.daemon.probe(target, check)
 
     def refused(self, endpoint: str, status: int) -> None:
         self.daemon.metrics.process.http_refused.labels(endpoint, str(status)).inc()

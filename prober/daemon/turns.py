@@ -24,6 +24,7 @@ from prober.daemon.outcomes import JobOutcome, Skip
 from prober.daemon.records import Clock, JobRecords
 from prober.daemon.schedule import take_turn
 from prober.domain.errors import LedgerError
+from prober.domain.types import Finding
 from prober.ledger import Ledger
 from prober.probing.events import Event, FindingRecorded
 
@@ -58,29 +59,40 @@ class Turns:
             self.records.skipped(target, job, turn, why)
             return
         status.running = True
-        self.metrics.runs.labels(target, job).inc()
         started = self.clock()
+        outcome: JobOutcome | None = None
+        try:
+            outcome, _ = await self.counted(session, job, daemon)
+        finally:
+            status.running = False
+            turn.release()
+        await self.records.concluded(target, job, outcome, started)
+
+    async def counted(self, session: TargetSession, job: str, daemon: DaemonSettings
+                      ) -> tuple[JobOutcome, list[Finding]]:
+        """The run itself, on the schedule's turn or on demand: its events counted into metrics and evidence, and
+        the findings it recorded."""
+        target = session.name
+        self.metrics.runs.labels(target, job).inc()
         count = RunCounter(self.metrics, target, job)
         # The wall clock, as findings are stamped with it.
         evidence = RunEvidence(target, job, time.time(), session.context.tenants,
                                partial(self.housekeeper.record_checks, daemon=daemon))
+        found: list[Finding] = []
 
         def on_event(event: Event) -> None:
             count(event)
             evidence(event)
             if isinstance(event, FindingRecorded):
+                found.append(event.finding)
                 log.warning("%s", event.finding.describe())  # only once it is in the ledger
 
-        outcome: JobOutcome | None = None
         try:
-            outcome = await session.run(job, on_event)
+            return await session.run(job, on_event), found
         finally:
-            status.running = False
-            turn.release()
             # Also when cancelled at shutdown, or cut short: the findings it recorded must name the check that made
             # them, and what it observed meanwhile re-checks what it can.
             await evidence.finish()
-        await self.records.concluded(target, job, outcome, started)
 
 
 class InFlight:
