@@ -62,10 +62,6 @@ class KnownBug:
     releases: Releases
     checks: tuple[str, ...]  # the checks that probe it (none: every check that reads answers)
 
-    def describe(self) -> str:
-        by = ", ".join(self.checks) if self.checks else "every check that reads answers"
-        return f"{self.public} ({self.standing}: {self.releases.describe()}): {self.what}; probed by {by}"
-
     def to_json(self) -> KnownBugDoc:
         return {"public": self.public, "what": self.what, "standing": str(self.standing),
                 "releases": self.releases.describe(), "checks": list(self.checks)}

@@ -32,7 +32,7 @@ from prober.domain.types import Finding, Severity
 log = logging.getLogger("leakprobe.daemon")
 
 
-class Verdict(StrEnum):
+class ProbeVerdict(StrEnum):
     PASS = "pass"  # it ran, it saw, nothing at or above the threshold
     FAIL = "fail"  # a finding at or above the threshold
     UNDECIDED = "undecided"  # it did not finish, or no answer could have shown a leak
@@ -40,7 +40,7 @@ class Verdict(StrEnum):
     @property
     def status(self) -> int:
         """The HTTP status of a JSON answer: a webhook reads only that."""
-        return {Verdict.PASS: 200, Verdict.FAIL: 412, Verdict.UNDECIDED: 503}[self]
+        return {ProbeVerdict.PASS: 200, ProbeVerdict.FAIL: 412, ProbeVerdict.UNDECIDED: 503}[self]
 
 
 class Refused(Exception):
@@ -66,7 +66,7 @@ class ProbeDoc(TypedDict):
 class ProbeAnswer:
     target: str
     check: str
-    verdict: Verdict
+    verdict: ProbeVerdict
     message: str
     seconds: float
     tokens: int
@@ -78,13 +78,13 @@ class ProbeAnswer:
         counted = Counter((str(f.kind), f.severity.label) for f in found)
         worst = [f for f in found if f.severity >= fail_on]
         if worst:
-            verdict, message = Verdict.FAIL, worst[0].describe()
+            verdict, message = ProbeVerdict.FAIL, worst[0].describe()
         elif not outcome.ok:
-            verdict, message = Verdict.UNDECIDED, outcome.message or str(outcome.failure or outcome.skip)
+            verdict, message = ProbeVerdict.UNDECIDED, outcome.message or str(outcome.failure or outcome.skip)
         elif outcome.blind:
-            verdict, message = Verdict.UNDECIDED, "blind: no answer repeated its own tenant's canary"
+            verdict, message = ProbeVerdict.UNDECIDED, "blind: no answer repeated its own tenant's canary"
         else:
-            verdict, message = Verdict.PASS, f"no finding at or above {fail_on.label}"
+            verdict, message = ProbeVerdict.PASS, f"no finding at or above {fail_on.label}"
         return cls(target, check, verdict, message, seconds, outcome.tokens, counted)
 
     def to_json(self) -> ProbeDoc:
@@ -97,9 +97,9 @@ class ProbeAnswer:
         """The run as a scrape reads it: a registry of its own, as blackbox_exporter's probe_* series."""
         registry = CollectorRegistry()
         Gauge("leakprobe_probe_success", "1 when the run saw and found nothing at or above audit.fail_on.",
-              registry=registry).set(1 if self.verdict is Verdict.PASS else 0)
+              registry=registry).set(1 if self.verdict is ProbeVerdict.PASS else 0)
         Gauge("leakprobe_probe_decided", "1 when the run finished and could see (pass or fail).",
-              registry=registry).set(0 if self.verdict is Verdict.UNDECIDED else 1)
+              registry=registry).set(0 if self.verdict is ProbeVerdict.UNDECIDED else 1)
         Gauge("leakprobe_probe_duration_seconds", "How long the run took.", registry=registry).set(self.seconds)
         Gauge("leakprobe_probe_tokens", "Prompt tokens the run sent.", registry=registry).set(self.tokens)
         found = Gauge("leakprobe_probe_findings", "Findings of the run, by kind and severity.", ["kind", "severity"],

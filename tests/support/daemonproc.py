@@ -88,7 +88,8 @@ class DaemonProcess:
         return "\n".join(self.lines)
 
     def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url + path, timeout=10)
+        # 30 s, as a POST's: two replicas beside a vLLM test on 2 cores once kept a scrape waiting over 10 s.
+        return httpx.get(self.url + path, timeout=30)
 
     def post(self, path: str) -> httpx.Response:
         return httpx.post(self.url + path, timeout=30)
