@@ -102,6 +102,16 @@ def _report_to(value: str | ReportTo) -> ReportTo:
     return ReportTo(ReportFormat(name), Path(path))
 
 
+# The options `audit` and `gate` share: a target, and the reports a run writes.
+TargetUrl = Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")]
+ReportFormatOption = Annotated[ReportFormat, typer.Option("--format", "-f", help="table | json | sarif | junit | html")]
+OutputPath = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")]
+Reports = Annotated[list[ReportTo] | None, typer.Option(
+    parser=_report_to, metavar="FORMAT=PATH",
+    help="Also write a report in FORMAT to PATH (repeatable): one run, e.g. JUnit and SARIF for CI and HTML for "
+         "people.")]
+
+
 def _known(known: Any) -> str:
     return f"{known.value:,}" if known else "-"
 
@@ -109,17 +119,13 @@ def _known(known: Any) -> str:
 @app.command()
 def audit(
     config: Annotated[Path | None, typer.Option(help="YAML config: targets, tenants, audit settings.")] = None,
-    target: Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")] = None,
+    target: TargetUrl = None,
     api: ApiOption = None,
     tenant: Tenants = None,
     ledger: Ledger = None,
-    output_format: Annotated[ReportFormat, typer.Option(
-        "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
-    report: Annotated[list[ReportTo] | None, typer.Option(
-        parser=_report_to, metavar="FORMAT=PATH",
-        help="Also write a report in FORMAT to PATH (repeatable): one audit, e.g. JUnit and SARIF for CI and HTML "
-             "for people.")] = None,
+    output_format: ReportFormatOption = ReportFormat.table,
+    output: OutputPath = None,
+    report: Reports = None,
     probe_shape: Annotated[list[str] | None, typer.Option(
         help="Probe shape to try (repeatable, in order): chat-ask, chat-cue, completions-ask, completions-cue; "
              "default: measured per target.")] = None,
@@ -225,7 +231,7 @@ GATE_POOLS = 3  # the gate's default token ceiling, in KV pools: one prime and o
 @app.command()
 def gate(
     config: Annotated[Path | None, typer.Option(help="YAML config: targets, tenants.")] = None,
-    target: Annotated[str | None, typer.Option(help="One OpenAI-compatible base URL (instead of a config).")] = None,
+    target: TargetUrl = None,
     api: ApiOption = None,
     tenant: Tenants = None,
     ledger: Ledger = None,
@@ -233,11 +239,9 @@ def gate(
         min=1, help=f"Most prompt tokens the gate may send (default: {GATE_POOLS} x each target's KV pool as its "
                     "survey finds it, else its advertised context).")] = None,
     max_time: Annotated[str, typer.Option(help="Most time the gate may take, e.g. 10m.")] = "10m",
-    output_format: Annotated[ReportFormat, typer.Option(
-        "--format", "-f", help="table | json | sarif | junit | html")] = ReportFormat.table,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
-    report: Annotated[list[ReportTo] | None, typer.Option(
-        parser=_report_to, metavar="FORMAT=PATH", help="Also write a report in FORMAT to PATH (repeatable).")] = None,
+    output_format: ReportFormatOption = ReportFormat.table,
+    output: OutputPath = None,
+    report: Reports = None,
     fail_on: FailOn = None,
     semantic: Annotated[bool, typer.Option(help="Also plant fact canaries (loads an embedding model).")] = False,
 ) -> None:
