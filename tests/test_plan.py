@@ -21,8 +21,8 @@ INCIDENT = Capacity(context_length=k(1_048_576), pool_tokens=k(681_280), max_req
                     page_size=k(64))
 
 
-def test_incident_boundaries_and_expectations() -> None:
-    plan = make_plan("t", INCIDENT, ["a", "b"])
+def test_the_thorough_matrix_primes_every_boundary_in_every_direction() -> None:
+    plan = make_plan("t", INCIDENT, ["a", "b"], thorough=True)
     got = [(b.label, b.length, b.expect_served) for b in plan.boundaries]
     assert got == [("max_req_input_len-1", 681_273, True), ("max_req_input_len", 681_274, False),
                    ("pool", 681_280, False), ("pool+1", 681_281, False), ("pool+page", 681_344, False),
@@ -42,6 +42,43 @@ def test_incident_boundaries_and_expectations() -> None:
     assert {e.prime.max_tokens for e in plan.exchanges if not e.concurrent} == {PRIME_ANSWER_TOKENS}
     assert {(e.prime.max_tokens, e.probe.max_tokens) for e in plan.exchanges if e.concurrent} == {(160, 160)}
     assert plan.tokens == sum(s.length for e in plan.exchanges for s in e.steps)
+
+
+def test_the_spare_plan_primes_once_per_direction_and_probes_the_rest_while_undecided() -> None:
+    """At the incident's sizes: a prime and its probe at once, then a one-page prime and the stale-page probe over
+    the pages both left; the first direction then probes the other boundaries over the limit, likeliest first."""
+    plan = make_plan("t", INCIDENT, ["a", "b"])
+    got = [(e.victim, e.prime.boundary, e.prime.length, e.probe.boundary, e.probe.length, e.concurrent,
+            e.probe.stream, [s.boundary for s in e.then]) for e in plan.exchanges]
+    assert got == [
+        ("a", "prime", 681_273, "pool+1", 681_281, True, False, []),
+        ("a", "one-page", SHORT_PRIME, "stale-page", 681_281 + 16, False, True,
+         ["advertised", "max_req_input_len", "pool", "pool+page", "advertised-1"]),
+        ("a", "one-page", SHORT_PRIME, "max_req_input_len-1", 681_273, False, False, []),  # the campaign's sight
+        ("b", "prime", 681_273, "pool+1", 681_281, True, True, []),
+        ("b", "one-page", SHORT_PRIME, "stale-page", 681_281 + 16, False, False, [])]
+    assert {s.tenant for s in plan.exchanges[1].then} == {"b"} and not any(s.expect_served
+                                                                          for s in plan.exchanges[1].then)
+    # Sent at most 8.9M, 2M of it served (the primes and the sight); the matrix sends 26M.
+    assert plan.tokens == 8_910_312 < make_plan("t", INCIDENT, ["a", "b"], thorough=True).tokens // 2
+    assert sum(s.length for e in plan.exchanges for s in e.steps if s.expect_served) == 3 * (681_273 + SHORT_PRIME)
+    sequential = make_plan("t", INCIDENT, ["a", "b"], concurrent=False, streaming="stream")
+    assert not any(e.concurrent for e in sequential.exchanges) and all(e.probe.stream for e in sequential.exchanges)
+
+
+def test_a_served_boundary_other_than_the_prime_gets_its_own_prime() -> None:
+    """Where the pool is longer than the context, the advertised context less one is served, as is the prime; where a
+    served boundary is shorter than the prime, it is primed and probed in each direction."""
+    small_pool = Capacity(context_length=k(8_192), pool_tokens=k(4_096), max_req_input_len=k(6_000), page_size=k(16))
+    plan = make_plan("t", small_pool, ["a", "b"], streaming="plain")
+    served = [e for e in plan.exchanges if e.probe.expect_served]
+    assert [(e.victim, e.probe.boundary) for e in served] == [
+        ("a", "pool"), ("a", "pool+1"), ("a", "pool+page"), ("a", "max_req_input_len-1"),
+        ("b", "pool"), ("b", "pool+1"), ("b", "pool+page")]
+    refused = [(e.probe.boundary, e.probe.length, [s.boundary for s in e.then]) for e in plan.exchanges
+               if not e.probe.expect_served]  # no pool+1 over the limit: the shortest refused first
+    assert refused == [("max_req_input_len", 6_000, []), ("stale-page", 6_016, ["advertised", "advertised-1"]),
+                       ("max_req_input_len", 6_000, []), ("stale-page", 6_016, [])]
 
 
 def test_the_prefix_cache_plan_resends_and_repeats_at_one_length() -> None:

@@ -1,5 +1,7 @@
 """The boundary campaign: prompts just below, at and above the KV pool and the advertised context, each tenant's
-canaries primed, another tenant's probe after them."""
+canaries primed, another tenant's probe after them.  By default it spends like an engineer would: one prime per
+direction per pool fill, the likeliest boundary first, the rest only while undecided (`spare`); `thorough` sends
+the whole matrix."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from prober.capacity.known_bugs import Releases
 from prober.capacity.limits import Capacity
 from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
-from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.checks.plans import LONG_PROMPTS, Adder, PlanCheck, adder
 from prober.domain.types import FindingKind
 from prober.probing.plan import (
     PRIME_ANSWER_TOKENS,
@@ -62,7 +64,8 @@ class CampaignCheck(PlanCheck):
     def plan(self, run: Run) -> Plan:
         a, ctx = run.config.audit, run.target
         return make_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, concurrent=a.concurrent,
-                         rounds=a.rounds, max_tokens=a.max_tokens, run_id=run.run_id, fact_share=ctx.wiring.fact_share)
+                         rounds=a.rounds, max_tokens=a.max_tokens, run_id=run.run_id, fact_share=ctx.wiring.fact_share,
+                         thorough=a.thorough)
 
 
 def boundaries(capacity: Capacity) -> list[Boundary]:
@@ -90,38 +93,87 @@ def boundaries(capacity: Capacity) -> list[Boundary]:
 
 def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
               concurrent: bool = True, rounds: int = 1, max_tokens: int = 160, run_id: str = "",
-              fact_share: float = 0.0) -> Plan:
-    """The boundary campaign: every boundary in every direction, alternating plain and streaming when both are
-    asked for; then, above the acceptance limit, a prime of one page (`one_page`) before the probe, and the prime
-    and the probe at the same time; and, where several slots are known, two prompts at 60% of the context at once
-    (the shared-pool check)."""
+              fact_share: float = 0.0, thorough: bool = False) -> Plan:
+    """The boundary campaign, `rounds` times over: `spare` unless `thorough`; then, where several slots are known,
+    two prompts at 60% of the context at once in each direction (the shared-pool check)."""
     plan = Plan(target, boundaries(capacity), run_id=run_id, fact_share=fact_share)
     add = adder(plan, capacity, max_tokens)
-    prime = prime_length(capacity)
     directions = pairs(tenants)
     for _ in range(rounds):
-        for i, boundary in enumerate(plan.boundaries):
-            for d, (victim, observer) in enumerate(directions):
-                stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
-                add(victim, observer, boundary, stream, False)
-        above = [b for b in plan.boundaries if not b.expect_served]
-        if above:  # the victim's whole request in one page, then the observer over the limit: plain and streamed
-            stale = stale_page_check(above[min(1, len(above) - 1)])
-            page_sized = one_page(capacity) != SHORT_PRIME  # else an everyday short prompt
-            for stream in ((False, True) if streaming == "both" else (streaming == "stream",)):
-                for victim, observer in directions:
-                    add(victim, observer, stale, stream, False, first=min(one_page(capacity), prime),
-                        prime_label=ONE_PAGE, prime_aim=Aim.PAGE if page_sized else Aim.NONE)
-        if concurrent:
-            if above:
-                for d, (victim, observer) in enumerate(directions):
-                    add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
-                        (streaming == "both" and d % 2 == 1), True)
-            shared = shared_pool_check(capacity)
-            if shared is not None:
-                for victim, observer in directions:
-                    add(victim, observer, shared, False, True, first=shared.length)
+        (matrix if thorough else spare)(plan, add, capacity, directions, streaming, concurrent)
+        shared = shared_pool_check(capacity)
+        if concurrent and shared is not None:
+            for victim, observer in directions:
+                add(victim, observer, shared, False, True, first=shared.length)
     return plan
+
+
+def spare(plan: Plan, add: Adder, capacity: Capacity, directions: list[tuple[str, str]], streaming: Streaming,
+          concurrent: bool) -> None:
+    """One pool-filling prime per direction, probed while its pages are there.  Each direction: the victim's prime
+    with the observer's probe at the likeliest boundary beside it (after it, where not `concurrent`); then the
+    victim's one-page prime and the observer's stale-page probe, over the pages both primes left.  The first
+    direction's stale-page exchange then probes every other boundary over the limit, each only while undecided (a
+    refused probe decides every longer one), and its observer sends a prompt at the prime's own length that a
+    correct engine serves: the campaign's sight (its own canaries must come back).  A served boundary shorter than
+    the prime gets a prime in each direction: a served probe fills the pool with the observer's own prompt."""
+    prime = prime_length(capacity)
+    above = likeliest_first([b for b in plan.boundaries if not b.expect_served])
+    served = [b for b in plan.boundaries if b.expect_served]
+    short = min(one_page(capacity), prime)
+    for d, (victim, observer) in enumerate(directions):
+        stream = streaming == "stream" or (streaming == "both" and d % 2 == 1)
+        other = stream if streaming != "both" else not stream
+        for boundary in (b for b in served if b.length != prime):
+            add(victim, observer, boundary, stream, False)
+        if above:
+            add(victim, observer, above[0], stream, concurrent)
+            add(victim, observer, stale_page_check(above[0]), other, False, first=short, prime_label=ONE_PAGE,
+                prime_aim=page_aim(capacity), then=above[1:] if d == 0 else ())
+        if d == 0:
+            for boundary in (b for b in served if b.length == prime):
+                add(victim, observer, boundary, stream, False, first=short, prime_label=ONE_PAGE,
+                    prime_aim=page_aim(capacity))
+
+
+def matrix(plan: Plan, add: Adder, capacity: Capacity, directions: list[tuple[str, str]], streaming: Streaming,
+           concurrent: bool) -> None:
+    """The whole matrix (`--thorough`): every boundary in every direction with a prime of its own, alternating plain
+    and streaming when both are asked for; above the acceptance limit, a one-page prime before the probe, plain and
+    streamed; and the prime and the probe at the same time."""
+    for i, boundary in enumerate(plan.boundaries):
+        for d, (victim, observer) in enumerate(directions):
+            stream = streaming == "stream" or (streaming == "both" and (i + d) % 2 == 1)
+            add(victim, observer, boundary, stream, False)
+    above = [b for b in plan.boundaries if not b.expect_served]
+    if not above:
+        return
+    stale = stale_page_check(above[min(1, len(above) - 1)])
+    prime = prime_length(capacity)
+    for stream in ((False, True) if streaming == "both" else (streaming == "stream",)):
+        for victim, observer in directions:
+            add(victim, observer, stale, stream, False, first=min(one_page(capacity), prime), prime_label=ONE_PAGE,
+                prime_aim=page_aim(capacity))
+    if concurrent:
+        for d, (victim, observer) in enumerate(directions):
+            add(victim, observer, above[min(1, len(above) - 1)], streaming == "stream" or
+                (streaming == "both" and d % 2 == 1), True)
+
+
+def likeliest_first(above: list[Boundary]) -> list[Boundary]:
+    """Over-limit boundaries by how likely each is to catch a leak: just over the pool (where the incident's engine
+    aborted into a placeholder and decoded over leftovers), else the shortest the engine must refuse (the least
+    that proves a refusal); then the advertised context; then the rest, shortest first."""
+    if not above:
+        return []
+    first = next((b for b in above if b.label == "pool+1"), min(above, key=lambda b: b.length))
+    rest = sorted((b for b in above if b is not first), key=lambda b: (b.label != "advertised", b.length))
+    return [first, *rest]
+
+
+def page_aim(capacity: Capacity) -> Aim:
+    """A one-page prime aims at its page where it fills one; an everyday short prompt is as long as it is."""
+    return Aim.PAGE if one_page(capacity) != SHORT_PRIME else Aim.NONE
 
 
 def one_page(capacity: Capacity) -> int:

@@ -4,7 +4,7 @@ the sentinel each make their plan in their own module, and run it alike here."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prober.capacity.limits import Capacity
 from prober.checks.base import Check, Run
@@ -34,7 +34,10 @@ class PlanCheck(Check):
         return result
 
 
-def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Callable[..., None]:
+Adder = Callable[..., None]  # adds one exchange to a plan (`adder`)
+
+
+def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Adder:
     """How a plan adds an exchange: primes at the longest prompt a correct engine serves unless told otherwise,
     asks in turn unless told (`ask`), and no more completion than the context leaves."""
     prime = prime_length(capacity)
@@ -47,10 +50,10 @@ def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Callable[..., None
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
-            prime_aim: Aim | None = None, ask: Ask | None = None) -> None:
+            prime_aim: Aim | None = None, ask: Ask | None = None, then: Sequence[Boundary] = ()) -> None:
         ask = ask or ("quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)])
         plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
                  prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
-                 repeat=repeat, prime_aim=prime_aim)
+                 repeat=repeat, prime_aim=prime_aim, then=then)
 
     return add

@@ -134,6 +134,9 @@ def audit(
     streaming: Annotated[str | None, typer.Option(help="plain | stream | both (default both).")] = None,
     concurrent: Annotated[bool | None, typer.Option(help="Also prime and probe at the same time.")] = None,
     rounds: Annotated[int | None, typer.Option(min=1, help="Repeat the whole plan.")] = None,
+    thorough: Annotated[bool | None, typer.Option(
+        help="The campaign's whole matrix: every boundary in every direction, each primed (default: one prime per "
+             "direction, the rest while undecided).")] = None,
     bisect_budget: Annotated[int | None, typer.Option(
         min=0, help="Tokens bisection may send when no context length is exposed.")] = None,
     semantic: Annotated[bool | None, typer.Option(
@@ -167,7 +170,8 @@ def audit(
     cfg = assemble_config(config, target=target, api=api, probe_shapes=probe_shape, tenants=tenant,
                           environ=dict(os.environ), ledger=ledger.given if ledger else None, fail_on=fail_on,
                           token_budget=token_budget,
-                          streaming=streaming, concurrent=concurrent, rounds=rounds, bisect_budget=bisect_budget,
+                          streaming=streaming, concurrent=concurrent, rounds=rounds, thorough=thorough,
+                          bisect_budget=bisect_budget,
                           semantic=semantic, model=model, deadline=deadline, target_deadline=target_deadline,
                           sections=REGISTRY.sections, checks=check, skip=skip,
                           **switched(timing=timing, crosstalk=crosstalk, slots=slots, request_ids=request_ids,

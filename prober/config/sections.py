@@ -120,6 +120,10 @@ class AuditSettings(Strict):
     """Above the limit, also send the prime and the probe at the same time."""
     rounds: int = Field(default=1, ge=1, le=100)
     """How many times the whole plan runs."""
+    thorough: bool = False
+    """The boundary campaign's whole matrix: every boundary in every direction, each with a prime of its own (about
+    five times the tokens at the incident's sizes).  Off: one prime per direction, the likeliest boundary first, the
+    rest only while undecided."""
     bisect_budget: int = Field(default=0, ge=0)
     """Tokens bisection of the accept/refuse boundary may spend when the engine exposes no context length (0: never)."""
     deadline: DurationOrOff | None = None

@@ -25,6 +25,7 @@ class ExchangeDoc(TypedDict):
     stream: bool
     ask: str
     expect: str
+    then: list[BoundaryDoc]  # further probes over the same pages, sent while the exchange is undecided
 
 
 class PlanDoc(TypedDict):

@@ -11,17 +11,18 @@ is skipped and said, not failed.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from secrets import token_hex
 
 from prober.domain.errors import BuildError
 from prober.domain.types import ProbeContext
 from prober.probing.context import TargetContext, record
 from prober.probing.counters import CounterEvidence
-from prober.probing.events import Listener, PlanReady
+from prober.probing.events import Listener, Observed, PlanReady
 from prober.probing.plan import Exchange, Plan, Step
 from prober.probing.planting import PRIME_INSTRUCTION, instruction
-from prober.probing.results import CheckResult
+from prober.probing.results import CheckResult, StepResult
+from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
 from prober.targets.telemetry import window
 
@@ -80,13 +81,32 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
     sends = [(exchange.prime, prime), (exchange.probe, probe)]
     if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
         sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
+    first = len(result.steps)
+    await _sent(ctx, exchange, sends, result, on_event, counted)
+    for step in exchange.then:
+        if (why := decided(result.steps[first:], step)) is not None:
+            result.planned -= 1
+            result.notes.append(f"{step.id} ({step.boundary}, {step.length:,} tokens) not sent: {why}")
+            if why.refused:  # what its refusal would have re-checked, the shorter refusal re-checks
+                on_event(Observed(result.check, step.boundary, step.tenant, counterpart(exchange, step)))
+            continue
+        built = await ctx.planter.prompt(step, instruction(step, ctx.wiring.languages), route, plan, page=page,
+                                         cue=cue, lead=cue)
+        await _sent(ctx, exchange, [(step, built)], result, on_event, counted)
+
+
+async def _sent(ctx: TargetContext, exchange: Exchange, sends: list[tuple[Step, BuiltPrompt]], result: CheckResult,
+                on_event: Listener, counted: CounterEvidence) -> None:
+    """`sends` sent (together where the exchange is concurrent), the engine's counters read around them, each
+    answer judged and recorded."""
+    route = await ctx.route()
     async with window(ctx.telemetry, len(sends)) as engine:
-        if exchange.concurrent:
+        if exchange.concurrent and len(sends) > 1:
             sent = list(await asyncio.gather(*(ctx.send(step, built, route) for step, built in sends)))
         else:
             sent = [await ctx.send(step, built, route) for step, built in sends]
     # A failure the engine counted meanwhile is named on the observer's answer, else on the victim's.
-    named = len(sent) - 1 if sent[-1][0].served else len(sent) - 2
+    named = len(sent) - 1 if sent[-1][0].served or len(sent) == 1 else len(sent) - 2
     step, built = sends[named]
     read = counted.add(engine, request=step.id, tenant=step.tenant,
                        context=ProbeContext(built.tokens, step.boundary, sent[named][0].status),
@@ -96,6 +116,31 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
         judged = await ctx.judged(step, exchange.id, built, answer, route, check=result.check, before=before,
                                   engine=engine.evidence())
         record(judged, result, on_event, others=counterpart(exchange, step), counted=read)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """Why a further probe is not sent: `refused`, a probe no longer than it was refused (a correct engine refuses
+    every longer prompt alike); else another tenant's data was found.  An engine that served an over-limit prompt
+    without a leak is undecided: that is where its stale pages are read, so the probes go on."""
+
+    refused: bool
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def decided(steps: list[StepResult], then: Step) -> Decided | None:
+    """Why a further probe (`Exchange.then`) would show nothing new after `steps`; None while the probes went
+    unanswered, were served over the limit without a leak, or were all longer than it."""
+    if any(f.victim_tenant not in (None, f.observer_tenant) for s in steps for f in s.findings):
+        return Decided(False, "a leak between the tenants decides the exchange")
+    refused = [s.step for s in steps if s.step.role == "probe" and s.answer.refused and s.step.length <= then.length]
+    if refused:
+        return Decided(True, f"{refused[0].boundary} ({refused[0].length:,} tokens) was refused, as is every longer "
+                             "prompt")
+    return None
 
 
 def counterpart(exchange: Exchange, step: Step) -> tuple[str, ...]:

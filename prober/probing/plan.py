@@ -4,7 +4,7 @@ data from a capacity; nothing here touches the network."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -63,7 +63,8 @@ class Step:
 @dataclass(frozen=True, kw_only=True)
 class Exchange:
     """Prime as the victim, then probe as the observer (or both at once when `concurrent`); with a `lead`, the
-    observer sends its probe once before the prime and again after it (A, X, A)."""
+    observer sends its probe once before the prime and again after it (A, X, A).  `then`: the observer's further
+    probes over the same pages, each sent only while the exchange is undecided (prober/probing/exchanges.py)."""
 
     id: str
     victim: str
@@ -73,11 +74,13 @@ class Exchange:
     concurrent: bool = False
     same_text: bool = False  # the observer resends the victim's (canary-free) prompt: prefix-cache isolation
     lead: Step | None = None
+    then: tuple[Step, ...] = ()
 
     @property
     def steps(self) -> tuple[Step, ...]:
-        """In the order they are sent."""
-        return (self.lead, self.prime, self.probe) if self.lead else (self.prime, self.probe)
+        """In the order they are sent (`then` at most)."""
+        first = (self.lead, self.prime, self.probe) if self.lead else (self.prime, self.probe)
+        return first + self.then
 
     @property
     def tokens(self) -> int:
@@ -113,9 +116,11 @@ class Plan:
 
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
             same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
-            prime_label: str = "prime", repeat: bool = False, prime_aim: Aim | None = None) -> None:
+            prime_label: str = "prime", repeat: bool = False, prime_aim: Aim | None = None,
+            then: Sequence[Boundary] = ()) -> None:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
-        observer sends the probe's prompt before the prime too)."""
+        observer sends the probe's prompt before the prime too; `then`: further boundaries it probes while
+        undecided)."""
         eid = f"{self.run_id}{self.letter}{len(self.exchanges) + 1:03d}"
         aim = boundary.aim
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
@@ -130,7 +135,10 @@ class Plan:
                        aim=prime_aim or aim, ceiling=boundary.ceiling),
             probe=Step(id=f"{eid}-probe", role="probe", tenant=observer, length=boundary.length, stream=stream,
                        expect_served=boundary.expect_served, boundary=boundary.label,
-                       max_tokens=room(boundary.length), ask=ask, aim=aim, ceiling=boundary.ceiling)))
+                       max_tokens=room(boundary.length), ask=ask, aim=aim, ceiling=boundary.ceiling),
+            then=tuple(Step(id=f"{eid}-probe{i}", role="probe", tenant=observer, length=b.length, stream=stream,
+                            expect_served=b.expect_served, boundary=b.label, max_tokens=room(b.length), ask=ask,
+                            aim=b.aim, ceiling=b.ceiling) for i, b in enumerate(then, 2))))
 
     def to_json(self) -> PlanDoc:
         return {"target": self.target, "tokens": self.tokens,
@@ -140,7 +148,9 @@ class Plan:
                                "same_text": e.same_text, "repeat": e.lead is not None,
                                "prime_tokens": e.prime.length, "probe_tokens": e.probe.length,
                                "boundary": e.probe.boundary, "stream": e.probe.stream, "ask": e.probe.ask,
-                               "expect": _expect(e.probe.expect_served)} for e in self.exchanges],
+                               "expect": _expect(e.probe.expect_served),
+                               "then": [{"label": s.boundary, "length": s.length, "expect": _expect(s.expect_served)}
+                                        for s in e.then]} for e in self.exchanges],
                 "fact_share": self.fact_share}
 
 
