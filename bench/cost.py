@@ -4,6 +4,7 @@ usually bills; a correct engine refuses a prompt over its limit before prefill),
 
     python bench/cost.py plans [--json]     # from the plans alone, per check, for each capacity of bench/planning.py
     python bench/cost.py runs [--json]      # audits of the reference engine: each bug-table row and the incident
+    python bench/cost.py day [--json]       # a daemon's day at the default schedules, as it projects it
 
 `runs` audits the reference engine (in this process, over loopback HTTP) with each row of the engine-bug table's
 fault at the tests' sizes, then the `incident` and `fixed` presets at their full sizes (1,048,576-token context,
@@ -23,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from planning import CAPACITIES, default_config, planning, run_for  # bench/planning.py
+from prometheus_client import CollectorRegistry
 
 from prober.canaries.keys import KEY_ENV
 from prober.checks import REGISTRY
 from prober.config.schema import TargetConfig, assemble_config
+from prober.daemon.schedule import PREFLIGHT, Timetable
+from prober.daemon.spending import Spending
 from prober.domain.types import FindingKind
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
@@ -63,6 +67,26 @@ def plans() -> dict[str, Any]:
                                         "requests": planned.requests}
                 rows["audit"] = {k: sum(r[k] for r in rows.values()) for k in ("sent", "served", "requests")}
                 doc.setdefault(label, {})[mode] = rows
+    return doc
+
+
+def day() -> dict[str, Any]:
+    """What a daemon at the default schedules and budget projects for one target a day, from the same plans its
+    preflight makes (prober/daemon/spending.py), for each capacity of bench/planning.py."""
+    config = default_config()
+    timetable = Timetable(config.daemon, REGISTRY)
+    doc: dict[str, Any] = {}
+    with planning(config) as context:
+        for label, capacity in CAPACITIES.items():
+            run = run_for(context, config, capacity)
+            spending = Spending(CollectorRegistry())
+            for job in timetable.jobs:
+                spending.schedule("t", job, timetable.interval(job), config.daemon.tokens_per_day)
+            plans = {job: REGISTRY.get(job).planned(run).tokens for job in timetable.jobs if job != PREFLIGHT}
+            projection = spending.plans("t", plans)
+            assert projection is not None
+            doc[label] = {"day": projection.tokens, "budget": projection.budget, "by_job": dict(projection.by_job),
+                          "log": None if projection.fits else projection.describe()}
     return doc
 
 
@@ -118,13 +142,13 @@ def runs() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("plans", "runs"))
+    parser.add_argument("what", choices=("plans", "runs", "day"))
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args()
     os.environ.setdefault("LP_A", KEYS["tenant-a"])
     os.environ.setdefault("LP_B", KEYS["tenant-b"])
-    doc = plans() if args.what == "plans" else runs()
-    if args.json:
+    doc = {"plans": plans, "runs": runs, "day": day}[args.what]()
+    if args.json or args.what == "day":
         print(json.dumps(doc, indent=2))
     elif args.what == "plans":
         for label, modes in doc.items():

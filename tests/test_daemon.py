@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from prober.checks import REGISTRY
 from prober.daemon.budget import utc_day
 from prober.domain.evidence import EngineCounters
 from prober.ledger import open_ledger
@@ -98,6 +99,11 @@ def test_fixed_and_healthy_stay_clean_over_full_cycles(testbed: StartTestbed, tm
         for kind in LEAKS:
             assert daemon.sample("leakprobe_findings_total", kind=kind) == 0, (kind, daemon.log()[-2000:])
         assert daemon.sample("leakprobe_job_failures_total") == 0, daemon.log()[-2000:]
+        # The day each job's last plan adds up to at its interval (the tests' schedule is seconds, not hours).
+        day = sum(daemon.sample("leakprobe_job_planned_tokens", job=c.name) * 86_400
+                  / (daemon.sample("leakprobe_job_interval_seconds", job=c.name) or 1) for c in REGISTRY)
+        assert daemon.sample("leakprobe_token_budget_projected_tokens") == pytest.approx(day, rel=1e-6)
+        assert daemon.sample("leakprobe_job_tokens_sent_total", job="campaign") > 0
         assert daemon.stop() == 0
     assert not [f for f in open_ledger(tmp_path / "l.sqlite").findings() if f.kind.value in LEAKS]
 
@@ -113,6 +119,10 @@ def test_budget_skips_the_campaign_keeps_sentinels_and_survives_a_restart(testbe
                         and succeeded(daemon, "sentinel"), 30, "a skipped campaign and a sentinel")
         assert daemon.sample("leakprobe_probes_total", job="campaign") == 0  # never half-run
         assert "campaign testbed: skipped (budget)" in daemon.log()
+        # The preflight planned every job: the day they add up to is over the budget, and the log says so once.
+        planned = daemon.sample("leakprobe_job_planned_tokens", job="campaign")
+        assert planned > 6_000 and daemon.sample("leakprobe_token_budget_projected_tokens") > planned
+        assert daemon.log().count("over daemon.tokens_per_day (6,000): jobs will be skipped for budget") == 1
         assert daemon.stop() == 0
     store = open_ledger(ledger)
     spent = store.tokens_spent("testbed", utc_day())

@@ -22,9 +22,9 @@ from prober.daemon.observed import ObservedTransport, OnExchange
 from prober.daemon.outcomes import Failure, JobOutcome, Skip
 from prober.daemon.schedule import PREFLIGHT
 from prober.daemon.settings import Settings
-from prober.domain.errors import LedgerError, PlanError, PromptError, TargetUnusable
+from prober.domain.errors import LeakprobeError, LedgerError, PlanError, PromptError, TargetUnusable
 from prober.probing import TargetContext
-from prober.probing.events import Listener
+from prober.probing.events import Listener, ignore
 from prober.probing.results import Sight
 from prober.probing.wiring import Wiring
 from prober.targets.bounds import deadline_passed, run_deadline
@@ -59,6 +59,7 @@ class TargetSession:
         self.config = config
         self.settings = settings.config
         self.checks = settings.checks
+        self.timetable = settings.timetable
         self.budget = budget
         self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
         self.context = TargetContext(config, self.transport, wiring, telemetry=self.settings.daemon.engine_telemetry)
@@ -118,15 +119,16 @@ class TargetSession:
             with clock.phase(SURVEY_ALLOWANCE_S):
                 await ctx.survey(on_event)  # a campaign plans from a fresh survey; every check needs a counter
         if check is None:
-            return JobOutcome()
+            return JobOutcome(plans=self._plans())
         run_id = f"{self.settings.daemon.replica}.{job[0]}{secrets.token_hex(3)}-"  # whose run: in every canary
         run = Run(ctx, self.settings, run_id, on_event)
         planned = check.planned(run)
+        plans = {job: planned.tokens}
         day = await self.budget.reserve(self.name, planned.tokens)
         if day is None:
             left = await self.budget.left(self.name)
             return JobOutcome(skip=Skip.BUDGET, message=f"needs {planned.tokens:,} tokens, {left:,} left today of "
-                              f"{self.budget.per_day:,}")
+                              f"{self.budget.per_day:,}", plans=plans)
         tokens = 0
         try:
             with clock.phase(self.deadline_base_s + planned.seconds):
@@ -137,5 +139,19 @@ class TargetSession:
         blind = self._blind(check, result.sight)
         if result.errors:
             more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
-            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=tokens, blind=blind)
-        return JobOutcome(tokens=tokens, blind=blind)
+            return JobOutcome(Failure.INCOMPLETE, message=result.errors[0] + more, tokens=tokens, blind=blind,
+                              plans=plans)
+        return JobOutcome(tokens=tokens, blind=blind, plans=plans)
+
+    def _plans(self) -> dict[str, int]:
+        """What each scheduled check would send now, planned from the survey (pure: nothing is sent); a check that
+        cannot plan here (the capacity unknown) is left out."""
+        plans = {}
+        for job in self.timetable.jobs:
+            if job == PREFLIGHT:
+                continue
+            try:
+                plans[job] = self.checks.get(job).planned(Run(self.context, self.settings, "", ignore)).tokens
+            except LeakprobeError:
+                continue
+        return plans

@@ -22,6 +22,7 @@ from prober.checks import REGISTRY, Registry
 from prober.config.sections import Links
 from prober.daemon.incident_metrics import IncidentCollector
 from prober.daemon.outcomes import Failure, Skip
+from prober.daemon.spending import Spending
 from prober.domain.incidents import Incident
 from prober.probing.cache_map import LayerState
 from prober.probing.results import CheckResult, StepResult
@@ -125,6 +126,7 @@ class Metrics:
                               registry=registry)
         self.process = ProcessMetrics(registry)
         self.checks = CheckMetrics(registry, checks)
+        self.spending = Spending(registry)
         self.incidents = IncidentCollector()
         registry.register(self.incidents)
         self._per_target: list[MetricWrapperBase] = [
@@ -132,7 +134,7 @@ class Metrics:
             self.requests_cut, self.paused, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
             self.input_limit, self.verdict, self.engine, self.known_bug, self.surveyed, self.up, self.runs,
             self.on_demand, self.failures, self.skips, self.last_run, self.last_success, self.interval,
-            *self.checks.per_target]
+            *self.checks.per_target, *self.spending.per_target]
 
     def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:
         """Every request sent to the target, whichever job sent it: those cut short, and from its API's its health
@@ -159,6 +161,7 @@ class Metrics:
         """Series known in advance start at 0, so `increase()` and the rules see the first event."""
         self.interval.labels(target, job).set(interval)
         self.budget.labels(target).set(budget)
+        self.spending.schedule(target, job, interval, budget)
         self.runs.labels(target, job)
         for failure in Failure:
             self.failures.labels(target, job, failure)
@@ -182,6 +185,7 @@ class Metrics:
         for target in set(targets):
             for metric in self._per_target:
                 metric.remove_by_labels({"target": target})
+            self.spending.forget(target)
 
     def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
         self.incidents.replace(incidents, hold, notice)

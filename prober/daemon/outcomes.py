@@ -3,7 +3,7 @@ values the scheduler, the records, the metrics and `/status` share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -41,6 +41,9 @@ class JobOutcome:
     message: str = ""
     tokens: int = 0
     blind: bool | None = None  # answers came back and none carried its own canary (None: not a content check)
+    # Prompt tokens each job's plan holds, as this run learned it: a check's own; the preflight's, every scheduled
+    # check's from its survey (what the day's projection against the budget is made of).
+    plans: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

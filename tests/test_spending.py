@@ -1,0 +1,28 @@
+"""The day a schedule projects from its jobs' last plans, against the budget (pure arithmetic over a registry)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from prober.daemon.spending import Spending
+
+pytestmark = pytest.mark.unit
+
+
+def test_each_plan_times_its_runs_a_day_against_the_budget() -> None:
+    registry = CollectorRegistry()
+    spending = Spending(registry)
+    spending.schedule("t", "sentinel", 60.0, 20_000_000)
+    spending.schedule("t", "campaign", 21_600.0, 20_000_000)
+    assert spending.plans("t", {"unscheduled": 5}) is None  # a job off the schedule counts nothing
+    fits = spending.plans("t", {"sentinel": 1_024})
+    assert fits is not None and fits.fits and fits.tokens == 1_024 * 1_440
+    over = spending.plans("t", {"campaign": 5_000_000})
+    assert over is not None and not over.fits and over.by_job == {"sentinel": 1_474_560, "campaign": 20_000_000}
+    assert over.describe().startswith("t: the schedule plans 21,474,560 prompt tokens a day (campaign 20,000,000, "
+                                      "sentinel 1,474,560), over daemon.tokens_per_day (20,000,000)")
+    assert registry.get_sample_value("leakprobe_token_budget_projected_tokens", {"target": "t"}) == 21_474_560
+    assert registry.get_sample_value("leakprobe_job_planned_tokens", {"target": "t", "job": "campaign"}) == 5_000_000
+    spending.forget("t")
+    assert spending.plans("t", {"campaign": 1}) is None
