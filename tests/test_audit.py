@@ -106,9 +106,9 @@ def test_fixed_and_healthy_are_clean_over_repeated_runs(testbed: StartTestbed, t
         doc = json.loads(result.stdout)
         assert not [f for f in doc["findings"] if f["kind"] in LEAKS or f["severity"] != "info"]
         outcomes = {(s["boundary"], s["outcome"]) for s in doc["targets"][0]["steps"] if s["role"] == "probe"}
-        served = ("max_req_input_len-1", "prefix-cache", "repeat", "limit-1", "media-collision", "media-uuid-reuse",
-                  "media-reshaped", "request-id", "abort-retry",
-                  "response-cache", "semantic-cache")  # and a uuid alone, another tenant's, refused
+        served = ("max_req_input_len-1", "sight", "prefix-cache", "repeat", "limit-1", "media-collision",
+                  "media-uuid-reuse", "media-reshaped", "request-id", "abort-retry", "response-cache",
+                  "semantic-cache")  # and a uuid alone, another tenant's, refused
         assert all(outcome == ("served" if b in served else "refused") for b, outcome in outcomes), outcomes
 
 

@@ -45,25 +45,35 @@ def test_the_thorough_matrix_primes_every_boundary_in_every_direction() -> None:
 
 
 def test_the_spare_plan_primes_once_per_direction_and_probes_the_rest_while_undecided() -> None:
-    """At the incident's sizes: a prime and its probe at once, then a one-page prime and the stale-page probe over
-    the pages both left; the first direction then probes the other boundaries over the limit, likeliest first."""
+    """At the incident's sizes: a prime, then the probe just over the pool (beside the prime in the second
+    direction); a one-page prime and the stale-page probe over the pages both left, which probes the other
+    boundaries over the limit, likeliest first, and whose repeats (plain and streamed, both directions) are sent
+    only while it is undecided; a short served probe for sight."""
     plan = make_plan("t", INCIDENT, ["a", "b"])
-    got = [(e.victim, e.prime.boundary, e.prime.length, e.probe.boundary, e.probe.length, e.concurrent,
-            e.probe.stream, [s.boundary for s in e.then]) for e in plan.exchanges]
+    got = [(e.id, e.victim, e.prime.boundary, e.prime.length, e.probe.boundary, e.probe.length, e.concurrent,
+            e.probe.stream, [s.boundary for s in e.then], e.unless_decided) for e in plan.exchanges]
+    stale = 681_281 + 16
     assert got == [
-        ("a", "prime", 681_273, "pool+1", 681_281, True, False, []),
-        ("a", "one-page", SHORT_PRIME, "stale-page", 681_281 + 16, False, True,
-         ["advertised", "max_req_input_len", "pool", "pool+page", "advertised-1"]),
-        ("a", "one-page", SHORT_PRIME, "max_req_input_len-1", 681_273, False, False, []),  # the campaign's sight
-        ("b", "prime", 681_273, "pool+1", 681_281, True, True, []),
-        ("b", "one-page", SHORT_PRIME, "stale-page", 681_281 + 16, False, False, [])]
+        ("x001", "a", "prime", 681_273, "pool+1", 681_281, False, False, [], None),
+        ("x002", "a", "one-page", SHORT_PRIME, "stale-page", stale, False, True,
+         ["advertised", "max_req_input_len", "pool", "pool+page", "advertised-1"], None),
+        ("x003", "a", "one-page", SHORT_PRIME, "stale-page", stale, False, False, [], "x002"),
+        ("x004", "a", "prime", 681_273, "pool+1", 681_281, True, True, [], "x001"),
+        ("x005", "b", "prime", 681_273, "pool+1", 681_281, False, True, [], None),
+        ("x006", "b", "one-page", SHORT_PRIME, "stale-page", stale, False, False, [], "x002"),
+        ("x007", "b", "one-page", SHORT_PRIME, "stale-page", stale, False, True, [], "x002"),
+        ("x008", "a", "one-page", SHORT_PRIME, "sight", 1_024, False, False, [], None)]
     assert {s.tenant for s in plan.exchanges[1].then} == {"b"} and not any(s.expect_served
                                                                           for s in plan.exchanges[1].then)
-    # Sent at most 8.9M, 2M of it served (the primes and the sight); the matrix sends 26M.
-    assert plan.tokens == 8_910_312 < make_plan("t", INCIDENT, ["a", "b"], thorough=True).tokens // 2
-    assert sum(s.length for e in plan.exchanges for s in e.steps if s.expect_served) == 3 * (681_273 + SHORT_PRIME)
+    assert plan.exchanges[-1].probe.ask == "quote" and plan.exchanges[-1].probe.expect_served
+    # Sent at most 11M (everything undecided), 2M of it served; the matrix sends 26M.
+    assert plan.tokens == 10_955_403 < make_plan("t", INCIDENT, ["a", "b"], thorough=True).tokens // 2
+    served = sum(s.length for e in plan.exchanges for s in e.steps if s.expect_served)
+    assert served == 3 * 681_273 + 5 * SHORT_PRIME + 1_024
     sequential = make_plan("t", INCIDENT, ["a", "b"], concurrent=False, streaming="stream")
     assert not any(e.concurrent for e in sequential.exchanges) and all(e.probe.stream for e in sequential.exchanges)
+    assert len([e for e in sequential.exchanges if e.probe.boundary == "stale-page"]) == 2  # one per direction
+    assert len(sequential.exchanges) == len(plan.exchanges) - 3
 
 
 def test_a_served_boundary_other_than_the_prime_gets_its_own_prime() -> None:
@@ -73,11 +83,12 @@ def test_a_served_boundary_other_than_the_prime_gets_its_own_prime() -> None:
     plan = make_plan("t", small_pool, ["a", "b"], streaming="plain")
     served = [e for e in plan.exchanges if e.probe.expect_served]
     assert [(e.victim, e.probe.boundary) for e in served] == [
-        ("a", "pool"), ("a", "pool+1"), ("a", "pool+page"), ("a", "max_req_input_len-1"),
-        ("b", "pool"), ("b", "pool+1"), ("b", "pool+page")]
+        ("a", "pool"), ("a", "pool+1"), ("a", "pool+page"), ("b", "pool"), ("b", "pool+1"), ("b", "pool+page"),
+        ("a", "sight")]
     refused = [(e.probe.boundary, e.probe.length, [s.boundary for s in e.then]) for e in plan.exchanges
                if not e.probe.expect_served]  # no pool+1 over the limit: the shortest refused first
     assert refused == [("max_req_input_len", 6_000, []), ("stale-page", 6_016, ["advertised", "advertised-1"]),
+                       ("max_req_input_len", 6_000, []),  # plain only: one stale-page exchange each way
                        ("max_req_input_len", 6_000, []), ("stale-page", 6_016, [])]
 
 
@@ -96,7 +107,7 @@ def test_a_one_page_prime_fits_a_vllm_block_with_its_answer() -> None:
     128-token block, then the observer just over the pool (the hand-off fault's threshold in the fire drill)."""
     vllm = Capacity(engine="vllm", context_length=k(1_024), pool_tokens=k(256), page_size=k(128))
     plan = make_plan("t", vllm, ["a", "b"], max_tokens=32, streaming="plain")
-    one_page = [e for e in plan.exchanges if e.prime.boundary == "one-page"]
+    one_page = [e for e in plan.exchanges if e.probe.boundary == "stale-page"]
     assert [(e.victim, e.observer) for e in one_page] == [("a", "b"), ("b", "a")]
     assert all(e.prime.length + e.prime.max_tokens < 128 and e.probe.length == 257 + 16 for e in one_page)
 

@@ -31,9 +31,11 @@ def test_the_incident_is_caught_by_the_first_probe_over_the_pool(testbed: StartT
                                                                         ("tenant-b", "tenant-a")}
     first = next(s for s in target.steps if any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in s.findings))
     assert (first.step.boundary, first.sent_tokens) == ("pool+1", 4_097)
-    # The stale-page exchange's further boundaries: decided by its leak, none sent.
-    assert [n for n in target.notes if "decides the exchange" in n] and not [
-        s for s in target.steps if s.step.id.endswith(("-probe2", "-probe3"))]
+    # The further boundaries: decided by the leak, none sent; the repeats still go (which directions leak, and the
+    # engine's counters' windows).
+    assert len([n for n in target.notes if "a leak between the tenants decides the exchange" in n]) == 5
+    assert not [s for s in target.steps if s.step.id.endswith(("-probe2", "-probe3"))]
+    assert len([s for s in target.steps if s.step.boundary == "stale-page" and s.step.role == "probe"]) == 4
     thorough = campaign(testbed("incident", **SMALL).url, tmp_path / "m.sqlite", thorough=True)
     assert target.tokens_sent * 3 < thorough.targets[0].tokens_sent
 
@@ -43,9 +45,10 @@ def test_on_the_fixed_engine_refusals_decide_the_longer_boundaries(testbed: Star
     [target] = result.targets
     assert result.complete and not result.blind and not [f for f in result.findings if f.severity.label != "info"]
     sent = {s.step.boundary for s in target.steps if s.step.role == "probe"}
-    # Shorter than the stale-page probe, the input limit is sent; every longer one is decided by a refusal.
-    assert sent == {"pool+1", "stale-page", "max_req_input_len", "max_req_input_len-1"}
-    assert len([n for n in target.notes if "was refused, as is every longer prompt" in n]) == 4
+    # Shorter than the stale-page probe, the input limit is sent; every longer one is decided by a refusal, and so
+    # are the stale-page repeats.
+    assert sent == {"pool+1", "stale-page", "max_req_input_len", "sight"}
+    assert len([n for n in target.notes if "was refused, as is every longer prompt" in n]) == 4 + 3 + 1
     sight = target.result("campaign").sight  # type: ignore[union-attr]
     assert sight is not None and sight.echoed == 1
     thorough = campaign(testbed("fixed", **SMALL).url, tmp_path / "m.sqlite", thorough=True)

@@ -28,6 +28,8 @@ from prober.targets.api import Engine
 ONE_PAGE = "one-page"  # the boundary label of a prime that fits one KV page with its answer
 STALE_PAGE = "stale-page"  # the probe after it: over the limit, its last line past the last whole block
 STALE_TAIL = 16
+SIGHT = "sight"  # the spare campaign's served probe: a prompt every engine serves, whose canaries must come back
+SIGHT_TOKENS = 1_024  # its own part; what the engine sees, a path's prefix included, stays under the prime's length
 
 
 # The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
@@ -110,30 +112,38 @@ def make_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming:
 
 def spare(plan: Plan, add: Adder, capacity: Capacity, directions: list[tuple[str, str]], streaming: Streaming,
           concurrent: bool) -> None:
-    """One pool-filling prime per direction, probed while its pages are there.  Each direction: the victim's prime
-    with the observer's probe at the likeliest boundary beside it (after it, where not `concurrent`); then the
-    victim's one-page prime and the observer's stale-page probe, over the pages both primes left.  The first
-    direction's stale-page exchange then probes every other boundary over the limit, each only while undecided (a
-    refused probe decides every longer one), and its observer sends a prompt at the prime's own length that a
-    correct engine serves: the campaign's sight (its own canaries must come back).  A served boundary shorter than
-    the prime gets a prime in each direction: a served probe fills the pool with the observer's own prompt."""
+    """One pool-filling prime per direction, probed while its pages are there: the observer's probe at the
+    likeliest boundary after it.  In the first direction then the victim's one-page prime and the observer's
+    stale-page probe over the pages both primes left, which goes on to every other boundary over the limit, each only
+    while undecided (a refused probe decides every longer one).  Unless an exchange's probe was refused (a real
+    model repeats stale context only now and then; after a leak, which directions leak, and the engine's counters'
+    windows), more of its kind: the stale-page exchange plain and streamed in every direction; in the first, the
+    prime and its probe at the same time (where `concurrent`: in one direction, so that four campaigns a day at
+    most fit the default budget at the incident's sizes).  Last, a short prompt of the observer's that every engine
+    serves: the campaign's sight (its own canaries must come back).  A served boundary shorter than the prime gets a
+    prime in each direction: a served probe fills the pool with the observer's own prompt."""
     prime = prime_length(capacity)
     above = likeliest_first([b for b in plan.boundaries if not b.expect_served])
-    served = [b for b in plan.boundaries if b.expect_served]
     short = min(one_page(capacity), prime)
+    first: str | None = None  # the first stale-page exchange: the others are sent while it is undecided
     for d, (victim, observer) in enumerate(directions):
         stream = streaming == "stream" or (streaming == "both" and d % 2 == 1)
         other = stream if streaming != "both" else not stream
-        for boundary in (b for b in served if b.length != prime):
+        for boundary in (b for b in plan.boundaries if b.expect_served and b.length != prime):
             add(victim, observer, boundary, stream, False)
-        if above:
-            add(victim, observer, above[0], stream, concurrent)
-            add(victim, observer, stale_page_check(above[0]), other, False, first=short, prime_label=ONE_PAGE,
-                prime_aim=page_aim(capacity), then=above[1:] if d == 0 else ())
-        if d == 0:
-            for boundary in (b for b in served if b.length == prime):
-                add(victim, observer, boundary, stream, False, first=short, prime_label=ONE_PAGE,
-                    prime_aim=page_aim(capacity))
+        if not above:
+            continue
+        catch = add(victim, observer, above[0], stream, False)
+        stale = stale_page_check(above[0])
+        for s in (other, stream) if streaming == "both" else (stream,):
+            eid = add(victim, observer, stale, s, False, first=short, prime_label=ONE_PAGE,
+                      prime_aim=page_aim(capacity), then=() if first else above[1:], unless_decided=first)
+            first = first or eid
+        if concurrent and d == 0:
+            add(victim, observer, above[0], other, True, unless_decided=catch)
+    victim, observer = directions[0]
+    add(victim, observer, Boundary(SIGHT, min(SIGHT_TOKENS, prime), True, Aim.OWN, ceiling=prime),
+        streaming == "stream", False, first=short, prime_label=ONE_PAGE, prime_aim=page_aim(capacity), ask="quote")
 
 
 def matrix(plan: Plan, add: Adder, capacity: Capacity, directions: list[tuple[str, str]], streaming: Streaming,

@@ -34,7 +34,7 @@ class PlanCheck(Check):
         return result
 
 
-Adder = Callable[..., None]  # adds one exchange to a plan (`adder`)
+Adder = Callable[..., str]  # adds one exchange to a plan and returns its id (`adder`)
 
 
 def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Adder:
@@ -50,10 +50,12 @@ def adder(plan: Plan, capacity: Capacity, max_tokens: int) -> Adder:
 
     def add(victim: str, observer: str, boundary: Boundary, stream: bool, together: bool,
             same_text: bool = False, first: int = prime, prime_label: str = "prime", repeat: bool = False,
-            prime_aim: Aim | None = None, ask: Ask | None = None, then: Sequence[Boundary] = ()) -> None:
+            prime_aim: Aim | None = None, ask: Ask | None = None, then: Sequence[Boundary] = (),
+            unless_decided: str | None = None) -> str:
         ask = ask or ("quote" if same_text or repeat else ASKS[len(plan.exchanges) % len(ASKS)])
-        plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
-                 prime_length=boundary.length if same_text else first, room=room, ask=ask, prime_label=prime_label,
-                 repeat=repeat, prime_aim=prime_aim, then=then)
+        return plan.add(victim, observer, boundary, stream=stream, concurrent=together, same_text=same_text,
+                        prime_length=boundary.length if same_text else first, room=room, ask=ask,
+                        prime_label=prime_label, repeat=repeat, prime_aim=prime_aim, then=then,
+                        unless_decided=unless_decided)
 
     return add

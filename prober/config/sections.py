@@ -121,9 +121,9 @@ class AuditSettings(Strict):
     rounds: int = Field(default=1, ge=1, le=100)
     """How many times the whole plan runs."""
     thorough: bool = False
-    """The boundary campaign's whole matrix: every boundary in every direction, each with a prime of its own (about
-    five times the tokens at the incident's sizes).  Off: one prime per direction, the likeliest boundary first, the
-    rest only while undecided."""
+    """The boundary campaign's whole matrix: every boundary in every direction, each with a prime of its own (26 M
+    tokens at the incident's sizes, where a healthy engine is sent 4.1 M).  Off: one prime per direction, the
+    likeliest boundary first, the rest only while undecided."""
     bisect_budget: int = Field(default=0, ge=0)
     """Tokens bisection of the accept/refuse boundary may spend when the engine exposes no context length (0: never)."""
     deadline: DurationOrOff | None = None

@@ -26,6 +26,7 @@ class ExchangeDoc(TypedDict):
     ask: str
     expect: str
     then: list[BoundaryDoc]  # further probes over the same pages, sent while the exchange is undecided
+    unless_decided: str | None  # not sent where the exchange of this id had a probe as long refused
 
 
 class PlanDoc(TypedDict):

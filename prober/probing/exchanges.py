@@ -49,12 +49,23 @@ async def run_plan(ctx: TargetContext, plan: Plan, result: CheckResult, on_event
 async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_event: Listener,
                      counted: CounterEvidence) -> str | None:
     unobserved = 0  # in a row
+    answered: dict[str, list[StepResult]] = {}  # by exchange id: what its requests came to
     for exchange in plan.exchanges:
         stop = ctx.wiring.stop_reason() or (f"circuit breaker: {unobserved} answers in a row could not be observed"
                                             if unobserved >= ctx.config.breaker else None)
         if stop:
             result.errors.append(f"stopped before {exchange.id}: {stop}")
             return stop
+        # Only a refusal makes a repeat moot: after a leak, repeats still show which directions leak and give the
+        # engine's counters their windows.
+        if exchange.unless_decided is not None and (
+                why := decided(answered.get(exchange.unless_decided, []), exchange.probe)) is not None and why.refused:
+            result.planned -= len(exchange.steps)
+            result.notes.append(f"{exchange.id} ({exchange.probe.boundary}) not sent: {exchange.unless_decided} "
+                                f"decided it: {why}")
+            # Its probe's length was refused: what its refusal would re-check, that one does.
+            on_event(Observed(result.check, exchange.probe.boundary, exchange.observer, (exchange.victim,)))
+            continue
         sent = len(result.steps)
         try:
             await _exchange(ctx, exchange, result, on_event, plan, counted)
@@ -62,6 +73,7 @@ async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_eve
             result.skip(exchange.id, BuildError(f"{exchange.probe.boundary}: {exc}"), ctx.routes.paths,
                         (exchange.victim, exchange.observer))
             continue
+        answered[exchange.id] = result.steps[sent:]
         for step in result.steps[sent:]:
             unobserved = 0 if step.observed else unobserved + 1
     return None

@@ -64,7 +64,8 @@ class Step:
 class Exchange:
     """Prime as the victim, then probe as the observer (or both at once when `concurrent`); with a `lead`, the
     observer sends its probe once before the prime and again after it (A, X, A).  `then`: the observer's further
-    probes over the same pages, each sent only while the exchange is undecided (prober/probing/exchanges.py)."""
+    probes over the same pages, each sent only while the exchange is undecided; `unless_decided`: the whole
+    exchange, unless an earlier one's probe as long was refused (prober/probing/exchanges.py)."""
 
     id: str
     victim: str
@@ -75,6 +76,7 @@ class Exchange:
     same_text: bool = False  # the observer resends the victim's (canary-free) prompt: prefix-cache isolation
     lead: Step | None = None
     then: tuple[Step, ...] = ()
+    unless_decided: str | None = None  # not sent where the exchange of this id had a probe as long refused
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -117,10 +119,10 @@ class Plan:
     def add(self, victim: str, observer: str, boundary: Boundary, *, stream: bool, concurrent: bool,
             same_text: bool, prime_length: int, room: Callable[[int], int], ask: Ask = "quote",
             prime_label: str = "prime", repeat: bool = False, prime_aim: Aim | None = None,
-            then: Sequence[Boundary] = ()) -> None:
+            then: Sequence[Boundary] = (), unless_decided: str | None = None) -> str:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
         observer sends the probe's prompt before the prime too; `then`: further boundaries it probes while
-        undecided)."""
+        undecided; `unless_decided`: the id of an exchange whose decision makes this one moot).  Returns its id."""
         eid = f"{self.run_id}{self.letter}{len(self.exchanges) + 1:03d}"
         aim = boundary.aim
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
@@ -138,7 +140,9 @@ class Plan:
                        max_tokens=room(boundary.length), ask=ask, aim=aim, ceiling=boundary.ceiling),
             then=tuple(Step(id=f"{eid}-probe{i}", role="probe", tenant=observer, length=b.length, stream=stream,
                             expect_served=b.expect_served, boundary=b.label, max_tokens=room(b.length), ask=ask,
-                            aim=b.aim, ceiling=b.ceiling) for i, b in enumerate(then, 2))))
+                            aim=b.aim, ceiling=b.ceiling) for i, b in enumerate(then, 2)),
+            unless_decided=unless_decided))
+        return eid
 
     def to_json(self) -> PlanDoc:
         return {"target": self.target, "tokens": self.tokens,
@@ -150,7 +154,8 @@ class Plan:
                                "boundary": e.probe.boundary, "stream": e.probe.stream, "ask": e.probe.ask,
                                "expect": _expect(e.probe.expect_served),
                                "then": [{"label": s.boundary, "length": s.length, "expect": _expect(s.expect_served)}
-                                        for s in e.then]} for e in self.exchanges],
+                                        for s in e.then], "unless_decided": e.unless_decided}
+                              for e in self.exchanges],
                 "fact_share": self.fact_share}
 
 
