@@ -411,10 +411,10 @@ def test_a_target_that_refuses_every_prompt_is_incomplete_not_clean(tmp_path: Pa
     doc = json.loads(run.stdout)
     assert doc["verdict"]["status"] == "incomplete" and not doc["complete"]
     (reason,) = doc["verdict"]["reasons"]
-    assert "0 of 50 planned requests observed (4 refused at lengths the capacity says fit, 46 not sent)" in reason
+    assert "0 of 31 planned requests observed (4 refused at lengths the capacity says fit, 27 not sent)" in reason
     assert "check the model name" in reason
     target = doc["targets"][0]
-    assert target["coverage"] == {"planned": 50, "sent": 4, "observed": 0, "unobserved": {"refused": 4}}
+    assert target["coverage"] == {"planned": 31, "sent": 4, "observed": 0, "unobserved": {"refused": 4}}
     assert any("circuit breaker: 4 answers in a row" in e for e in target["errors"])
 
 
