@@ -22,6 +22,7 @@ from prober.probing.events import Listener, Observed, PlanReady
 from prober.probing.plan import Exchange, Plan, Step
 from prober.probing.planting import PRIME_INSTRUCTION, instruction
 from prober.probing.results import CheckResult, StepResult
+from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
 from prober.prompts.shape import Layout
 from prober.targets.telemetry import window
@@ -60,11 +61,9 @@ async def _exchanges(ctx: TargetContext, plan: Plan, result: CheckResult, on_eve
         # engine's counters their windows.
         if exchange.unless_decided is not None and (
                 why := decided(answered.get(exchange.unless_decided, []), exchange.probe)) is not None and why.refused:
-            result.planned -= len(exchange.steps)
-            result.notes.append(f"{exchange.id} ({exchange.probe.boundary}) not sent: {exchange.unless_decided} "
-                                f"decided it: {why}")
-            # Its probe's length was refused: what its refusal would re-check, that one does.
-            on_event(Observed(result.check, exchange.probe.boundary, exchange.observer, (exchange.victim,)))
+            unsent(result, on_event, exchange, exchange.probe, len(exchange.steps),
+                   f"{exchange.id} ({exchange.probe.boundary}) not sent: {exchange.unless_decided} decided it: {why}",
+                   why)
             continue
         sent = len(result.steps)
         try:
@@ -94,24 +93,21 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
     if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
         sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
     first = len(result.steps)
-    await _sent(ctx, exchange, sends, result, on_event, counted)
+    await _sent(ctx, exchange, sends, route, result, on_event, counted)
     for step in exchange.then:
         if (why := decided(result.steps[first:], step)) is not None:
-            result.planned -= 1
-            result.notes.append(f"{step.id} ({step.boundary}, {step.length:,} tokens) not sent: {why}")
-            if why.refused:  # what its refusal would have re-checked, the shorter refusal re-checks
-                on_event(Observed(result.check, step.boundary, step.tenant, counterpart(exchange, step)))
+            unsent(result, on_event, exchange, step, 1,
+                   f"{step.id} ({step.boundary}, {step.length:,} tokens) not sent: {why}", why)
             continue
         built = await ctx.planter.prompt(step, instruction(step, ctx.wiring.languages), route, plan, page=page,
                                          cue=cue, lead=cue)
-        await _sent(ctx, exchange, [(step, built)], result, on_event, counted)
+        await _sent(ctx, exchange, [(step, built)], route, result, on_event, counted)
 
 
-async def _sent(ctx: TargetContext, exchange: Exchange, sends: list[tuple[Step, BuiltPrompt]], result: CheckResult,
-                on_event: Listener, counted: CounterEvidence) -> None:
-    """`sends` sent (together where the exchange is concurrent), the engine's counters read around them, each
-    answer judged and recorded."""
-    route = await ctx.route()
+async def _sent(ctx: TargetContext, exchange: Exchange, sends: list[tuple[Step, BuiltPrompt]], route: Route,
+                result: CheckResult, on_event: Listener, counted: CounterEvidence) -> None:
+    """`sends` sent on the route they were built for (together where the exchange is concurrent), the engine's
+    counters read around them, each answer judged and recorded."""
     async with window(ctx.telemetry, len(sends)) as engine:
         if exchange.concurrent and len(sends) > 1:
             sent = list(await asyncio.gather(*(ctx.send(step, built, route) for step, built in sends)))
@@ -153,6 +149,16 @@ def decided(steps: list[StepResult], then: Step) -> Decided | None:
         return Decided(True, f"{refused[0].boundary} ({refused[0].length:,} tokens) was refused, as is every longer "
                              "prompt")
     return None
+
+
+def unsent(result: CheckResult, on_event: Listener, exchange: Exchange, step: Step, requests: int, note: str,
+           why: Decided) -> None:
+    """A probe (and the `requests` it stands for) not sent because the evidence decided it: out of what coverage
+    counts, said in the notes; where a probe as long was refused, what its refusal would re-check, that one does."""
+    result.planned -= requests
+    result.notes.append(note)
+    if why.refused:
+        on_event(Observed(result.check, step.boundary, step.tenant, counterpart(exchange, step)))
 
 
 def counterpart(exchange: Exchange, step: Step) -> tuple[str, ...]:
