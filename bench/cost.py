@@ -72,7 +72,8 @@ def plans() -> dict[str, Any]:
 
 def day() -> dict[str, Any]:
     """What a daemon at the default schedules and budget projects for one target a day, from the same plans its
-    preflight makes (prober/daemon/spending.py), for each capacity of bench/planning.py."""
+    preflight makes (prober/daemon/spending.py) and at the intervals they pace its jobs to (`daemon.job_share`),
+    for each capacity of bench/planning.py."""
     config = default_config()
     timetable = Timetable(config.daemon, REGISTRY)
     doc: dict[str, Any] = {}
@@ -80,13 +81,14 @@ def day() -> dict[str, Any]:
         for label, capacity in CAPACITIES.items():
             run = run_for(context, config, capacity)
             spending = Spending(CollectorRegistry())
-            for job in timetable.jobs:
-                spending.schedule("t", job, timetable.interval(job), config.daemon.tokens_per_day)
             plans = {job: REGISTRY.get(job).planned(run).tokens for job in timetable.jobs if job != PREFLIGHT}
+            every = {job: timetable.interval(job, plans.get(job, 0)) for job in timetable.jobs}  # paced
+            for job in timetable.jobs:
+                spending.schedule("t", job, every[job], config.daemon.tokens_per_day)
             projection = spending.plans("t", plans)
             assert projection is not None
             doc[label] = {"day": projection.tokens, "budget": projection.budget, "by_job": dict(projection.by_job),
-                          "log": None if projection.fits else projection.describe()}
+                          "every": every, "log": None if projection.fits else projection.describe()}
     return doc
 
 

@@ -79,7 +79,7 @@ def daily_tokens() -> None:
     config = default_config()
     timetable = Timetable(config.daemon, REGISTRY)
     jobs = [job for job in timetable.jobs if job != PREFLIGHT]
-    print(f"\nruns a day at the default schedules: "
+    print(f"\nruns a day at the default schedules (before a large plan paces them): "
           f"{', '.join(f'{j} {DAY / timetable.interval(j):g}' for j in jobs)}")
     print(f"{'capacity':<42} {'path':>5} " + " ".join(f"{j:>12}" for j in jobs) + f" {'a day':>14}")
     with planning(config) as context:
@@ -89,7 +89,8 @@ def daily_tokens() -> None:
                 day = {}
                 for job in jobs:
                     planned = REGISTRY.get(job).planned(run)
-                    day[job] = (planned.tokens + overhead * planned.requests) * DAY / timetable.interval(job)
+                    every = timetable.interval(job, planned.tokens)  # paced as the daemon paces it
+                    day[job] = (planned.tokens + overhead * planned.requests) * DAY / every
                 print(f"{label:<42} {overhead:>5} " + " ".join(f"{day[j]:>12,.0f}" for j in jobs)
                       + f" {sum(day.values()):>14,.0f}")
     print(f"(the daemon's default budget: {config.daemon.tokens_per_day:,} a day per target; a job over it is "

@@ -135,6 +135,28 @@ def test_budget_skips_the_campaign_keeps_sentinels_and_survives_a_restart(testbe
         assert again.stop() == 0
 
 
+def test_a_campaign_over_its_share_of_the_budget_is_paced_not_skipped(testbed: StartTestbed, tmp_path: Path) -> None:
+    """The campaign on its default schedule, a budget whose tenth it outgrows: it runs once, then once in the
+    interval its plan fits a tenth of the day in, and the day projected is that tenth."""
+    server = testbed("fixed", **SMALL)
+    others = {check.name: "off" for check in REGISTRY if check.name != "campaign"}
+    config = daemon_config(server.url, tmp_path / "l.sqlite", tokens_per_day=400_000, job_share=0.1,
+                           schedule={**others, "preflight": "2s"})
+    with DaemonProcess(config, tmp_path) as daemon:
+        daemon.wait_for(lambda: succeeded(daemon, "campaign"), 60, "the first campaign")
+        planned = daemon.sample("leakprobe_job_planned_tokens", job="campaign")
+        paced = planned * 86_400 / 40_000
+        assert planned > 40_000 * 21_600 / 86_400  # over its tenth at 6 h, so paced
+        assert daemon.sample("leakprobe_job_interval_seconds", job="campaign") == pytest.approx(paced)
+        assert daemon.sample("leakprobe_token_budget_projected_tokens") == pytest.approx(40_000, abs=1)
+        assert "campaign testbed: every " in daemon.log() and "(was 6.0 h)" in daemon.log()
+        job = daemon.get("/status").json()["targets"][0]["jobs"]["campaign"]
+        assert job["next_run"] - job["last_run"] >= paced * 0.99  # its next run a paced interval on
+        assert daemon.sample("leakprobe_job_runs_total", job="campaign") == 1
+        assert daemon.sample("leakprobe_job_skips_total", job="campaign", reason="budget") == 0
+        assert daemon.stop() == 0
+
+
 def test_reload_applies_a_valid_config_and_refuses_an_invalid_one(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("fixed", **SMALL)
     config = daemon_config(server.url, tmp_path / "l.sqlite", http_reload=True)

@@ -1,10 +1,14 @@
-"""The day a schedule projects from its jobs' last plans, against the budget (pure arithmetic over a registry)."""
+"""The day a schedule projects from its jobs' last plans, against the budget, and the pace a large plan sets (pure
+arithmetic over a registry)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from prober.checks import REGISTRY
+from prober.config.sections import DaemonSettings
+from prober.daemon.schedule import Timetable
 from prober.daemon.spending import Spending
 
 pytestmark = pytest.mark.unit
@@ -26,3 +30,14 @@ def test_each_plan_times_its_runs_a_day_against_the_budget() -> None:
     assert registry.get_sample_value("leakprobe_job_planned_tokens", {"target": "t", "job": "campaign"}) == 5_000_000
     spending.forget("t")
     assert spending.plans("t", {"campaign": 1}) is None
+
+
+def test_a_default_scheduled_job_is_paced_to_its_share_and_a_named_one_is_kept() -> None:
+    daemon = DaemonSettings(tokens_per_day=50_000_000, job_share=0.3, schedule={"timing": 3_600.0})
+    timetable = Timetable(daemon, REGISTRY)
+    assert timetable.interval("campaign") == 21_600.0  # no plan yet: its default
+    assert timetable.interval("campaign", 350_316) == 21_600.0  # 1.4 M a day: well inside 15 M
+    incident = timetable.interval("campaign", 10_955_403)  # the incident's sizes: 43.8 M a day at 6 h
+    assert incident == pytest.approx(10_955_403 * 86_400 / 15_000_000) and 17 * 3_600 < incident < 18 * 3_600
+    assert timetable.interval("timing", 100_000_000) == 3_600.0  # named: the operator's interval stands
+    assert timetable.jitter("campaign", incident) == pytest.approx(incident / 10)

@@ -310,6 +310,10 @@ class DaemonSettings(Strict):
     in step; `off` (or 0): none; a job not named gets a tenth of its interval."""
     tokens_per_day: int = Field(default=50_000_000, gt=0)
     """Prompt tokens per target per UTC day, all replicas together."""
+    job_share: float = Field(default=0.3, gt=0, le=1)
+    """The most of `tokens_per_day` one job on its default schedule plans a day: where a job's plan at the
+    target's capacity would take more (a boundary campaign on a million-token engine), it runs less often, paced to
+    its share, instead of being skipped for budget.  An interval `daemon.schedule` names is kept as it is."""
     sentinel: SentinelSettings = Field(default_factory=SentinelSettings)
     """The sentinel job's prompts."""
     incident_hold: Duration = 3_600.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,8 @@ from prober.ledger import Ledger
 
 log = logging.getLogger("leakprobe.daemon")
 Clock = Callable[[], float]
+# A run's plans (prompt tokens by job), with the job and the start of the run that made them: they may pace a job.
+OnPlans = Callable[[str, str, float, Mapping[str, int]], None]
 
 
 @dataclass
@@ -36,11 +38,13 @@ class JobStatus:
 
 
 class JobRecords:
-    def __init__(self, ledger: Ledger, metrics: Metrics, clock: Clock, on_ledger_error: Callable[[str], None]) -> None:
+    def __init__(self, ledger: Ledger, metrics: Metrics, clock: Clock, on_ledger_error: Callable[[str], None],
+                 on_plans: OnPlans) -> None:
         self.ledger = ledger
         self.metrics = metrics
         self.clock = clock
         self.on_ledger_error = on_ledger_error
+        self.on_plans = on_plans
         self._over: dict[str, int] = {}  # by target: the projected day last warned of as over its budget
         self.by_target: dict[str, dict[str, JobStatus]] = {}
 
@@ -76,6 +80,7 @@ class JobRecords:
         if outcome.tokens:
             self.metrics.spending.sent.labels(target, job).inc(outcome.tokens)
         if outcome.plans:
+            self.on_plans(target, job, started, outcome.plans)
             self._projected(target, outcome.plans)
         if outcome.skip is not None:
             self.skipped(target, job, outcome.skip, outcome.message)
@@ -102,7 +107,7 @@ class JobRecords:
             self.on_ledger_error(outcome.message)
         log.warning("%s %s: failed (%s): %s", job, target, outcome.failure, outcome.message)
 
-    def _projected(self, target: str, plans: dict[str, int]) -> None:
+    def _projected(self, target: str, plans: Mapping[str, int]) -> None:
         """The day anew from a run's plans; a warning when it is over the budget (again only when it changes)."""
         projection = self.metrics.spending.plans(target, plans)
         if projection is None or projection.fits:

@@ -19,6 +19,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prober.checks import Registry
 from prober.config.sections import DaemonSettings
 from prober.daemon.outcomes import Skip
+from prober.daemon.spending import DAY_S
 from prober.domain.errors import ConfigError
 from prober.ledger import JobLock, Ledger
 
@@ -56,13 +57,20 @@ class Timetable:
         self._every = {job: seconds for job, seconds in every.items() if seconds is not None}
         self.jobs = list(self._every)  # those that run, in the registry's order
         self.hold = daemon.incident_hold
-        self._jitter = {job: daemon.jitter.get(job, seconds / 10) for job, seconds in self._every.items()}
+        self._named = set(daemon.schedule)
+        self._jitter = dict(daemon.jitter)
+        self._share = daemon.job_share * daemon.tokens_per_day  # tokens a day one default-scheduled job may plan
 
-    def interval(self, job: str) -> float:
-        return self._every[job]
+    def interval(self, job: str, planned: int = 0) -> float:
+        """How often the job runs where each run plans `planned` prompt tokens: its interval, or, on its default
+        schedule, as often as its share of the day's budget allows, if that is less often (paced, not skipped)."""
+        every = self._every[job]
+        if job in self._named or planned <= 0:
+            return every
+        return max(every, planned * DAY_S / self._share)
 
-    def jitter(self, job: str) -> float:
-        return self._jitter[job]
+    def jitter(self, job: str, interval: float) -> float:
+        return self._jitter.get(job, interval / 10)
 
     def recheck_warnings(self) -> list[str]:
         """Jobs that cannot re-check what they found within the hold: their incidents stay open (and page) until
@@ -71,7 +79,7 @@ class Timetable:
         for job in self.jobs:
             if job == PREFLIGHT:
                 continue  # finds nothing
-            every = self._every[job] + self._jitter[job]
+            every = self._every[job] + self.jitter(job, self._every[job])
             if every > self.hold:
                 warnings.append(f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold "
                                 f"({self.hold:g} s): an incident a {job} finds stays open until the next {job} "
@@ -95,10 +103,10 @@ class JobScheduler:
         self._scheduler.add_job(task, IntervalTrigger(seconds=seconds), id=f"daemon:{name}", max_instances=1,
                                 coalesce=True)
 
-    def schedule(self, target: str, job: str, timetable: Timetable, first: float) -> None:
-        interval = timetable.interval(job)
+    def schedule(self, target: str, job: str, interval: float, jitter: float, first: float) -> None:
+        """The job's runs from `first` on (again: its runs from now on, at the new interval)."""
         self._scheduler.add_job(
-            self._run_job, IntervalTrigger(seconds=interval, jitter=timetable.jitter(job)), args=[target, job],
+            self._run_job, IntervalTrigger(seconds=interval, jitter=jitter), args=[target, job],
             id=_job_id(target, job), name=f"{job} {target}", max_instances=1, coalesce=True,
             misfire_grace_time=max(1, int(interval / 2)), replace_existing=True,
             next_run_time=datetime.fromtimestamp(first, tz=UTC))

@@ -34,9 +34,10 @@ from prober.daemon.http import Access
 from prober.daemon.jobs import TargetSession
 from prober.daemon.ledger_health import LedgerHealth
 from prober.daemon.metrics import Metrics
+from prober.daemon.pacing import Pacing
 from prober.daemon.probe import OnDemand, ProbeAnswer, Refused
 from prober.daemon.records import Clock, JobRecords
-from prober.daemon.schedule import JobScheduler, first_run
+from prober.daemon.schedule import JobScheduler
 from prober.daemon.settings import Settings, load_settings
 from prober.daemon.status import redact, status_document
 from prober.daemon.turns import InFlight, Turns
@@ -50,7 +51,6 @@ from prober.system.malloc import cap_arenas
 from prober.text.scrub import ScrubbingFilter
 
 log = logging.getLogger("leakprobe.daemon")
-
 
 
 def open_daemon(path: Path | None, flags: dict[str, Any], registry: CollectorRegistry | None = None) -> Daemon:
@@ -79,7 +79,8 @@ class Daemon:
         self.metrics = Metrics(registry, settings.checks)
         self.exposition = CachedExposition(registry)
         self.health = LedgerHealth(ledger, self.metrics)
-        self.records = JobRecords(ledger, self.metrics, clock, self.health.failed)
+        self.pacing = Pacing(self.metrics, clock, lambda target, job: self.records.of(target, job))
+        self.records = JobRecords(ledger, self.metrics, clock, self.health.failed, self.pacing.paced)
         self.housekeeper = Housekeeper(self.health, self.metrics, clock)
         self.turns = Turns(ledger, self.health, self.records, self.metrics, self.housekeeper, clock)
         self.log_filter = ScrubbingFilter(settings.scrubber)
@@ -172,16 +173,14 @@ class Daemon:
                            bugs=settings.checks)
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
+        self.pacing.use(settings, self.scheduler)
         for target in config.targets:
             self.sessions[target.name] = TargetSession(target, settings, wiring, budget=budget,
                                                        on_exchange=partial(self.metrics.exchanged, target.name))
             for job in settings.timetable.jobs:
-                last_run = await self.records.restore(target.name, job, self.started)
-                interval = settings.timetable.interval(job)
-                self.metrics.schedule(target.name, job, interval, config.daemon.tokens_per_day, tenants)
-                self.scheduler.schedule(target.name, job, settings.timetable,
-                                        first_run(job, interval, last_run, self.clock()))
+                self.pacing.schedule(target.name, job, await self.records.restore(target.name, job, self.started))
         self.records.keep_only(set(self.sessions))
+        self.pacing.keep_only(set(self.sessions), settings.timetable.jobs)
         self.scheduler.keep_only(set(self.sessions), settings.timetable.jobs)
         for session in old.values():
             await session.retire()
@@ -196,7 +195,7 @@ class Daemon:
             try:
                 session = self.sessions.get(target)
                 if session is not None and not self.stopping.is_set():
-                    await self.turns.run(session, job, self.config.daemon, self.settings.timetable.interval(job))
+                    await self.turns.run(session, job, self.config.daemon, self.pacing.interval(target, job))
             except asyncio.CancelledError:
                 log.info("%s %s: cancelled at shutdown", job, target)
             finally:
