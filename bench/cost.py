@@ -34,21 +34,12 @@ from prober.daemon.spending import Spending
 from prober.domain.types import FindingKind
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
-from prober.probing.plan import Planned
 from prober.targets.credentials import Secret
 from prober.testbed import TestbedServer, build_config
 from tests.support.testbed import DEPLOYMENT_KEY, bug_engine
 
 KEYS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
 MODES = {"thorough": True, "spare": False}
-
-
-def served(planned: Planned) -> int:
-    """Prompt tokens a correct engine prefills: a plan's steps it must serve; a check without a plan sends only
-    prompts that fit, so all of them."""
-    if planned.plan is None:
-        return planned.tokens
-    return sum(s.length for e in planned.plan.exchanges for s in e.steps if s.expect_served)
 
 
 def plans() -> dict[str, Any]:
@@ -63,7 +54,7 @@ def plans() -> dict[str, Any]:
                 rows = {}
                 for check in checks:
                     planned = check.planned(run)
-                    rows[check.name] = {"sent": planned.tokens, "served": served(planned),
+                    rows[check.name] = {"sent": planned.tokens, "served": planned.served,
                                         "requests": planned.requests}
                 rows["audit"] = {k: sum(r[k] for r in rows.values()) for k in ("sent", "served", "requests")}
                 doc.setdefault(label, {})[mode] = rows

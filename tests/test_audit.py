@@ -181,6 +181,24 @@ def test_dry_run_sends_no_prompt(testbed: StartTestbed, tmp_path: Path) -> None:
     assert not re.search(r'route="(chat|completions)"', scrape)
 
 
+def test_dry_run_prices_each_check_from_what_a_correct_engine_serves(testbed: StartTestbed, tmp_path: Path) -> None:
+    server = testbed("incident", **SMALL)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"ledger: {tmp_path / 'l.sqlite'}\ntargets:\n  - name: shop\n    url: {server.url}/v1\n"
+                      "    price_per_mtok: 2.5\n")
+    text = cli("--config", str(config), *TENANTS, "--dry-run")
+    assert text.exit_code == 0, text.output
+    assert "shop: cost per check at 2.5 per million served prompt tokens" in text.stdout
+    doc = json.loads(cli("--config", str(config), *TENANTS, "--dry-run", "-f", "json").stdout)
+    target = doc["targets"][0]
+    assert target["price_per_mtok"] == 2.5
+    campaign, shapes = target["planned"]["campaign"], target["planned"]["shapes"]
+    assert 0 < campaign["served"] < campaign["tokens"]  # the probes over the limit are refused before prefill
+    assert campaign["price"] == pytest.approx(campaign["served"] * 2.5 / 1e6, abs=1e-4)
+    assert shapes["served"] == shapes["tokens"] > 0  # every prompt fits
+    assert server.engine.paging.prefill_pool.usage().tokens_used == 0
+
+
 def test_errors_exit_2_with_one_line(testbed: StartTestbed, tmp_path: Path) -> None:
     server = testbed("incident", **SMALL)
     url = server.url + "/v1"

@@ -142,7 +142,7 @@ def test_a_registered_check_is_planned_budgeted_run_and_reported(testbed: StartT
     dry, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", twice={"answer_tokens": 48}), dry_run=True)
     (target,) = dry["targets"]  # type: ignore[attr-defined]
     assert target["planned"]["twice"] == {"tokens": 4 * TOKENS, "requests": 4, "seconds": 19.6,  # its own setting
-                                          "moot": None}
+                                          "moot": None, "served": 384, "price": None}
     total = sum(p["tokens"] for p in target["planned"].values())
     over, _ = audit(audit_config(server.url, tmp_path / "l.sqlite", token_budget=total - 1))
     (target,) = over["targets"]  # type: ignore[attr-defined]

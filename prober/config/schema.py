@@ -132,6 +132,10 @@ class TargetConfig(Strict):
     `completions-ask`, `completions-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short prompt of its
     own canaries in a shape until one brings them back; that shape carries every request after it.  Empty: the
     target's own route asking, then a cue on the completions route, then a cue on its own route."""
+    price_per_mtok: float | None = Field(default=None, ge=0)
+    """What the target bills per million prompt tokens, in any currency: plans and reports estimate each check's
+    price from the tokens a correct engine serves (it refuses an over-limit prompt before prefill, usually unbilled);
+    unset: no estimate."""
     cache_salt: Literal["none", "per-tenant"] = "none"
     """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
     salting gateway would add; the tenants then count as cache-salted."""

@@ -64,7 +64,8 @@ class Auditor:
         deadline = self.config.audit.deadline
         with run_deadline(deadline, "the audit's deadline"):
             for target_config in self.config.targets:
-                report = TargetReport(target_config.name, target_config.url)
+                report = TargetReport(target_config.name, target_config.url,
+                                      price_per_mtok=target_config.price_per_mtok)
                 result.targets.append(report)
                 if deadline_passed():
                     report.errors.append(f"not probed: the audit's deadline of {deadline:g} s passed")

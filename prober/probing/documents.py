@@ -38,10 +38,12 @@ class PlanDoc(TypedDict):
 
 
 class PlannedDoc(TypedDict):
-    tokens: int
+    tokens: int  # prompt tokens sent
+    served: int  # of those, what a correct engine prefills (it refuses the rest before prefill)
     requests: int
     seconds: float
     moot: str | None
+    price: float | None  # the served tokens at the target's price_per_mtok (None: no price given)
 
 
 class TrialDoc(TypedDict):

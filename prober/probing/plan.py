@@ -227,6 +227,16 @@ class Planned:
     def unplanned_because(cls, why: str) -> Planned:
         return cls(0, 0, 0.0, unplanned=why)
 
-    def to_json(self) -> PlannedDoc:
-        return {"tokens": self.tokens, "requests": self.requests, "seconds": round(self.seconds, 1),
-                "moot": self.moot}
+    @property
+    def served(self) -> int:
+        """Prompt tokens a correct engine prefills (computes, and usually bills): a plan's steps it must serve (it
+        refuses the rest before prefill); a check without a plan sends only prompts that fit, so all of them."""
+        if self.plan is None:
+            return self.tokens
+        return sum(s.length for e in self.plan.exchanges for s in e.steps if s.expect_served)
+
+    def to_json(self, price_per_mtok: float | None = None) -> PlannedDoc:
+        """`price`: the served tokens at the target's price per million prompt tokens, where it has one."""
+        return {"tokens": self.tokens, "served": self.served, "requests": self.requests,
+                "seconds": round(self.seconds, 1), "moot": self.moot,
+                "price": None if price_per_mtok is None else round(self.served * price_per_mtok / 1e6, 4)}

@@ -1,5 +1,4 @@
-"""What running checks produced: per request, per check, per target, per audit.  Reports, metrics and progress are
-views of these."""
+"""What running checks produced, per request, check, target and audit: reports, metrics and progress view it."""
 
 from __future__ import annotations
 
@@ -251,6 +250,7 @@ class TargetReport:
     paths: list[PathOverhead] = field(default_factory=list)  # what the path to the engine adds, per route used
     errors: list[str] = field(default_factory=list)
     complete: bool = False
+    price_per_mtok: float | None = None  # what the target bills per million prompt tokens, where the config says
 
     def result(self, check: str) -> CheckResult | None:
         """What the named check returned, where it ran."""

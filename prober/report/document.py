@@ -76,6 +76,7 @@ class TargetDoc(TypedDict):
     cache_map: list[CacheLayerDoc]  # each cache layer tested, per route: shared, per tenant, none seen, undecided
     skipped: dict[str, str]  # exchanges that could not be built behind the path, and why
     notes: list[str]  # what the run set aside, and why
+    price_per_mtok: float | None  # the target's, from the config: what `planned`'s prices are at
     planned: dict[str, PlannedDoc]  # by check, what it was to send: tokens, requests, seconds, or why it was moot
     checks: list[CheckDoc]  # each check that ran: requests, tokens, findings, sight, errors, its summary
     shape: ShapeDoc | None
@@ -220,7 +221,8 @@ def target_json(report: TargetReport) -> TargetDoc:
             "paths": [p.to_json() for p in report.paths],
             "cache_map": [layer.to_json() for r in report.results for layer in r.layers], "skipped": report.skipped,
             "notes": report.notes,
-            "planned": {name: p.to_json() for name, p in report.planned.items()},
+            "price_per_mtok": report.price_per_mtok,
+            "planned": {name: p.to_json(report.price_per_mtok) for name, p in report.planned.items()},
             "checks": [r.to_json() for r in report.results],
             "shape": report.shape.to_json() if report.shape else None,
             "plan": report.plan.to_json() if report.plan else None,

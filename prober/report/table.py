@@ -52,6 +52,8 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
     if probes:
         parts.append(term.table(["probe", "tenant", "boundary", "tokens", "expect", "outcome", "status", "stream",
                                  "findings"], probes, f"{t['name']}: outcome at each boundary"))
+    if doc["dry_run"] and t["planned"]:
+        parts.append(_costs(t, term))
     if doc["dry_run"] and t["plan"]:
         plan = [[e["id"], e["victim"], e["observer"], e["boundary"], f"{e['prime_tokens']:,}", f"{e['probe_tokens']:,}",
                  e["ask"], e["expect"], "yes" if e["stream"] else "no", "yes" if e["concurrent"] else "no"]
@@ -74,6 +76,23 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
             parts.append("    " + " ".join(str(x) for x in fields if x) + "\n")
     parts += [f"  error: {e}\n" for e in t["errors"]]
     return "".join(parts)
+
+
+def _costs(t: TargetDoc, term: Terminal) -> str:
+    """What each check plans to send the target, and what of it a correct engine serves (and, at the target's
+    price, what that costs)."""
+    price = t["price_per_mtok"]
+    planned = t["planned"]
+    rows = [[name, f"{p['tokens']:,}", f"{p['served']:,}", f"{p['requests']:,}", f"{p['seconds']:,}",
+             *([f"{p['price'] or 0:,.2f}"] if price is not None else []), "not run (moot)" if p["moot"] else ""]
+            for name, p in planned.items()]
+    total = {k: sum(p[k] for p in planned.values()) for k in ("tokens", "served", "requests")}
+    rows.append(["all", f"{total['tokens']:,}", f"{total['served']:,}", f"{total['requests']:,}",
+                 f"{sum(p['seconds'] for p in planned.values()):,.1f}",
+                 *([f"{sum(p['price'] or 0 for p in planned.values()):,.2f}"] if price is not None else []), ""])
+    header = ["check", "tokens sent", "served", "requests", "seconds", *(["price"] if price is not None else []), ""]
+    at = f" at {price:g} per million served prompt tokens" if price is not None else ""
+    return term.table(header, rows, f"{t['name']}: cost per check{at}")
 
 
 def _clock(at: float) -> str:
