@@ -153,6 +153,9 @@ def test_a_campaign_over_its_share_of_the_budget_is_paced_not_skipped(testbed: S
         job = daemon.get("/status").json()["targets"][0]["jobs"]["campaign"]
         assert job["next_run"] - job["last_run"] >= paced * 0.99  # its next run a paced interval on
         assert daemon.sample("leakprobe_job_runs_total", job="campaign") == 1
+        # Handed over when due: the scheduler's lag, its jitter aside, is well under a second on an idle daemon.
+        assert daemon.sample("leakprobe_job_start_lag_seconds_count", job="campaign") == 1
+        assert daemon.sample("leakprobe_job_start_lag_seconds_sum", job="campaign") < 1
         assert daemon.sample("leakprobe_job_skips_total", job="campaign", reason="budget") == 0
         assert daemon.stop() == 0
 

@@ -30,6 +30,7 @@ from prober.targets.result import Cut, ErrorKind
 from prober.targets.transport import HTTPExchange
 
 # Wide enough for a 1M-token prefill on real hardware (minutes) and a cached 100-token answer (ms).
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # What a request can fail with (a refusal is the engine's verdict, not an error).
 REQUEST_ERRORS = tuple(kind for kind in ErrorKind if kind is not ErrorKind.REFUSED)
@@ -160,6 +161,7 @@ class Metrics:
     def schedule(self, target: str, job: str, interval: float, budget: int, tenants: Sequence[str]) -> None:
         """Series known in advance start at 0, so `increase()` and the rules see the first event."""
         self.interval.labels(target, job).set(interval)
+        self.process.start_lag.labels(job)
         self.budget.labels(target).set(budget)
         self.spending.schedule(target, job, interval, budget)
         self.runs.labels(target, job)
@@ -216,6 +218,10 @@ class ProcessMetrics:
                                     ["endpoint", "status"], registry=registry)
         for endpoint, status in (("status", "401"), ("reload", "401"), ("reload", "403")):
             self.http_refused.labels(endpoint, status)
+        self.start_lag = Histogram("leakprobe_job_start_lag_seconds", "How late each run was handed to the daemon "
+                                   "after it was due (its jitter included in when it was due): a blocked event "
+                                   "loop, or more jobs than the process keeps up with.", ["job"],
+                                   buckets=LAG_BUCKETS, registry=registry)
         build = Gauge("leakprobe_build_info", "Always 1; labels say what runs.", ["version", "python"],
                       registry=registry)
         build.labels(__version__, platform.python_version()).set(1)

@@ -12,7 +12,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    EVENT_JOB_SUBMITTED,
+    JobEvent,
+    JobSubmissionEvent,
+)
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -25,6 +31,7 @@ from prober.ledger import JobLock, Ledger
 
 RunJob = Callable[[str, str], Awaitable[None]]
 OnMissed = Callable[[str, str, Skip], None]
+OnLate = Callable[[str, float], None]  # a job, and how many seconds after it was due its run was handed over
 
 PREFLIGHT = "preflight"  # the daemon's own job: it surveys each target and sends no generation request (no check)
 PREFLIGHT_EVERY = 300.0
@@ -88,11 +95,14 @@ class Timetable:
 
 
 class JobScheduler:
-    def __init__(self, loop: asyncio.AbstractEventLoop, run_job: RunJob, on_missed: OnMissed) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, run_job: RunJob, on_missed: OnMissed,
+                 on_late: OnLate) -> None:
         self._scheduler = AsyncIOScheduler(event_loop=loop, timezone=UTC)
         self._run_job = run_job
         self._on_missed = on_missed
+        self._on_late = on_late
         self._scheduler.add_listener(self._missed, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+        self._scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
 
     @property
     def running(self) -> bool:
@@ -128,6 +138,12 @@ class JobScheduler:
     def shutdown(self) -> None:
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
+
+    def _submitted(self, event: JobSubmissionEvent) -> None:
+        """A target's job handed to the loop: how late, after the (jittered) time it was due."""
+        _, sep, job = event.job_id.partition("/")
+        if sep and event.scheduled_run_times:
+            self._on_late(job, max(0.0, (datetime.now(UTC) - event.scheduled_run_times[-1]).total_seconds()))
 
     def _missed(self, event: JobEvent) -> None:
         """APScheduler skipped a run: the previous one was still going (busy) or the slot was missed."""

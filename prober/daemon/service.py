@@ -111,7 +111,8 @@ class Daemon:
         self.scanner = scanner = await ledger_scanner(self.minter, [t.name for t in self.config.tenants])
         self.metrics.process.canaries.set_function(lambda: scanner.canaries)  # as it stands at each scrape
         await self.housekeep()  # incidents restored before the first scrape can be answered
-        self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed)
+        self.scheduler = JobScheduler(asyncio.get_running_loop(), self.run_job, self.metrics.missed,
+                                      lambda job, late: self.metrics.process.start_lag.labels(job).observe(late))
         self.scheduler.every("housekeeping", housekeeping.EVERY_S, self.housekeep)
         self.scheduler.every("canaries", housekeeping.CANARY_REFRESH_S,
                              partial(self.housekeeper.refresh_canaries, scanner))
