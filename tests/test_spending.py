@@ -9,27 +9,26 @@ from prometheus_client import CollectorRegistry
 from prober.checks import REGISTRY
 from prober.config.sections import DaemonSettings
 from prober.daemon.schedule import Timetable
-from prober.daemon.spending import Spending
+from prober.daemon.spending import Projection, Spending
 
 pytestmark = pytest.mark.unit
 
 
 def test_each_plan_times_its_runs_a_day_against_the_budget() -> None:
-    registry = CollectorRegistry()
-    spending = Spending(registry)
-    spending.schedule("t", "sentinel", 60.0, 20_000_000)
-    spending.schedule("t", "campaign", 21_600.0, 20_000_000)
-    assert spending.plans("t", {"unscheduled": 5}) is None  # a job off the schedule counts nothing
-    fits = spending.plans("t", {"sentinel": 1_024})
+    intervals = {"sentinel": 60.0, "campaign": 21_600.0}
+    assert Projection.of("t", 20_000_000, {"unscheduled": 5}, intervals) is None  # off the schedule: nothing
+    fits = Projection.of("t", 20_000_000, {"sentinel": 1_024}, intervals)
     assert fits is not None and fits.fits and fits.tokens == 1_024 * 1_440
-    over = spending.plans("t", {"campaign": 5_000_000})
+    plans = {"sentinel": 1_024, "campaign": 5_000_000, "unscheduled": 5}
+    over = Projection.of("t", 20_000_000, plans, intervals)
     assert over is not None and not over.fits and over.by_job == {"sentinel": 1_474_560, "campaign": 20_000_000}
     assert over.describe().startswith("t: the schedule plans 21,474,560 prompt tokens a day (campaign 20,000,000, "
                                       "sentinel 1,474,560), over daemon.tokens_per_day (20,000,000)")
+    registry = CollectorRegistry()
+    Spending(registry).show(over, plans)
     assert registry.get_sample_value("leakprobe_token_budget_projected_tokens", {"target": "t"}) == 21_474_560
     assert registry.get_sample_value("leakprobe_job_planned_tokens", {"target": "t", "job": "campaign"}) == 5_000_000
-    spending.forget("t")
-    assert spending.plans("t", {"campaign": 1}) is None
+    assert registry.get_sample_value("leakprobe_job_planned_tokens", {"target": "t", "job": "unscheduled"}) is None
 
 
 def test_a_default_scheduled_job_is_paced_to_its_share_and_a_named_one_is_kept() -> None:

@@ -163,7 +163,7 @@ class Metrics:
         self.interval.labels(target, job).set(interval)
         self.process.start_lag.labels(job)
         self.budget.labels(target).set(budget)
-        self.spending.schedule(target, job, interval, budget)
+        self.spending.sent.labels(target, job)
         self.runs.labels(target, job)
         for failure in Failure:
             self.failures.labels(target, job, failure)
@@ -187,7 +187,6 @@ class Metrics:
         for target in set(targets):
             for metric in self._per_target:
                 metric.remove_by_labels({"target": target})
-            self.spending.forget(target)
 
     def set_incidents(self, incidents: Sequence[Incident], hold: float, notice: float) -> None:
         self.incidents.replace(incidents, hold, notice)

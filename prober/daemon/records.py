@@ -19,7 +19,8 @@ from prober.ledger import Ledger
 
 log = logging.getLogger("leakprobe.daemon")
 Clock = Callable[[], float]
-# A run's plans (prompt tokens by job), with the job and the start of the run that made them: they may pace a job.
+# A run's plans (prompt tokens by job), with the job and the start of the run that made them: they may pace a job
+# and change the day projected.
 OnPlans = Callable[[str, str, float, Mapping[str, int]], None]
 
 
@@ -45,7 +46,6 @@ class JobRecords:
         self.clock = clock
         self.on_ledger_error = on_ledger_error
         self.on_plans = on_plans
-        self._over: dict[str, int] = {}  # by target: the projected day last warned of as over its budget
         self.by_target: dict[str, dict[str, JobStatus]] = {}
 
     def of(self, target: str, job: str) -> JobStatus | None:
@@ -81,7 +81,6 @@ class JobRecords:
             self.metrics.spending.sent.labels(target, job).inc(outcome.tokens)
         if outcome.plans:
             self.on_plans(target, job, started, outcome.plans)
-            self._projected(target, outcome.plans)
         if outcome.skip is not None:
             self.skipped(target, job, outcome.skip, outcome.message)
             return
@@ -106,15 +105,6 @@ class JobRecords:
         if outcome.failure is Failure.LEDGER:
             self.on_ledger_error(outcome.message)
         log.warning("%s %s: failed (%s): %s", job, target, outcome.failure, outcome.message)
-
-    def _projected(self, target: str, plans: Mapping[str, int]) -> None:
-        """The day anew from a run's plans; a warning when it is over the budget (again only when it changes)."""
-        projection = self.metrics.spending.plans(target, plans)
-        if projection is None or projection.fits:
-            self._over.pop(target, None)
-        elif self._over.get(target) != projection.tokens:
-            self._over[target] = projection.tokens
-            log.warning("%s", projection.describe())
 
     async def _recall(self, key: str) -> float | None:
         value = await asyncio.to_thread(self.ledger.get_meta, key)

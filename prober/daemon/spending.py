@@ -1,6 +1,6 @@
 """What the daemon spends of each target's day: prompt tokens by job, what each job's last plan holds, and the day
-those plans add up to at the schedule, against the budget.  A schedule that cannot fit skips jobs for budget every
-day (`leakprobe_job_skips_total{reason="budget"}`); the projection says so before the day runs out."""
+those plans add up to at their intervals, against the budget.  `Pacing` keeps the plans and intervals; this module
+is the arithmetic and the series that show it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ class Projection:
     tokens: int
     budget: int
     by_job: Mapping[str, int]  # each job's plan times its runs a day
+
+    @classmethod
+    def of(cls, target: str, budget: int, plans: Mapping[str, int],
+           intervals: Mapping[str, float]) -> Projection | None:
+        """The day of the scheduled jobs that have a plan (None: none has yet)."""
+        by_job = {job: round(tokens * DAY_S / intervals[job]) for job, tokens in plans.items() if job in intervals}
+        return cls(target, sum(by_job.values()), budget, by_job) if by_job else None
 
     @property
     def fits(self) -> bool:
@@ -45,30 +52,8 @@ class Spending:
                                "leakprobe_token_budget_tokens, jobs are skipped for budget.", ["target"],
                                registry=registry)
         self.per_target = [self.sent, self.planned, self.projected]
-        self._intervals: dict[tuple[str, str], float] = {}
-        self._budgets: dict[str, int] = {}
-        self._plans: dict[tuple[str, str], int] = {}
 
-    def schedule(self, target: str, job: str, interval: float, budget: int) -> None:
-        self._intervals[(target, job)] = interval
-        self._budgets[target] = budget
-        self.sent.labels(target, job)
-
-    def plans(self, target: str, plans: Mapping[str, int]) -> Projection | None:
-        """A run's plans taken in; the target's day projected anew (None until some job of it has a plan)."""
-        for job, tokens in plans.items():
-            if (target, job) in self._intervals:
-                self._plans[(target, job)] = tokens
-                self.planned.labels(target, job).set(tokens)
-        by_job = {job: round(tokens * DAY_S / self._intervals[(t, job)])
-                  for (t, job), tokens in self._plans.items() if t == target}
-        if not by_job:
-            return None
-        projection = Projection(target, sum(by_job.values()), self._budgets[target], by_job)
-        self.projected.labels(target).set(projection.tokens)
-        return projection
-
-    def forget(self, target: str) -> None:
-        self._intervals = {k: v for k, v in self._intervals.items() if k[0] != target}
-        self._plans = {k: v for k, v in self._plans.items() if k[0] != target}
-        self._budgets.pop(target, None)
+    def show(self, projection: Projection, plans: Mapping[str, int]) -> None:
+        for job in projection.by_job:
+            self.planned.labels(projection.target, job).set(plans[job])
+        self.projected.labels(projection.target).set(projection.tokens)
