@@ -120,15 +120,30 @@ class Recent(Generic[T]):
         self._local = threading.local()
 
     def get(self, compacted: str, search: Callable[[], T]) -> T:
-        memo: dict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)
-        if memo is None:
-            memo = self._local.memo = {}
+        memo = self._memo()
         kept = memo.get(id(compacted))
         if kept is not None and kept[0] is compacted:  # the entry holds the string, so its id is not reused
             return kept[1]
         found = search()
+        self._keep(memo, compacted, found)
+        return found
+
+    def get_many(self, compacted: Sequence[str], search: Callable[[list[str]], list[T]]) -> None:
+        """The answers not kept searched at once, and kept, for `get` to find."""
+        memo = self._memo()
+        missing = [text for text in compacted if (kept := memo.get(id(text))) is None or kept[0] is not text]
+        if missing:
+            for text, found in zip(missing, search(missing), strict=True):
+                self._keep(memo, text, found)
+
+    def _memo(self) -> dict[int, tuple[str, T]]:
+        memo: dict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)
+        if memo is None:
+            memo = self._local.memo = {}
+        return memo
+
+    @staticmethod
+    def _keep(memo: dict[int, tuple[str, T]], compacted: str, found: T) -> None:
         memo[id(compacted)] = (compacted, found)
         if len(memo) > BATCH:
             del memo[next(iter(memo))]  # the oldest
-        return found
-

@@ -36,8 +36,8 @@ from collections import Counter, defaultdict
 from prober.canaries import hangul, tokens
 from prober.canaries.compact import compact, original_span
 from prober.canaries.packs import load_pack
-from prober.detect.base import CanarySet, Detector, Hit, whole_word
-from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex
+from prober.detect.base import CanarySet, Hit, whole_word
+from prober.detect.patterns import GROUP, GROUP_OF_PIECE, PatternIndex, PieceReader
 from prober.detect.values import SlotValues
 from prober.domain.errors import PackError
 from prober.domain.evidence import Fragment, FragmentKind
@@ -55,7 +55,7 @@ _NOT_NAME_PARTS = frozenset("mr mrs ms miss dr prof sir madam mister the a an in
 _NEXT_GROUP = re.compile(r"[-\u2010-\u2013][0-9A-Za-z]{4}")
 
 
-class FragmentDetector(Detector):
+class FragmentDetector(PieceReader):
     """A surviving piece of a canary: a token's probe tag or part of its body, or one full name of a fact."""
 
     name = DetectorName.FRAGMENT

@@ -22,9 +22,10 @@ from rapidfuzz import fuzz
 
 from prober.canaries import tokens
 from prober.canaries.compact import compact, original_span
-from prober.detect.base import CanarySet, Detector, Hit
+from prober.detect.bags import least_shared
+from prober.detect.base import CanarySet, Hit
 from prober.detect.grams import GramIndex
-from prober.detect.patterns import PatternIndex, is_body
+from prober.detect.patterns import PatternIndex, PieceReader, is_body
 from prober.domain.types import CanaryKind, DetectorName, Record, Severity
 
 Q = 4
@@ -32,10 +33,9 @@ MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
 TOKEN_THRESHOLD = 0.84
 FACT_THRESHOLD = 0.88
 SLOT_THRESHOLD = 0.85
-REACH = 8  # characters a model may add to a body, on each side of where its piece says the body is
 
 
-class FuzzyDetector(Detector):
+class FuzzyDetector(PieceReader):
     """Canary text with a few characters edited, found through a piece of it that is intact."""
 
     name = DetectorName.FUZZY
@@ -51,12 +51,15 @@ class FuzzyDetector(Detector):
         # A fact must share a third of its indexed grams (3 edits in 32 characters leave 17 of 29).
         self._min_shared = np.maximum(2, self._index.indexed // 3)
         self._slots = [[compact(v) for v in c.values] for c in canaries.canaries]
+        self._least = least_shared(tokens.BODY_LEN, TOKEN_THRESHOLD)
 
     def candidates(self, compacted: str) -> dict[int, tuple[int, int]]:
         """Canary number -> the stretch of the compact answer to score it on."""
         found: dict[int, tuple[int, int]] = {}
         for piece in self.patterns.pieces_in(compacted):
-            start, end = max(0, piece.body_start - REACH), piece.body_start + tokens.BODY_LEN + REACH
+            if piece.shared < self._least:
+                continue  # too few of the body's characters around it to score
+            start, end = piece.around(len(compacted))
             known = found.get(piece.canary)
             found[piece.canary] = (min(start, known[0]), max(end, known[1])) if known else (start, end)
         if len(self._facts):

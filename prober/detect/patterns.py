@@ -9,44 +9,56 @@ once per canary set and run once per answer each, whatever the number of canarie
   8-character group of a body holds one piece whole, so a group copied alone (a probe's tag, part of a body) is
   found through that piece, then confirmed on the text.
 
-An automaton of tags reads an answer at about a nanosecond a character; short pieces make a dense trie, slower
-per character (bench/detect.py), so they have an automaton of their own that only the fuzzy and fragment
-detectors pay for -- once per answer between them (`Recent`).
+An automaton of tags reads an answer at about a nanosecond a character.  Short pieces would make a dense trie,
+slow on compact English (~40 ns a character), so they are numbers in a table read a batch of answers at a time
+(pieces.py) that only the fuzzy and fragment detectors pay for -- once per batch between them (`PieceReader`).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import NamedTuple
 
 import ahocorasick_rs
+import numpy as np
 
 from prober.canaries import tokens
-from prober.detect.base import CanarySet, Recent
-from prober.domain.types import CanaryKind
+from prober.detect.bags import TokenBags
+from prober.detect.base import BATCH, CanarySet, Detector, Hit, Recent
+from prober.detect.pieces import Batch, PieceTable, in_alphabet
+from prober.domain.types import CanaryKind, Record
 
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
 GROUP = 8  # characters in a group of a token body
 GROUP_OF_PIECE = {0: 0, 2: 1, 3: 2, 5: 3}  # the group that holds each piece whole (pieces 1 and 4 straddle two)
 CONTIGUOUS, DFA = ahocorasick_rs.Implementation.ContiguousNFA, ahocorasick_rs.Implementation.DFA
 PREFIX_MARK = -2  # the canary number of the tokens' prefix in the tags' automaton
+REACH = 8  # characters a model may add to a body, on each side of where its piece says the body is
 MAX_DFA_TAGS = 50_000  # a DFA of 50,000 tags holds ~71 MiB (100,000: 136 MiB); more tags, a contiguous NFA
 
 
 class Match(NamedTuple):
-    """Canary `canary`'s pattern (or its piece `part`) at [start, end) of the compact answer."""
+    """Canary `canary`'s pattern (or its piece `part`) at [start, end) of the compact answer.  A piece says how
+    many characters its body has in common with the stretch around where it puts the body (`around`), counted
+    as multisets: no alignment there shares more (a body's length where not counted)."""
 
     canary: int
     part: int
     start: int
     end: int
+    shared: int = tokens.BODY_LEN
 
     @property
     def body_start(self) -> int:
         """Where the token body would start, for a piece of it."""
         return self.start - CUTS[self.part]
+
+    def around(self, length: int) -> tuple[int, int]:
+        """The stretch a body may take in an answer of `length`, edited, for a piece of it."""
+        start = self.start - CUTS[self.part]
+        return max(0, start - REACH), min(length, start + tokens.BODY_LEN + REACH)
 
 
 class Whole(NamedTuple):
@@ -56,23 +68,35 @@ class Whole(NamedTuple):
     after_prefixes: list[int]  # where the tokens' prefix ends: a body may start there
 
 
+class _Owners:
+    """Which (canary, part) each distinct pattern stands for (a probe's tag is in all of its tokens, a fact's text
+    may be two tenants').  Flat arrays, not a list per pattern: a million small lists cost ~150 MB, and a forked
+    scan worker's garbage collector would touch (copy) every one of them."""
+
+    def __init__(self, entries: Iterable[tuple[str, int, int]]) -> None:
+        owners: dict[str, list[tuple[int, int]]] = {}
+        for pattern, canary, part in entries:
+            owners.setdefault(pattern, []).append((canary, part))
+        self.patterns = list(owners)
+        self.first = array("i", accumulate((len(o) for o in owners.values()), initial=0))
+        self.canary = array("i", (canary for o in owners.values() for canary, _ in o))
+        self.part = array("b", (part for o in owners.values() for _, part in o))
+
+    def matches(self, pattern: int, start: int, end: int) -> Iterator[Match]:
+        for i in range(self.first[pattern], self.first[pattern + 1]):
+            yield Match(self.canary[i], self.part[i], start, end)
+
+
 class _Automaton:
-    """Distinct patterns in one automaton; each stands for every (canary, part) that has it (a probe's tag is in
-    all of its tokens, a fact's text may be two tenants').  It reads UTF-8: an answer's bytes are ready at once
-    where a str haystack is converted on each call (15% slower); UTF-8 never matches across a character, and
-    the offsets of the rare non-ASCII answer are mapped back to characters."""
+    """Distinct patterns in one automaton.  It reads UTF-8: an answer's bytes are ready at once where a str
+    haystack is converted on each call (15% slower); UTF-8 never matches across a character, and the offsets of
+    the rare non-ASCII answer are mapped back to characters."""
 
     def __init__(self, entries: Iterable[tuple[str, int, int]],
                  implementation: ahocorasick_rs.Implementation = CONTIGUOUS) -> None:
-        owners: dict[bytes, list[tuple[int, int]]] = {}
-        for pattern, canary, part in entries:
-            owners.setdefault(pattern.encode(), []).append((canary, part))
-        # Flat arrays, not a list per pattern: a million small lists cost ~150 MB, and a forked scan worker's
-        # garbage collector would touch (copy) every one of them.
-        self._first = array("i", accumulate((len(o) for o in owners.values()), initial=0))
-        self._canary = array("i", (canary for o in owners.values() for canary, _ in o))
-        self._part = array("b", (part for o in owners.values() for _, part in o))
-        self._automaton = (ahocorasick_rs.BytesAhoCorasick(list(owners), implementation=implementation) if owners
+        self._owners = _Owners(entries)
+        patterns = [p.encode() for p in self._owners.patterns]
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick(patterns, implementation=implementation) if patterns
                            else None)
 
     def find(self, text: str) -> list[Match]:
@@ -82,8 +106,50 @@ class _Automaton:
         found = self._automaton.find_matches_as_indexes(data, overlapping=True)
         if found and len(data) != len(text):
             found = [(p, len(data[:s].decode()), len(data[:e].decode())) for p, s, e in found]
-        return [Match(self._canary[i], self._part[i], start, end)
-                for pattern, start, end in found for i in range(self._first[pattern], self._first[pattern + 1])]
+        return [match for pattern, start, end in found for match in self._owners.matches(pattern, start, end)]
+
+
+class _Pieces:
+    """The pieces of token bodies: a numpy table of those in the token alphabet (pieces.py), read a batch of
+    answers at a time, each found piece's characters in common with its body counted (bags.py); and an automaton
+    of any other piece."""
+
+    def __init__(self, entries: Iterable[tuple[str, int, int]], patterns: Sequence[str]) -> None:
+        entries = list(entries)
+        self._owners = _Owners(e for e in entries if in_alphabet(e[0]))
+        self._table = PieceTable(self._owners.patterns)
+        self._bags = TokenBags(patterns)
+        self._others = _Automaton(e for e in entries if not in_alphabet(e[0]))
+
+    def find(self, texts: Sequence[str]) -> list[list[Match]]:
+        batch = Batch.of(texts)
+        found = self._table.find(batch)
+        owners = self._owners
+        first = np.frombuffer(owners.first, dtype=np.int32)[found.pattern]
+        count = np.frombuffer(owners.first, dtype=np.int32)[found.pattern + 1] - first
+        row = np.repeat(np.arange(len(count)), count)  # a piece's place in `found`, once per owner of it
+        owner = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count) + first[row]
+        canary = np.frombuffer(owners.canary, dtype=np.int32)[owner]
+        part = np.frombuffer(owners.part, dtype=np.int8)[owner]
+        answer, start, end = found.answer[row], found.start[row], found.end[row]
+        body = start - np.asarray(CUTS)[part]
+        size = np.asarray([len(d) for d in batch.data], dtype=np.int64)[answer]
+        begin = batch.starts[answer] + np.maximum(body - REACH, 0)
+        shared = self._bags.shared(batch.joined, canary, begin,
+                                   batch.starts[answer] + np.minimum(body + tokens.BODY_LEN + REACH, size))
+        matches = list(map(Match._make, zip(canary.tolist(), part.tolist(), start.tolist(), end.tolist(),
+                                            shared.tolist(), strict=True)))
+        bounds = np.searchsorted(answer, np.arange(len(texts) + 1)).tolist()
+        return [self._others.find(text) + _in_characters(matches[bounds[n] : bounds[n + 1]], data, text)
+                for n, (text, data) in enumerate(zip(texts, batch.data, strict=True))]
+
+
+def _in_characters(matches: list[Match], data: bytes, text: str) -> list[Match]:
+    """Byte offsets as character offsets in the rare answer that is not ASCII (UTF-8 never holds an ASCII byte
+    inside another character, so a piece found in bytes is one in characters), whose stretches are not counted."""
+    if len(data) == len(text) or not matches:
+        return matches
+    return [Match(m.canary, m.part, len(data[: m.start].decode()), len(data[: m.end].decode())) for m in matches]
 
 
 class PatternIndex:
@@ -108,8 +174,8 @@ class PatternIndex:
                                DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
         in_bodies = set(bodies)
         self.others = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p and i not in in_bodies)
-        self.pieces = _Automaton((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
-                                 for i in bodies for k in range(len(CUTS) - 1))
+        self.pieces = _Pieces(((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
+                               for i in bodies for k in range(len(CUTS) - 1)), canaries.patterns)
         self._recent: Recent[list[Match]] = Recent()
 
     def whole_in(self, compacted: str) -> Whole:
@@ -125,11 +191,30 @@ class PatternIndex:
         return Whole(found, prefixes)
 
     def pieces_in(self, compacted: str) -> list[Match]:
-        """Every piece of a token body in the compact answer; an answer of the batch is searched once."""
-        return self._recent.get(compacted, lambda: self.pieces.find(compacted))
+        """Every piece of a token body in the compact answer (searched with its batch, `PieceReader`)."""
+        return self._recent.get(compacted, lambda: self.pieces.find([compacted])[0])
+
+    def read_pieces(self, batch: Sequence[str]) -> None:
+        """The pieces of a batch of compact answers (at most BATCH: as many are kept), searched at once."""
+        self._recent.get_many(batch, self.pieces.find)
 
 
 def is_body(canaries: CanarySet, index: int) -> bool:
     """Whether pattern `index` is a token's 32-character body."""
     return (canaries.canaries[index].kind is CanaryKind.TOKEN
             and len(canaries.patterns[index]) == tokens.BODY_LEN)
+
+
+class PieceReader(Detector):
+    """A detector that reads the pieces of token bodies (fuzzy, fragment): a batch's are found in one search,
+    which the other such detector then finds kept."""
+
+    patterns: PatternIndex
+
+    def detect_many(self, answers: Sequence[tuple[Record, str]]) -> list[list[Hit]]:
+        hits: list[list[Hit]] = []
+        for start in range(0, len(answers), BATCH):  # the pieces of as many answers as are kept
+            batch = answers[start : start + BATCH]
+            self.patterns.read_pieces([compacted for _, compacted in batch])
+            hits += super().detect_many(batch)
+        return hits
