@@ -19,6 +19,7 @@ from prober.canaries import tokens
 from prober.detect.pieces import I64, code_table
 
 _SYMBOLS = len(tokens.ALPHABET)
+CHUNK = 8_192  # patterns counted at a time
 _CODE = code_table(_SYMBOLS)  # outside the alphabet: a symbol of its own, which no body has
 
 
@@ -33,11 +34,14 @@ class TokenBags:
     """The characters of each pattern in the token alphabet, counted (a token body's are all of them)."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
-        data = [pattern.encode() for pattern in patterns]
-        codes = np.frombuffer(b"".join(data).translate(_CODE), dtype=np.uint8)
-        row = np.repeat(np.arange(len(data)), [len(d) for d in data])
-        counts = np.bincount(row * (_SYMBOLS + 1) + codes, minlength=len(data) * (_SYMBOLS + 1))
-        self._counts = np.minimum(counts.reshape(len(data), _SYMBOLS + 1)[:, :_SYMBOLS], 255).astype(np.uint8)
+        self._counts = np.zeros((len(patterns), _SYMBOLS), dtype=np.uint8)
+        for first in range(0, len(patterns), CHUNK):  # bounded temporaries, whatever the number of patterns
+            data = [pattern.encode() for pattern in patterns[first : first + CHUNK]]
+            codes = np.frombuffer(b"".join(data).translate(_CODE), dtype=np.uint8)
+            row = np.repeat(np.arange(len(data), dtype=np.int32), [len(d) for d in data])
+            counts = np.bincount(row * (_SYMBOLS + 1) + codes, minlength=len(data) * (_SYMBOLS + 1))
+            self._counts[first : first + len(data)] = np.minimum(
+                counts.reshape(len(data), _SYMBOLS + 1)[:, :_SYMBOLS], 255)
 
     def shared(self, joined: bytes, pattern: I64, begin: I64, end: I64) -> I64:
         """For each i: how many characters pattern[i] has in common with joined[begin[i]:end[i]], counted as

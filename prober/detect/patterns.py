@@ -27,7 +27,7 @@ import numpy as np
 from prober.canaries import tokens
 from prober.detect.bags import TokenBags
 from prober.detect.base import BATCH, CanarySet, Detector, Hit, Recent
-from prober.detect.pieces import Batch, PieceTable, in_alphabet
+from prober.detect.pieces import Batch, PieceTable
 from prober.domain.types import CanaryKind, Record
 
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
@@ -73,14 +73,22 @@ class _Owners:
     may be two tenants').  Flat arrays, not a list per pattern: a million small lists cost ~150 MB, and a forked
     scan worker's garbage collector would touch (copy) every one of them."""
 
-    def __init__(self, entries: Iterable[tuple[str, int, int]]) -> None:
-        owners: dict[str, list[tuple[int, int]]] = {}
-        for pattern, canary, part in entries:
-            owners.setdefault(pattern, []).append((canary, part))
-        self.patterns = list(owners)
+    def __init__(self, owners: dict[str, list[tuple[int, int]]]) -> None:
         self.first = array("i", accumulate((len(o) for o in owners.values()), initial=0))
         self.canary = array("i", (canary for o in owners.values() for canary, _ in o))
         self.part = array("b", (part for o in owners.values() for _, part in o))
+
+    @classmethod
+    def of(cls, entries: Iterable[tuple[str, int, int]]) -> tuple[list[str], _Owners]:
+        """The distinct patterns, numbered in order, and their owners (the patterns are the caller's to drop)."""
+        owners: dict[str, list[tuple[int, int]]] = {}
+        for pattern, canary, part in entries:
+            owners.setdefault(pattern, []).append((canary, part))
+        return list(owners), cls(owners)
+
+    def entries(self, pattern: int, text: str) -> Iterator[tuple[str, int, int]]:
+        for i in range(self.first[pattern], self.first[pattern + 1]):
+            yield text, self.canary[i], self.part[i]
 
     def matches(self, pattern: int, start: int, end: int) -> Iterator[Match]:
         for i in range(self.first[pattern], self.first[pattern + 1]):
@@ -94,10 +102,9 @@ class _Automaton:
 
     def __init__(self, entries: Iterable[tuple[str, int, int]],
                  implementation: ahocorasick_rs.Implementation = CONTIGUOUS) -> None:
-        self._owners = _Owners(entries)
-        patterns = [p.encode() for p in self._owners.patterns]
-        self._automaton = (ahocorasick_rs.BytesAhoCorasick(patterns, implementation=implementation) if patterns
-                           else None)
+        patterns, self._owners = _Owners.of(entries)
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick([p.encode() for p in patterns],
+                                                           implementation=implementation) if patterns else None)
 
     def find(self, text: str) -> list[Match]:
         if self._automaton is None:
@@ -115,11 +122,10 @@ class _Pieces:
     of any other piece."""
 
     def __init__(self, entries: Iterable[tuple[str, int, int]], patterns: Sequence[str]) -> None:
-        entries = list(entries)
-        self._owners = _Owners(e for e in entries if in_alphabet(e[0]))
-        self._table = PieceTable(self._owners.patterns)
+        pieces, self._owners = _Owners.of(entries)
+        self._table = PieceTable(pieces)
         self._bags = TokenBags(patterns)
-        self._others = _Automaton(e for e in entries if not in_alphabet(e[0]))
+        self._others = _Automaton(entry for i in self._table.outside for entry in self._owners.entries(i, pieces[i]))
 
     def find(self, texts: Sequence[str]) -> list[list[Match]]:
         batch = Batch.of(texts)

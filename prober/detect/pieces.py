@@ -57,31 +57,30 @@ class Found(NamedTuple):
     end: I64
 
 
-def in_alphabet(piece: str) -> bool:
-    return len(piece) in LENGTHS and all(c in tokens.ALPHABET for c in piece)
-
-
-def number(piece: str) -> int:
-    value = 0
-    for char in piece.encode():
-        value = value << BITS | _CODE[char]
-    return value
-
-
 class PieceTable:
-    """Distinct pieces (each of the token alphabet, 5 or 6 long), numbered in the order given."""
+    """Distinct pieces, numbered in the order given; those not of the token alphabet, 5 or 6 long, it cannot
+    hold are `outside`."""
 
     def __init__(self, pieces: Sequence[str]) -> None:
         # A byte per 25-bit number: bit 0 where a 5-character piece is that number, bit 1 where a 6-character
         # piece starts with it.  One read of it per window of the batch is the whole search; the rest is a few hits.
         self._starts = np.zeros(1 << (BITS * 5), dtype=np.uint8)
-        self._sorted: list[tuple[U32, npt.NDArray[np.int64]]] = []
+        self._sorted: list[tuple[U32, I64]] = []
+        self.outside: list[int] = []
         for flag, length in enumerate(LENGTHS):
-            ids = np.asarray([i for i, p in enumerate(pieces) if len(p) == length], dtype=np.int64)
-            values = np.asarray([number(pieces[i]) for i in ids], dtype=np.uint32)
+            ids = np.asarray([i for i, p in enumerate(pieces) if len(p) == length and p.isascii()], dtype=np.int64)
+            joined = "".join(pieces[i] for i in ids.tolist()).encode()
+            gaps = np.frombuffer(joined.translate(_GAP), dtype=np.bool_).reshape(-1, length).any(axis=1)
+            self.outside += ids[gaps].tolist()
+            ids = ids[~gaps]
+            codes = np.frombuffer(joined.translate(_CODE), dtype=np.uint8).reshape(-1, length)[~gaps]
+            values = np.zeros(len(ids), dtype=np.uint32)
+            for k in range(length):
+                values = (values << np.uint32(BITS)) | codes[:, k]
             self._starts[values >> np.uint32(BITS * (length - 5))] |= np.uint8(1 << flag)
             order = np.argsort(values, kind="stable")
             self._sorted.append((values[order], ids[order]))
+        self.outside += [i for i, p in enumerate(pieces) if len(p) not in LENGTHS or not p.isascii()]
 
     def find(self, batch: Batch) -> Found:
         """Every piece in each answer (the newline between two is a gap: no piece spans them)."""
