@@ -3,6 +3,7 @@
     python bench/scan.py                        # 10,000,000 answers, 100,000 canaries, 2 workers
     python bench/scan.py --answers 500000       # a quick look
     python bench/scan.py --keep DIR             # generate the logs once, reuse them next time
+    python bench/scan.py --previous COMMIT      # time that commit's scanner beside today's
 
 Answers have realistic lengths (log-normal, median 400 characters, 20 to 8,000) of English-like text; one in
 100,000 carries a leaked canary token of another tenant -- verbatim, lower-cased, spaced out, or with two
@@ -157,14 +158,14 @@ def tree_pss(pid: int) -> int:
     return total
 
 
-def previous_checkout(scratch: Path) -> Path | None:
-    """The package as of bench/previous.py's commit, unpacked from git, to time the previous scanner's CLI."""
+def previous_checkout(scratch: Path, commit: str) -> Path | None:
+    """The package as of `commit`, unpacked from git, to time the previous scanner's CLI."""
     folder = scratch / "previous"
     folder.mkdir()
     root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(root), "archive", PREVIOUS, "prober", "canaries"], capture_output=True)
+    archive = subprocess.run(["git", "-C", str(root), "archive", commit, "prober", "canaries"], capture_output=True)
     if archive.returncode != 0:
-        print(f"(no previous implementation to time: git archive {PREVIOUS} failed)")
+        print(f"(no previous implementation to time: git archive {commit} failed)")
         return None
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
     return folder
@@ -205,6 +206,8 @@ def main() -> None:
     parser.add_argument("--canaries", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", type=Path, help="a folder to keep the generated logs in, and reuse")
+    parser.add_argument("--previous", default=PREVIOUS, help="the commit to time beside today's (default: the "
+                        "last with gram-hash detectors)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="leakprobe-scan-") as scratch:
         folder = args.keep or Path(scratch)
@@ -219,12 +222,12 @@ def main() -> None:
         base_rate = int(base["scanned"]) / base_s  # type: ignore[call-overload]
         print(f"baseline, one process: {base['scanned']:,} answers in {base_s:.0f} s = {base_rate:,.0f} answers/s, "
               f"peak PSS {base_rss / 2**20:.0f} MiB")
-        previous = previous_checkout(Path(scratch))
+        previous = previous_checkout(Path(scratch), args.previous)
         if previous is not None:
             theirs = ledger_with(Path(scratch) / "previous.sqlite", saved, previous)
             was_s, was_pss, was = timed_scan(theirs, files[:1], 1, previous)
             was_rate = int(was["scanned"]) / was_s  # type: ignore[call-overload]
-            print(f"previous implementation ({PREVIOUS}), one process: {was_rate:,.0f} answers/s, peak PSS "
+            print(f"previous implementation ({args.previous}), one process: {was_rate:,.0f} answers/s, peak PSS "
                   f"{was_pss / 2**20:.0f} MiB; now {base_rate / was_rate:.2f}x")
         for workers in (1, 2, 4):  # workers share the parent's index: memory must not grow with them
             ledger = ledger_with(Path(scratch) / f"ledger-{workers}.sqlite", saved)

@@ -14,11 +14,13 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from prober.canaries import tokens
 from prober.detect.pieces import I64, code_table
 
 _SYMBOLS = len(tokens.ALPHABET)
+TOKEN_THRESHOLD = 0.84  # the fuzzy detector's score for a token body (fuzzy.py says why)
 CHUNK = 8_192  # patterns counted at a time
 _CODE = code_table(_SYMBOLS)  # outside the alphabet: a symbol of its own, which no body has
 
@@ -30,10 +32,18 @@ def least_shared(length: int, threshold: float) -> int:
                if (need := math.ceil(threshold * (length + own) / 2 - 1e-9)) <= own)
 
 
+SCORABLE = least_shared(tokens.BODY_LEN, TOKEN_THRESHOLD)  # 24 of a body's 32 characters
+
+
 class TokenBags:
-    """The characters of each pattern in the token alphabet, counted (a token body's are all of them)."""
+    """The characters of each pattern in the token alphabet, counted (a token body's are all of them); and each
+    token body's bytes, to compare a group of it with an answer's."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
+        self._bodies = np.zeros((len(patterns), tokens.BODY_LEN), dtype=np.uint8)
+        for i, pattern in enumerate(patterns):
+            if len(pattern) == tokens.BODY_LEN and pattern.isascii():
+                self._bodies[i] = np.frombuffer(pattern.encode(), dtype=np.uint8)
         self._counts = np.zeros((len(patterns), _SYMBOLS), dtype=np.uint8)
         for first in range(0, len(patterns), CHUNK):  # bounded temporaries, whatever the number of patterns
             data = [pattern.encode() for pattern in patterns[first : first + CHUNK]]
@@ -42,6 +52,14 @@ class TokenBags:
             counts = np.bincount(row * (_SYMBOLS + 1) + codes, minlength=len(data) * (_SYMBOLS + 1))
             self._counts[first : first + len(data)] = np.minimum(
                 counts.reshape(len(data), _SYMBOLS + 1)[:, :_SYMBOLS], 255)
+
+    def same(self, joined: bytes, pattern: I64, offset: I64, at: I64, length: int) -> npt.NDArray[np.bool_]:
+        """For each i: whether joined[at[i]:at[i] + length] is body pattern[i]'s characters from offset[i] on."""
+        data = np.frombuffer(joined, dtype=np.uint8)
+        span = np.arange(length)
+        inside = (at >= 0) & (at + length <= len(data))
+        where = np.where(inside, at, 0)[:, None] + span
+        return inside & (data[where] == self._bodies[pattern[:, None], offset[:, None] + span]).all(axis=1)  # type: ignore[no-any-return]
 
     def shared(self, joined: bytes, pattern: I64, begin: I64, end: I64) -> I64:
         """For each i: how many characters pattern[i] has in common with joined[begin[i]:end[i]], counted as

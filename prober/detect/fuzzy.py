@@ -20,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 from rapidfuzz import fuzz
 
-from prober.canaries import tokens
 from prober.canaries.compact import compact, original_span
-from prober.detect.bags import least_shared
+from prober.detect.bags import SCORABLE, TOKEN_THRESHOLD
 from prober.detect.base import CanarySet, Hit
 from prober.detect.grams import GramIndex
 from prober.detect.patterns import PatternIndex, PieceReader, is_body
@@ -30,7 +29,6 @@ from prober.domain.types import CanaryKind, DetectorName, Record, Severity
 
 Q = 4
 MAX_POSTINGS = 64  # a 4-gram shared by more canaries than this is not indexed
-TOKEN_THRESHOLD = 0.84
 FACT_THRESHOLD = 0.88
 SLOT_THRESHOLD = 0.85
 
@@ -51,13 +49,12 @@ class FuzzyDetector(PieceReader):
         # A fact must share a third of its indexed grams (3 edits in 32 characters leave 17 of 29).
         self._min_shared = np.maximum(2, self._index.indexed // 3)
         self._slots = [[compact(v) for v in c.values] for c in canaries.canaries]
-        self._least = least_shared(tokens.BODY_LEN, TOKEN_THRESHOLD)
 
     def candidates(self, compacted: str) -> dict[int, tuple[int, int]]:
         """Canary number -> the stretch of the compact answer to score it on."""
         found: dict[int, tuple[int, int]] = {}
         for piece in self.patterns.pieces_in(compacted):
-            if piece.shared < self._least:
+            if piece.shared < SCORABLE:
                 continue  # too few of the body's characters around it to score
             start, end = piece.around(len(compacted))
             known = found.get(piece.canary)

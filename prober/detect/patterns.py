@@ -25,7 +25,7 @@ import ahocorasick_rs
 import numpy as np
 
 from prober.canaries import tokens
-from prober.detect.bags import TokenBags
+from prober.detect.bags import SCORABLE, TokenBags
 from prober.detect.base import BATCH, CanarySet, Detector, Hit, Recent
 from prober.detect.pieces import Batch, PieceTable
 from prober.domain.types import CanaryKind, Record
@@ -105,6 +105,7 @@ class _Automaton:
         patterns, self._owners = _Owners.of(entries)
         self._automaton = (ahocorasick_rs.BytesAhoCorasick([p.encode() for p in patterns],
                                                            implementation=implementation) if patterns else None)
+        self.holds = self._automaton is not None
 
     def find(self, text: str) -> list[Match]:
         if self._automaton is None:
@@ -117,9 +118,10 @@ class _Automaton:
 
 
 class _Pieces:
-    """The pieces of token bodies: a numpy table of those in the token alphabet (pieces.py), read a batch of
-    answers at a time, each found piece's characters in common with its body counted (bags.py); and an automaton
-    of any other piece."""
+    """The pieces of token bodies that a detector reads: a numpy table of those in the token alphabet (pieces.py),
+    read a batch of answers at a time, each found piece weighed there (bags.py); and an automaton of any other
+    piece.  A piece found by chance in compact English (six an answer) is dropped here, in numpy, unless its body
+    could score around it or its group is there whole."""
 
     def __init__(self, entries: Iterable[tuple[str, int, int]], patterns: Sequence[str]) -> None:
         pieces, self._owners = _Owners.of(entries)
@@ -143,11 +145,22 @@ class _Pieces:
         begin = batch.starts[answer] + np.maximum(body - REACH, 0)
         shared = self._bags.shared(batch.joined, canary, begin,
                                    batch.starts[answer] + np.minimum(body + tokens.BODY_LEN + REACH, size))
+        # Kept: what a detector reads -- a body that could score there (fuzzy), a group there whole (fragment),
+        # and every piece of an answer that is not ASCII, whose offsets are not the bytes'.
+        group = np.asarray([GROUP_OF_PIECE.get(k, -1) for k in range(len(CUTS) - 1)])[part]
+        whole = (group >= 0) & self._bags.same(batch.joined, canary, GROUP * group,
+                                                batch.starts[answer] + body + GROUP * group, GROUP)
+        wide = np.asarray([len(d) != len(t) for d, t in zip(batch.data, texts, strict=True)])[answer]
+        keep = (shared >= SCORABLE) | whole | wide
+        canary, part, answer, start, end, shared = (a[keep] for a in (canary, part, answer, start, end, shared))
         matches = list(map(Match._make, zip(canary.tolist(), part.tolist(), start.tolist(), end.tolist(),
                                             shared.tolist(), strict=True)))
         bounds = np.searchsorted(answer, np.arange(len(texts) + 1)).tolist()
-        return [self._others.find(text) + _in_characters(matches[bounds[n] : bounds[n + 1]], data, text)
-                for n, (text, data) in enumerate(zip(texts, batch.data, strict=True))]
+        found_in = [_in_characters(matches[bounds[n] : bounds[n + 1]], data, text)
+                    for n, (text, data) in enumerate(zip(texts, batch.data, strict=True))]
+        if self._others.holds:
+            found_in = [self._others.find(text) + each for text, each in zip(texts, found_in, strict=True)]
+        return found_in
 
 
 def _in_characters(matches: list[Match], data: bytes, text: str) -> list[Match]:

@@ -130,6 +130,8 @@ class Scanner:
     def _result(self, record: Record, hits: list[Hit]) -> ScanResult:
         """The answer's findings and own echoes from its detectors' hits."""
         result = ScanResult()
+        if not hits:
+            return result  # most answers
         best: dict[str, Hit] = {}
         for hit in hits:
             if hit.kind is not None:
