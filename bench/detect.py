@@ -233,8 +233,8 @@ def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, la
     started = time.perf_counter()
     vectors = embedder.encode([f.text for f in drawn])
     print(f"  encoded {facts_n:,} facts at {facts_n / (time.perf_counter() - started):,.0f} sentences/s")
-    canaries = [Canary(id=f"f{i}", tenant="victim", kind=CanaryKind.FACT, text=f.text, slots=f.distinctive,
-                       embedding=v.tobytes(), embedding_model=embedder.name)
+    canaries = [Canary(id=f"f{i}", tenant="victim", kind=CanaryKind.FACT, text=f.text, values=f.distinctive,
+                       aliases=f.aliases, embedding=v.tobytes(), embedding_model=embedder.name)
                 for i, (f, v) in enumerate(zip(drawn, vectors, strict=True))]
     detector = SemanticDetector(CanarySet(canaries), embedder)
     from prober.testbed.styles import paraphrase
