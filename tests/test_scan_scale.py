@@ -22,6 +22,7 @@ import pytest
 from prober.canaries.keys import resolve_key
 from prober.canaries.mint import Minter
 from prober.detect import CanarySet, Scanner
+from prober.detect.patterns import PatternIndex
 from prober.domain.types import Record
 from prober.ledger import open_ledger
 from prober.oneshot.forensics import ForensicReport, scan_file, scan_inputs
@@ -94,14 +95,23 @@ def test_workers_find_what_one_process_finds_and_persist_it(tmp_path: Path, back
     stored.close()
 
 
-def test_a_scanner_pickles_and_finds_the_same_elsewhere(tmp_path: Path) -> None:
+def test_a_scanner_pickles_and_finds_the_same_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its pattern index travels built (tables as they are, automata as their patterns): it is not built again."""
     ledger = open_ledger(tmp_path / "l.sqlite")
-    token = Minter(ledger, KEY).tokens("tenant-a", 1)[0]
+    exact, edited = Minter(ledger, KEY).tokens("tenant-a", 2)
     scanner = Scanner(CanarySet(ledger.active_canaries(), key=resolve_key(ledger)))
-    record = Record("r", "tenant-b", f"see {token.text.replace('-', ' ')}")
-    copy = pickle.loads(pickle.dumps(scanner))
-    assert [f.canary_id for f in copy.scan(record).findings] == [f.canary_id for f in scanner.scan(record).findings]
-    assert [f.canary_id for f in copy.scan(record).findings] == [token.id]
+    typo = edited.text[:-6] + ("Z" if edited.text[-6] != "Z" else "Y") + edited.text[-5:]
+    record = Record("r", "tenant-b", f"see {exact.text.replace('-', ' ')} and {typo}")
+    blob = pickle.dumps(scanner)
+
+    def built_again(*_: object) -> None:
+        raise AssertionError("the pattern index was built again")
+
+    monkeypatch.setattr(PatternIndex, "__init__", built_again)
+    copy = pickle.loads(blob)
+    assert [(f.canary_id, f.detector) for f in copy.scan(record).findings] == \
+        [(f.canary_id, f.detector) for f in scanner.scan(record).findings]
+    assert {f.canary_id for f in copy.scan(record).findings} == {exact.id, edited.id}
 
 
 def test_scanning_files_with_dask(tmp_path: Path) -> None:

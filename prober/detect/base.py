@@ -120,6 +120,12 @@ class Recent(Generic[T]):
     def __init__(self) -> None:
         self._local = threading.local()
 
+    def __getstate__(self) -> dict[str, object]:
+        return {}  # nothing kept travels
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self._local = threading.local()
+
     def get(self, compacted: str, search: Callable[[], T]) -> T:
         memo = self._memo()
         kept = memo.get(id(compacted))

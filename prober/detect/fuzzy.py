@@ -3,16 +3,17 @@
 Never a scan of every canary per answer: each answer is narrowed to the few canaries that could be in it,
 and only those are scored with rapidfuzz's partial_ratio (best alignment of the pattern inside the answer).
 A token body is a candidate where one of its six pieces is in the answer (patterns.py: five substitutions leave
-one whole), and is scored on the stretch of the answer around that piece.  A fact is a candidate where it shares
+one whole), and is scored on the stretch of the answer around that piece -- where that stretch shares at least
+24 of the body's characters, the fewest that can score 0.84 (bags.py).  A fact is a candidate where it shares
 enough 4-grams with the answer (a 4-gram index over the facts); 4-grams that occur in many facts (template
 words) are left out of the index: they say nothing about *which* fact it is.
 
 Thresholds, from `python bench/detect.py` (300 token bodies planted in 2,000-character answers):
 1, 3, 4 and 5 substituted characters score 0.969, 0.906, 0.875 and 0.844; the best alignment of a
 body against an answer that does not hold it is at most 0.406 (median 0.312).  Tokens hit at 0.84
-(up to 5 substitutions, twice the null maximum).  Facts are longer, so the same edits cost less: they
-hit at 0.88 and additionally need half of their distinctive slot values present (fuzzy >= 0.85), which
-keeps a same-template fact of another tenant out (0 of 60 in the evaluation set).
+(up to 5 substitutions, twice the null maximum; bags.TOKEN_THRESHOLD).  Facts are longer, so the same
+edits cost less: they hit at 0.88 and additionally need half of their distinctive slot values present
+(fuzzy >= 0.85), which keeps a same-template fact of another tenant out (0 of 60 in the evaluation set).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ahocorasick_rs
 import numpy as np
@@ -98,14 +98,28 @@ class _Owners:
 class _Automaton:
     """Distinct patterns in one automaton.  It reads UTF-8: an answer's bytes are ready at once where a str
     haystack is converted on each call (15% slower); UTF-8 never matches across a character, and the offsets of
-    the rare non-ASCII answer are mapped back to characters."""
+    the rare non-ASCII answer are mapped back to characters.  Pickled as its patterns (`ahocorasick_rs` automata
+    are not picklable), the automaton built again where it lands."""
 
     def __init__(self, entries: Iterable[tuple[str, int, int]],
                  implementation: ahocorasick_rs.Implementation = CONTIGUOUS) -> None:
         patterns, self._owners = _Owners.of(entries)
-        self._automaton = (ahocorasick_rs.BytesAhoCorasick([p.encode() for p in patterns],
-                                                           implementation=implementation) if patterns else None)
+        self._patterns = [p.encode() for p in patterns]
+        self._implementation = implementation
+        self._build()
+
+    def _build(self) -> None:
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=self._implementation)
+                           if self._patterns else None)
         self.holds = self._automaton is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"owners": self._owners, "patterns": self._patterns, "implementation": str(self._implementation)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._owners, self._patterns = state["owners"], state["patterns"]
+        self._implementation = getattr(ahocorasick_rs.Implementation, state["implementation"].rpartition(".")[2])
+        self._build()
 
     def find(self, text: str) -> list[Match]:
         if self._automaton is None:

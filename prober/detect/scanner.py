@@ -67,18 +67,20 @@ class ScanResult:
 
 class Scanner:
     def __init__(self, canaries: CanarySet, *, prompts: Sequence[PromptShingles] = (),
-                 embedder: Embedder | None = None, foreign: bool = True, redact: bool = True) -> None:
+                 embedder: Embedder | None = None, foreign: bool = True, redact: bool = True,
+                 patterns: PatternIndex | None = None) -> None:
         """`canaries`: what to look for, with the key that verifies tokens and the tenants whose tags are known.
         `prompts`: the ledger's record of sent prompts, for verbatim runs of them (needs the key).  `foreign`:
         also judge the answer itself -- content its prompt cannot explain, garbled output -- which needs no
-        canary (a runner with two scanners over one answer judges it in one)."""
+        canary (a runner with two scanners over one answer judges it in one).  `patterns`: the index of these
+        canaries' patterns, built already (a pickled scanner's)."""
         self.canary_set = canaries
         self.embedder = embedder
         self.redact = redact
         self._made_with = (canaries.canaries, canaries.key, tuple(canaries.tenants), tuple(prompts), embedder,
                            foreign, redact)
         values = SlotValues(self.canary_set)  # one index of fact values, shared
-        patterns = PatternIndex(self.canary_set)  # and one of the patterns
+        self.patterns = patterns = patterns or PatternIndex(self.canary_set)  # and one of the patterns
         self.detectors: list[Detector] = [ExactDetector(self.canary_set, patterns),
                                           FuzzyDetector(self.canary_set, patterns),
                                           FragmentDetector(self.canary_set, values, patterns)]
@@ -91,9 +93,10 @@ class Scanner:
         self._by_name = {d.name: d for d in self.detectors}
 
     def __reduce__(self) -> tuple[Callable[..., Scanner], tuple[object, ...]]:
-        """Pickled as what it was built from, and rebuilt where it lands (a worker process, a Dask worker):
-        its indexes are cheaper to rebuild than to ship, and an embedding model is loaded there."""
-        return _rebuild, self._made_with
+        """Pickled as what it was built from and its pattern index, and rebuilt around that index where it lands (a
+        worker process, a Dask worker): the index's tables travel as they are, its automata as their patterns
+        (built again there), and an embedding model is loaded there."""
+        return _rebuild, (*self._made_with, self.patterns)
 
     def scan(self, record: Record) -> ScanResult:
         """Every detector over the answer, its text escapes decoded, in overlapping windows, so that memory
@@ -194,9 +197,10 @@ class Scanner:
 
 
 def _rebuild(canaries: Sequence[Canary], key: bytes | None, tenants: tuple[str, ...],
-             prompts: tuple[PromptShingles, ...], embedder: Embedder | None, foreign: bool, redact: bool) -> Scanner:
+             prompts: tuple[PromptShingles, ...], embedder: Embedder | None, foreign: bool, redact: bool,
+             patterns: PatternIndex) -> Scanner:
     return Scanner(CanarySet(canaries, key=key, tenants=tenants), prompts=prompts, embedder=embedder,
-                   foreign=foreign, redact=redact)
+                   foreign=foreign, redact=redact, patterns=patterns)
 
 
 def _in_original(hit: Hit, decoded: Unescaped, original: str) -> Hit:
