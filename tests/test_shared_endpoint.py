@@ -152,8 +152,11 @@ def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTe
 # A compressed hour: every job at a sixtieth of its shipped interval or shorter — sixty sentinels, a dozen bursts and
 # preflights, four campaigns (a real hour holds at most one) — in sixty seconds.
 HOUR_S = 60.0
+# Its day is sixty, and so is its token budget: at the default's, a sentinel a second plans more than a day allows
+# and LeakprobeTokenBudgetShort pages, as it should for such a schedule.
 SCHEDULE = {"schedule": {"preflight": "5s", "sentinel": "1s", "crosstalk": "5s", "campaign": "15s", "timing": "1h"},
-            "jitter": {"preflight": "200ms", "sentinel": "200ms", "crosstalk": "500ms", "campaign": "1s"}}
+            "jitter": {"preflight": "200ms", "sentinel": "200ms", "crosstalk": "500ms", "campaign": "1s"},
+            "tokens_per_day": 60 * 50_000_000}
 # Not what other users' traffic can set off: the fixed engine keeps the incident's sizes, a KV pool below the
 # advertised context (the abort is honoured now), so its capacity verdicts are true; and a job is "stale" after three
 # of its intervals, three seconds here, which a busy test machine's scheduling alone can pass.
