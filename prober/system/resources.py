@@ -1,7 +1,9 @@
-"""Where the shipped data lives: inside the wheel, or at the top of a source checkout."""
+"""Where the shipped data lives (inside the wheel, or at the top of a source checkout), and where data derived
+on this machine is cached."""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -18,3 +20,8 @@ def canaries_dir() -> Path:
         if (candidate / "packs").is_dir():
             return candidate
     raise FileNotFoundError("canary packs not found: reinstall leakprobe (the wheel ships prober/_data/canaries)")
+
+
+def cache_root() -> Path:
+    """Models and tables built once per machine: `LEAKPROBE_CACHE`, else ~/.cache/leakprobe."""
+    return Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))

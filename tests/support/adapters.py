@@ -21,7 +21,8 @@ from prober.canaries.adapters import canary_text
 from prober.canaries.keys import shared_key
 from prober.lora.build import MANIFEST, build
 from prober.lora.recipe import Recipe
-from prober.testbed.lm.weights import cache_root, folder_name, is_complete, model_dir
+from prober.system.resources import cache_root
+from prober.testbed.lm.weights import folder_name, is_complete, model_dir
 from tests.support.tools import install_main, opted_out, unavailable
 
 KEY = "the leakprobe tests' deployment key"  # LEAKPROBE_CANARY_KEY where the adapters are served

@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl
 import importlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from prober.system.resources import cache_root
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -59,10 +60,6 @@ CHAT_TEMPLATE = (
 
 class ModelUnavailable(RuntimeError):
     """The model folder cannot be built here; the message says what to install or what failed."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
 
 
 def _gguf_module() -> ModuleType:
