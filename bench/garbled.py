@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import time
 from collections import defaultdict
@@ -36,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from prober.probing.planting import ASKED
+from prober.system.resources import cache_root
 
-CORPUS = Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe")) / "garbled-corpus"
+CORPUS = cache_root() / "garbled-corpus"
 KEY = b"bench-garbled-key-bench-garbled!"
 PAGE = 16
 DECODINGS = ((0.0, 0), (0.7, 1), (1.0, 2))  # (temperature, seed index)

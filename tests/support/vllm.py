@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from prober.system.resources import cache_root
 from prober.testbed.lm.weights import ModelUnavailable, folder_name, is_complete, model_dir
 from tests.support.cpu import CPUINFO, cpu_flags
 from tests.support.ports import free_port
@@ -39,10 +40,6 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` CLI fails: no
 
 class VllmUnavailable(RuntimeError):
     """vLLM or its model could not be provided or started; the message says why."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LEAKPROBE_CACHE", Path.home() / ".cache" / "leakprobe"))
 
 
 def venv_dir() -> Path:
