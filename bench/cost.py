@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from planning import CAPACITIES, default_config, planning, run_for  # bench/planning.py
-from prometheus_client import CollectorRegistry
 
 from prober.canaries.keys import KEY_ENV
 from prober.checks import REGISTRY
 from prober.config.schema import TargetConfig, assemble_config
 from prober.daemon.schedule import PREFLIGHT, Timetable
-from prober.daemon.spending import Spending
+from prober.daemon.spending import Projection
 from prober.domain.types import FindingKind
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
@@ -62,21 +61,18 @@ def plans() -> dict[str, Any]:
 
 
 def day() -> dict[str, Any]:
-    """What a daemon at the default schedules and budget projects for one target a day, from the same plans its
-    preflight makes (prober/daemon/spending.py) and at the intervals they pace its jobs to (`daemon.job_share`),
-    for each capacity of bench/planning.py."""
+    """What a daemon at the default schedules and budget projects for one target a day (prober/daemon/spending.py's
+    `Projection`), from the same plans its preflight makes and at the intervals they pace its jobs to
+    (`daemon.job_share`), for each capacity of bench/planning.py."""
     config = default_config()
     timetable = Timetable(config.daemon, REGISTRY)
     doc: dict[str, Any] = {}
     with planning(config) as context:
         for label, capacity in CAPACITIES.items():
             run = run_for(context, config, capacity)
-            spending = Spending(CollectorRegistry())
             plans = {job: REGISTRY.get(job).planned(run).tokens for job in timetable.jobs if job != PREFLIGHT}
             every = {job: timetable.interval(job, plans.get(job, 0)) for job in timetable.jobs}  # paced
-            for job in timetable.jobs:
-                spending.schedule("t", job, every[job], config.daemon.tokens_per_day)
-            projection = spending.plans("t", plans)
+            projection = Projection.of("t", config.daemon.tokens_per_day, plans, every)
             assert projection is not None
             doc[label] = {"day": projection.tokens, "budget": projection.budget, "by_job": dict(projection.by_job),
                           "every": every, "log": None if projection.fits else projection.describe()}
