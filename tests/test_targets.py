@@ -24,6 +24,7 @@ from prober.targets import (
     TransportPolicy,
 )
 from prober.targets.api import Api
+from prober.targets.factory import make_target
 from prober.targets.transport import KEEPALIVE_EXPIRY_S, HTTPExchange
 from tests.support.aio import run
 from tests.support.policies import FAST
@@ -38,11 +39,11 @@ def ask(url: str, prompt: Prompt, secret: Secret | None = None, api: str = "chat
         policy: TransportPolicy = FAST) -> Completion:
     async def go() -> Completion:
         async with Transport(policy) as transport:
-            return await OpenAICompatible("t", url, transport, api=Api(api)).complete(prompt, secret)
+            return await make_target(Api(api), "t", url, transport).complete(prompt, secret)
     return run(go())
 
 
-@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("api", ["chat", "completions", "responses"])
 def test_plain_and_streaming_agree_on_the_reference_engine(testbed: StartTestbed, api: str) -> None:
     server = testbed("healthy", **SMALL)
     prompt = "Quote the document.\nThe lighthouse keeper's code word is PELICAN-SEVEN."

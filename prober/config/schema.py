@@ -101,7 +101,8 @@ class TargetConfig(Strict):
     url: str
     """OpenAI-compatible base URL (`…/v1`) or, for `workers-ai`, the whole `…/ai/run/{model}` URL; no user info."""
     api: Api = Api.CHAT
-    """The API the target speaks."""
+    """The API the target speaks: `chat` (`/chat/completions`), `completions`, `responses` (OpenAI's Responses API,
+    `/responses`), or `workers-ai`."""
     model: str | None = None
     """Sent as `model` in every request when set."""
     introspection_url: str | None = None
@@ -129,7 +130,7 @@ class TargetConfig(Strict):
     refusal where the capacity says the prompt fits), probing this target stops, and the run is incomplete."""
     probe_shapes: tuple[Annotated[str, AfterValidator(_shape)], ...] = ()
     """Probe shapes to try, in order, before the first prompt with canaries: `chat-ask`, `chat-cue`,
-    `completions-ask`, `completions-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short prompt of its
+    `completions-ask`, `completions-cue`, `responses-ask`, `responses-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short prompt of its
     own canaries in a shape until one brings them back; that shape carries every request after it.  Empty: the
     target's own route asking, then a cue on the completions route, then a cue on its own route."""
     price_per_mtok: float | None = Field(default=None, ge=0)

@@ -65,7 +65,7 @@ class _Dialect:
 def dialects(api: Api) -> list[_Dialect]:
     """Tokenizer endpoints to try, most specific first.  llama.cpp's chat form is `/apply-template` then
     `/tokenize`, handled in `EndpointCounter`."""
-    chat = api is Api.CHAT
+    chat = api.messages
     return [
         _Dialect(Engine.SGLANG, "/v1/tokenize", chat),
         _Dialect(Engine.VLLM, "/tokenize", chat),

@@ -48,7 +48,7 @@ def candidates(api: Api, configured: tuple[Shape, ...] = ()) -> list[Shape]:
         return list(configured)
     if not api.openai_routes:
         return [Shape(api, Layout.ASK), Shape(api, Layout.CUE)]
-    other = Api.COMPLETIONS if api is Api.CHAT else Api.CHAT
+    other = Api.CHAT if api is Api.COMPLETIONS else Api.COMPLETIONS
     order = [Shape(api, Layout.ASK), Shape(other, Layout.ASK), Shape(Api.COMPLETIONS, Layout.CUE),
              Shape(Api.CHAT, Layout.CUE)]
     return list(dict.fromkeys(order))

@@ -17,9 +17,15 @@ class Engine(StrEnum):
 class Api(StrEnum):
     CHAT = "chat"  # OpenAI-compatible /v1/chat/completions
     COMPLETIONS = "completions"  # OpenAI-compatible /v1/completions
+    RESPONSES = "responses"  # OpenAI's Responses API, /v1/responses (vLLM, LiteLLM, hosted APIs)
     WORKERS_AI = "workers-ai"  # Cloudflare Workers AI's native run URL
 
     @property
     def openai_routes(self) -> bool:
         """The base URL also serves /v1/models and the engine's own routes (reachability, tokenizers)."""
         return self is not Api.WORKERS_AI
+
+    @property
+    def messages(self) -> bool:
+        """The engine reads the prompt as messages through its chat template (chat and the Responses API)."""
+        return self in (Api.CHAT, Api.RESPONSES)

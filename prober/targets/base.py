@@ -55,6 +55,7 @@ class Piece:
     usage: Usage | None = None
     error: str | None = None
     other: str = ""  # text beside the content (reasoning, refusal, tool-call arguments)
+    ends: bool = False  # the stream's last event (the Responses API ends on one; chat and completions on [DONE])
 
 
 class Target(ABC):
@@ -202,6 +203,7 @@ class _StreamReader:
             self.error = TargetError(ErrorKind.MALFORMED, f"stream event is not valid ({type(exc).__name__}: {exc})",
                                      200, data[:ERROR_BODY_CAP])
             return
+        self.done = self.done or piece.ends
         if piece.text or piece.other or piece.finish_reason or piece.usage or piece.error:
             self.last_progress = at
         if (piece.text or piece.other) and self.ttft is None:
@@ -227,7 +229,8 @@ class _StreamReader:
         if error is None and self.decoder.invalid_utf8:
             error = TargetError(ErrorKind.MALFORMED, "stream is not valid UTF-8", 200)
         if error is None and not self.done:
-            error = TargetError(ErrorKind.TRUNCATED, "stream ended without its [DONE] terminator", 200)
+            error = TargetError(ErrorKind.TRUNCATED, "stream ended before its final event ([DONE], response.completed)",
+                                200)
         # Partial text stays, reasoning before any content too: a cut answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
                           ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others),

@@ -28,14 +28,7 @@ class OpenAICompatible(HTTPTarget):
         return f"{self.base_url}/{'chat/completions' if self.api is Api.CHAT else 'completions'}"
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
-        body: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": prompt.temperature,
-                                "stream": prompt.stream}
-        if prompt.seed is not None:
-            body["seed"] = prompt.seed
-        if prompt.cache_salt is not None:
-            body["cache_salt"] = prompt.cache_salt
-        if prompt.model or self.model:
-            body["model"] = prompt.model or self.model
+        body = {"max_tokens": prompt.max_tokens, **self.sampling(prompt)}
         if self.api is Api.CHAT:
             body["messages"] = [*({"role": role, "content": text} for role, text in prompt.turns),
                                 {"role": "user", "content": _content(prompt)}]
@@ -43,6 +36,17 @@ class OpenAICompatible(HTTPTarget):
             body["prompt"] = "".join(f"{text}\n" for _, text in prompt.turns) + prompt.text
         if prompt.stream:
             body["stream_options"] = {"include_usage": True}
+        return body
+
+    def sampling(self, prompt: Prompt) -> dict[str, Any]:
+        """What every OpenAI route takes alike: sampling, streaming, the model, vLLM's salt, the client's ID."""
+        body: dict[str, Any] = {"temperature": prompt.temperature, "stream": prompt.stream}
+        if prompt.seed is not None:
+            body["seed"] = prompt.seed
+        if prompt.cache_salt is not None:
+            body["cache_salt"] = prompt.cache_salt
+        if prompt.model or self.model:
+            body["model"] = prompt.model or self.model
         if prompt.request_id is not None:
             body.update(prompt.request_id.body())
         return body

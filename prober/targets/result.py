@@ -81,9 +81,14 @@ class Usage:
     def parse(cls, raw: Any) -> Usage | None:
         if not isinstance(raw, dict):
             return None
-        details = raw.get("prompt_tokens_details")
+        if "input_tokens" in raw and "prompt_tokens" not in raw:  # the Responses API's names
+            details = raw.get("input_tokens_details")
+            prompt, completion = raw.get("input_tokens"), raw.get("output_tokens")
+        else:
+            details = raw.get("prompt_tokens_details")
+            prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(_int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens")), _int(cached))
+        return cls(_int(prompt), _int(completion), _int(cached))
 
 
 def _number(value: str | None) -> int:

@@ -6,12 +6,10 @@ caller it belongs to (prober/testbed/delivery.py, where a fault hands it to othe
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
-from enum import StrEnum
 from typing import Any
 
 import anyio
@@ -21,35 +19,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from prober.testbed.config import EngineConfig
 from prober.testbed.delivery import Deliveries
 from prober.testbed.engine import ReferenceEngine, check_context
+from prober.testbed.formats import Format
 from prober.testbed.generation import GenerationRequest, Sampling
 from prober.testbed.model import instruction_of
 from prober.testbed.paging import EngineError, GenerationResult
-from prober.testbed.protocol import ChatRequest, CompletionRequest
+from prober.testbed.protocol import ChatRequest, CompletionRequest, ResponsesRequest
 from prober.testbed.tokenizer import TokenIds
 
-REASONED = "Done."  # a reasoning model's content, its quote in reasoning_content
 
-
-class GenerationRoute(StrEnum):
-    """The two generation routes, and how each names its answers."""
-
-    CHAT = "chat"
-    COMPLETIONS = "completions"
-
-    @property
-    def id_prefix(self) -> str:
-        return "chatcmpl" if self is GenerationRoute.CHAT else "cmpl"
-
-    @property
-    def object(self) -> str:
-        return "chat.completion" if self is GenerationRoute.CHAT else "text_completion"
-
-    @property
-    def chunk_object(self) -> str:
-        return "chat.completion.chunk" if self is GenerationRoute.CHAT else "text_completion"
-
-
-def client_id(request: Request, body: ChatRequest | CompletionRequest) -> str | None:
+def client_id(request: Request, body: ChatRequest | CompletionRequest | ResponsesRequest) -> str | None:
     """The client's name for the request, as vLLM reads one (the header first) or SGLang (`rid`)."""
     return request.headers.get("x-request-id") or body.rid or body.request_id
 
@@ -60,8 +38,8 @@ class Answering:
         self.config: EngineConfig = engine.config
         self.deliveries: Deliveries[GenerationResult] = Deliveries(engine.config.faults.keys_requests_by_client_id)
 
-    async def respond(self, request: Request, route: GenerationRoute, tenant: str,
-                      body: ChatRequest | CompletionRequest, ids: TokenIds, max_tokens: int | None,
+    async def respond(self, request: Request, route: Format, tenant: str,
+                      body: ChatRequest | CompletionRequest | ResponsesRequest, ids: TokenIds, max_tokens: int | None,
                       instruction_text: str) -> Response:
         """The answer, named after the client's ID where it gave one (as vLLM's and SGLang's are), while the
         engine names the request uniquely all the same (vLLM's random suffix)."""
@@ -84,19 +62,12 @@ class Answering:
                               top_p=body.top_p or 1.0,
                               seed=secrets.randbits(63) if body.seed is None else body.seed),
         )
-        meta = {"id": f"{route.id_prefix}-{named or unique}", "created": int(time.time()),
-                "model": body.model or cfg.model_name}
+        meta = route.meta(named or unique, body.model or cfg.model_name, int(time.time()))
         if body.stream:
             return StreamingResponse(self._stream(request, route, meta, req, named, body.include_usage),
                                      media_type="text/event-stream")
         result = await self.deliveries.deliver(named, self._computed(request, req))
-        if route is GenerationRoute.CHAT:
-            message = ({"role": "assistant", "reasoning_content": result.text, "content": REASONED}
-                       if cfg.reasoning else {"role": "assistant", "content": result.text})
-            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": result.finish_reason}
-        else:
-            choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason}
-        return JSONResponse({**meta, "object": route.object, "choices": [choice], "usage": _usage(result)})
+        return JSONResponse(route.answer(meta, result, cfg.reasoning))
 
     async def _computed(self, request: Request, req: GenerationRequest) -> GenerationResult:
         """The engine's result.  A client that hangs up before it (a closed connection, or a stream that Starlette
@@ -119,55 +90,21 @@ class Answering:
             if req.cancelled.is_set():
                 self.engine.disconnected()
 
-    async def _stream(self, request: Request, route: GenerationRoute, meta: dict[str, Any], req: GenerationRequest,
+    async def _stream(self, request: Request, route: Format, meta: dict[str, Any], req: GenerationRequest,
                       named: str | None, include_usage: bool) -> AsyncIterator[str]:
-        obj = route.chunk_object
-
-        field = "reasoning_content" if self.config.reasoning else "content"
-
-        def chunk(piece: str | None, finish: str | None, first: bool = False, said: str = field) -> str:
-            if route is GenerationRoute.CHAT:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else (
-                    {said: piece} if piece is not None else {})
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": piece or "", "finish_reason": finish}
-            extra = {"usage": None} if include_usage else {}
-            return _sse({**meta, "object": obj, "choices": [choice], **extra})
-
         try:
             result = await self.deliveries.deliver(named, self._computed(request, req))
         except EngineError as exc:
-            yield _sse({"error": {"message": exc.message, "type": exc.err_type, "code": exc.status}})
-            yield "data: [DONE]\n\n"
+            for event in route.failed(exc):
+                yield event
             return
         finished = False
         try:
-            if route is GenerationRoute.CHAT:
-                yield chunk(None, None, first=True)
             pieces = self.engine.vocab.pieces(result.text)
-            for start in range(0, len(pieces), 4):
-                yield chunk("".join(pieces[start : start + 4]), None)
-            if route is GenerationRoute.CHAT and self.config.reasoning:
-                yield chunk(REASONED, None, said="content")
-            yield chunk(None, result.finish_reason)
-            if include_usage:
-                yield _sse({**meta, "object": obj, "choices": [], "usage": _usage(result)})
-            yield "data: [DONE]\n\n"
+            grouped = ["".join(pieces[start : start + 4]) for start in range(0, len(pieces), 4)]
+            for event in route.events(meta, grouped, result, self.config.reasoning, include_usage):
+                yield event
             finished = True
         finally:
             if not finished:  # the client closed the stream (Starlette stops iterating when it hangs up)
                 self.engine.disconnected()
-
-
-def _usage(result: GenerationResult) -> dict[str, Any]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
-    }
-
-
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

@@ -112,6 +112,50 @@ class CompletionRequest(_Generation):
         return self.max_tokens
 
 
+class InputText(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class InputMessage(BaseModel):
+    """One of the Responses API's `input` items: a message, its content text or text parts."""
+
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer"]
+    content: str | list[InputText]
+
+    def message(self) -> Message:
+        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return Message(role=self.role, content=text)
+
+
+class ResponsesRequest(_Generation):
+    """OpenAI's Responses API: `instructions` (a system message) and `input` (a string or messages), read through
+    the chat template as chat's messages are."""
+
+    input: NonEmpty | list[InputMessage]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("input")
+    @classmethod
+    def _some_input(cls, value: str | list[InputMessage]) -> str | list[InputMessage]:
+        if isinstance(value, list) and not any(m.message().text.strip() for m in value):
+            raise ValueError("all input messages are empty")
+        return value
+
+    @property
+    def messages(self) -> list[Message]:
+        said = ([Message(role="user", content=self.input)] if isinstance(self.input, str)
+                else [m.message() for m in self.input])
+        return [Message(role="system", content=self.instructions), *said] if self.instructions else said
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_output_tokens
+
+
 class TokenizeRequest(BaseModel):
     """SGLang's shape ({"prompt": str}) or the chat form ({"messages": [...]}) that counts the template."""
 

@@ -27,15 +27,17 @@ from starlette.routing import Route
 
 from prober import __version__
 from prober.system.malloc import cap_arenas
-from prober.testbed.answering import Answering, GenerationRoute
+from prober.testbed.answering import Answering
 from prober.testbed.backend import ModelState
 from prober.testbed.config import EngineConfig
 from prober.testbed.engine import ReferenceEngine
+from prober.testbed.formats import Chat, Completions, Responses
 from prober.testbed.media import MediaRefused
 from prober.testbed.paging import EngineError
-from prober.testbed.protocol import ChatRequest, CompletionRequest, TokenizeRequest, error_body
+from prober.testbed.protocol import ChatRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, error_body
 
 M = TypeVar("M", bound=BaseModel)
+CHAT, COMPLETIONS, RESPONSES = Chat(), Completions(), Responses()
 
 
 class HTTPProblem(Exception):
@@ -164,6 +166,7 @@ class TestbedApp:
             Route("/v1/tokenize", self.tokenize, methods=["POST"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
 
@@ -253,7 +256,7 @@ class TestbedApp:
             messages = await anyio.to_thread.run_sync(self.engine.media.see, tenant, body.messages)
             last_user = next((m.text for m in reversed(messages) if m.role == "user"), "")
             ids = await anyio.to_thread.run_sync(lambda: vocab.encode_chat(messages))
-            return await self.answering.respond(request, GenerationRoute.CHAT, tenant, body, ids,
+            return await self.answering.respond(request, CHAT, tenant, body, ids,
                                                 body.requested_max_tokens, last_user)
         return await self._guarded("chat", request, handle)
 
@@ -262,9 +265,20 @@ class TestbedApp:
             tenant = self._tenant(request)
             body = parse(CompletionRequest, await read_json(request, self.config.max_body_bytes))
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
-            return await self.answering.respond(request, GenerationRoute.COMPLETIONS, tenant, body, ids,
+            return await self.answering.respond(request, COMPLETIONS, tenant, body, ids,
                                                 body.requested_max_tokens, body.text)
         return await self._guarded("completions", request, handle)
+
+    async def responses(self, request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            tenant = self._tenant(request)
+            body = parse(ResponsesRequest, await read_json(request, self.config.max_body_bytes))
+            messages = body.messages
+            last_user = next((m.text for m in reversed(messages) if m.role == "user"), "")
+            ids = await anyio.to_thread.run_sync(lambda: self.engine.vocab.encode_chat(messages))
+            return await self.answering.respond(request, RESPONSES, tenant, body, ids, body.requested_max_tokens,
+                                                last_user)
+        return await self._guarded("responses", request, handle)
 
 
 class _Server(uvicorn.Server):

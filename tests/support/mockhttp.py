@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 
-from prober.targets import Completion, OpenAICompatible, Prompt, Secret, Transport, TransportPolicy
+from prober.targets import Completion, Prompt, Secret, Transport, TransportPolicy
 from prober.targets.api import Api
+from prober.targets.factory import make_target
 from tests.support.aio import run
 
 Route = Callable[[httpx.Request], httpx.Response]
@@ -74,10 +75,10 @@ BASE = "http://engine.test/v1"
 
 def ask(routes: Routes | Route, prompt: Prompt, secret: Secret | None = None, api: str = "chat",
         policy: TransportPolicy | None = None) -> Completion:
-    """One prompt through the OpenAI-compatible adapter and the transport's policy, answered by `routes`."""
+    """One prompt through the adapter for `api` and the transport's policy, answered by `routes`."""
     handler = routes if isinstance(routes, Routes) else chat(routes)
 
     async def go() -> Completion:
         async with Transport(policy or TransportPolicy(retries=0), http=httpx.MockTransport(handler)) as transport:
-            return await OpenAICompatible("t", BASE, transport, api=Api(api)).complete(prompt, secret)
+            return await make_target(Api(api), "t", BASE, transport).complete(prompt, secret)
     return run(go())
