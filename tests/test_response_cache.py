@@ -19,7 +19,7 @@ from prober.targets.result import Completion
 from tests.support.cli import invoke
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
 from tests.support.litellm_proxy import LiteLLMProxy
-from tests.support.semantic_gateway import CHAT, COMPLETIONS, Scope, SemanticGateway
+from tests.support.semantic_gateway import CHAT, COMPLETIONS, RESPONSES, Scope, SemanticGateway
 from tests.support.testbed import StartTestbed
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
@@ -140,19 +140,20 @@ def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tm
 
 
 def test_a_cache_shared_on_one_route_only_is_found_on_that_route(testbed: StartTestbed, tmp_path: Path) -> None:
-    """As LiteLLM CVE-2026-89032 had it: the cache keeps each tenant apart on one route and shares on another.  The
-    map is per route: chat per tenant, completions shared, and the findings name the completions requests alone."""
+    """As LiteLLM CVE-2026-89032 had it: the cache keeps each tenant apart on chat and completions and shares on the
+    Responses API.  The map is per route, and the findings name the Responses API's requests alone."""
     engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
                      tenants=TENANTS, mode="monolithic")
-    routes: dict[str, Scope] = {CHAT: "tenant", COMPLETIONS: "shared"}
+    routes: dict[str, Scope] = {CHAT: "tenant", COMPLETIONS: "tenant", RESPONSES: "shared"}
     with SemanticGateway(engine.url, tmp_path / "cache", routes=routes, threshold=0.99) as gateway:
         result = invoke("audit", "--target", gateway.url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant",
                         "tenant-b=LP_B", "--ledger", str(tmp_path / "l.sqlite"), "-f", "json", "--no-semantic",
                         "--check", "response-cache")
     doc = json.loads(result.stdout)
-    assert result.exit_code == 1 and states(doc) == {"chat": "per_tenant", "completions": "shared"}, (
+    assert result.exit_code == 1 and states(doc) == {"chat": "per_tenant", "completions": "per_tenant",
+                                                     "responses": "shared"}, (
         result.exit_code, doc["verdict"], states(doc))
     copies = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in copies} == {("tenant-a", "tenant-b"),
                                                                            ("tenant-b", "tenant-a")}
-    assert all("-completions-" in f["record_id"] for f in copies), [f["record_id"] for f in copies]
+    assert all("-responses-" in f["record_id"] for f in copies), [f["record_id"] for f in copies]

