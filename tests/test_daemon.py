@@ -141,7 +141,7 @@ def test_a_campaign_over_its_share_of_the_budget_is_paced_not_skipped(testbed: S
     server = testbed("fixed", **SMALL)
     others = {check.name: "off" for check in REGISTRY if check.name != "campaign"}
     config = daemon_config(server.url, tmp_path / "l.sqlite", tokens_per_day=400_000, job_share=0.1,
-                           schedule={**others, "preflight": "2s"})
+                           schedule={**others, "preflight": "2s"}, incident_hold="7h")
     with DaemonProcess(config, tmp_path) as daemon:
         daemon.wait_for(lambda: succeeded(daemon, "campaign"), 60, "the first campaign")
         planned = daemon.sample("leakprobe_job_planned_tokens", job="campaign")
@@ -150,6 +150,9 @@ def test_a_campaign_over_its_share_of_the_budget_is_paced_not_skipped(testbed: S
         assert daemon.sample("leakprobe_job_interval_seconds", job="campaign") == pytest.approx(paced)
         assert daemon.sample("leakprobe_token_budget_projected_tokens") == pytest.approx(40_000, abs=1)
         assert "campaign testbed: every " in daemon.log() and "(was 6.0 h)" in daemon.log()
+        # 6 h fits a 7 h hold, so the start said nothing of it; the paced interval does not.
+        held = [line for line in daemon.log().splitlines() if "longer than daemon.incident_hold" in line]
+        assert len(held) == 1 and "testbed: paced, daemon.schedule.campaign (" in held[0], held
         job = daemon.get("/status").json()["targets"][0]["jobs"]["campaign"]
         assert job["next_run"] - job["last_run"] >= paced * 0.99  # its next run a paced interval on
         assert daemon.sample("leakprobe_job_runs_total", job="campaign") == 1

@@ -40,3 +40,13 @@ def test_a_default_scheduled_job_is_paced_to_its_share_and_a_named_one_is_kept()
     assert incident == pytest.approx(10_955_403 * 86_400 / 15_000_000) and 17 * 3_600 < incident < 18 * 3_600
     assert timetable.interval("timing", 100_000_000) == 3_600.0  # named: the operator's interval stands
     assert timetable.jitter("campaign", incident) == pytest.approx(incident / 10)
+
+
+def test_a_paced_interval_past_the_hold_is_said_as_the_start_says_a_named_one() -> None:
+    """The start warns of intervals it knows (the defaults, the named ones); pacing warns of the one it sets."""
+    timetable = Timetable(DaemonSettings(incident_hold=3_600.0, schedule={"crosstalk": 7_200.0}), REGISTRY)
+    warned = {w.split(" ")[0].removeprefix("daemon.schedule.") for w in timetable.recheck_warnings()}
+    assert {"crosstalk", "campaign"} <= warned and not {"sentinel", "request-ids", "preflight"} & warned, warned
+    assert timetable.recheck_warning("sentinel", 60.0) is None and timetable.recheck_warning("preflight", 1e6) is None
+    paced = timetable.recheck_warning("sentinel", 63_103.0)
+    assert paced is not None and "69413.3 s with jitter" in paced and "daemon.incident_hold (3600 s)" in paced

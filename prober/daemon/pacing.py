@@ -59,10 +59,13 @@ class Pacing:
             old = self._intervals.get(target, {}).get(job)
             if old is None or status is None or (status.running and job != ran):
                 continue
-            new = self._settings.timetable.interval(job, tokens)
+            timetable = self._settings.timetable
+            new = timetable.interval(job, tokens)
             if new != old:
                 log.info("%s %s: every %s (was %s): its plan of %s prompt tokens a run fits daemon.job_share of "
                          "the day's budget so", job, target, _hours(new), _hours(old), f"{tokens:,}")
+                if (warning := timetable.recheck_warning(job, new)) and not timetable.recheck_warning(job, old):
+                    log.warning("%s: paced, %s", target, warning)
                 self.schedule(target, job, started if job == ran else status.last_run)
         self._project(target)
 

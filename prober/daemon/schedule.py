@@ -80,18 +80,20 @@ class Timetable:
         return self._jitter.get(job, interval / 10)
 
     def recheck_warnings(self) -> list[str]:
-        """Jobs that cannot re-check what they found within the hold: their incidents stay open (and page) until
-        the job's next run, longer than the hold says."""
-        warnings = []
-        for job in self.jobs:
-            if job == PREFLIGHT:
-                continue  # finds nothing
-            every = self._every[job] + self.jitter(job, self._every[job])
-            if every > self.hold:
-                warnings.append(f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold "
-                                f"({self.hold:g} s): an incident a {job} finds stays open until the next {job} "
-                                f"re-checks its boundary clean, up to {every:g} s after its last finding")
-        return warnings
+        """Jobs whose intervals as scheduled at start cannot re-check within the hold (`recheck_warning`)."""
+        return [warning for job in self.jobs if (warning := self.recheck_warning(job, self._every[job]))]
+
+    def recheck_warning(self, job: str, interval: float) -> str | None:
+        """Where the job, run every `interval` (paced or not), cannot re-check what it found within the hold: its
+        incidents stay open (and page) until its next run, longer than the hold says."""
+        if job == PREFLIGHT:
+            return None  # finds nothing
+        every = interval + self.jitter(job, interval)
+        if every <= self.hold:
+            return None
+        return (f"daemon.schedule.{job} ({every:g} s with jitter) is longer than daemon.incident_hold ({self.hold:g} "
+                f"s): an incident a {job} finds stays open until the next {job} re-checks its boundary clean, up to "
+                f"{every:g} s after its last finding")
 
 
 class JobScheduler:
