@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup hooks tools demo test check unit lint subjects typecheck builds suite llama vllm litellm adapters image \
-        bench fuzz docs clean static-embedder
+        gate-schemas bench fuzz docs clean static-embedder
 
 setup: $(STAMP) hooks
 
@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-compile -e ".[dev]"
 	touch $(STAMP)
 
-# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium, and podman,
-# buildah, runc and mmdebstrap for the image.  Installed when missing and apt-get is usable as root (CI);
-# elsewhere those tests skip with one line saying how.
+# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium, podman,
+# buildah, runc and mmdebstrap for the image, and Node.js with npm for the gate manifests' schemas.  Installed
+# when missing and apt-get is usable as root (CI); elsewhere those tests skip with one line saying how.
 SYSTEM_TOOLS := promtool=prometheus prometheus=prometheus prometheus-alertmanager=prometheus-alertmanager \
-                chromium=chromium podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap
+                chromium=chromium podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap \
+                node=nodejs npm=npm
 tools:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v "$${pair%%=*}" >/dev/null 2>&1 || \
 	  missing="$$missing $${pair##*=}"; done; \
@@ -76,6 +77,12 @@ adapters: setup
 litellm: setup
 	nice -n 10 $(PY) -m tests.support.litellm_proxy
 
+# The published schemas the deploy gate's manifests (examples/gate/) are validated against: Argo Rollouts' from npm,
+# pinned by tests/support/gate-schemas/package-lock.json, `npm ci` once per machine into ~/.cache/leakprobe
+# (LEAKPROBE_CACHE); Flagger's CRD is vendored beside the lock.
+gate-schemas: setup
+	$(PY) -m tests.support.gate_schemas
+
 # The daemon image from the Dockerfile, built with podman from a Debian base made locally (no registry):
 # rebuilt only when something that goes into it changed (tests/support/containers.py).
 IMAGE_NEEDS ?= tools
@@ -87,7 +94,7 @@ image: setup $(IMAGE_NEEDS)
 # one checks its cache in seconds.  `tools` runs first, here: as the image's prerequisite inside the -j3
 # make, the image would start only once another build had finished (make looks again only after a wait).
 builds: setup tools
-	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm adapters
+	$(MAKE) --no-print-directory -j3 -O IMAGE_NEEDS= llama image vllm litellm adapters gate-schemas
 
 # The whole suite, after the one-time builds: what `make test` runs after lint and typecheck.
 # One worker per core (WORKERS=0: one process; one more worker than cores was measured slower: the engines'

