@@ -21,12 +21,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-compile -e ".[dev]"
 	touch $(STAMP)
 
-# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium, podman,
-# buildah, runc and mmdebstrap for the image, and Node.js with npm for the gate manifests' schemas.  Installed
-# when missing and apt-get is usable as root (CI); elsewhere those tests skip with one line saying how.
+# System tools some tests use (Debian packages): promtool and Prometheus, Alertmanager, Chromium, redis-server (the
+# LiteLLM proxy's Redis cache), podman, buildah, runc and mmdebstrap for the image, and Node.js with npm for the gate
+# manifests' schemas.  Installed when missing and apt-get is usable as root (CI); elsewhere those tests skip with one
+# line saying how.
 SYSTEM_TOOLS := promtool=prometheus prometheus=prometheus prometheus-alertmanager=prometheus-alertmanager \
-                chromium=chromium podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap \
-                node=nodejs npm=npm
+                chromium=chromium redis-server=redis-server podman=podman buildah=buildah runc=runc \
+                mmdebstrap=mmdebstrap node=nodejs npm=npm
 tools:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v "$${pair%%=*}" >/dev/null 2>&1 || \
 	  missing="$$missing $${pair##*=}"; done; \

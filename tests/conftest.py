@@ -19,6 +19,7 @@ from tests.support.litellm_proxy import LiteLLMUnavailable
 from tests.support.litellm_proxy import ensure_installed as ensure_litellm
 from tests.support.llamacpp import OPT_OUT, Installation, LlamaCppUnavailable, ensure_installed
 from tests.support.postgres import PostgresServer, postgres_server
+from tests.support.redis import RedisServer, redis_server
 from tests.support.testbed import StartTestbed
 from tests.support.tools import opted_out
 
@@ -51,7 +52,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # What a test needs beyond the checkout and `.venv`, told by the fixtures it uses (`make check` leaves these out).
 NEEDS = {"llama_install": "engine", "litellm_install": "engine", "postgres": "postgres"}
 # Fixtures that start a server, an engine, a database or a model: a test marked `unit` (`make unit`) uses none.
-NOT_UNIT = frozenset({"testbed", "embedder", "postgres", "connect", "ledger_url", "llama_install", "litellm_install"})
+NOT_UNIT = frozenset({"testbed", "embedder", "postgres", "connect", "ledger_url", "llama_install", "litellm_install",
+                      "redis"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -114,6 +116,13 @@ def litellm_install() -> LiteLLMInstallation:
         return ensure_litellm()
     except LiteLLMUnavailable as exc:
         pytest.fail(f"the LiteLLM proxy could not be provided: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh Debian `redis-server` on loopback, no persistence (tests/support/redis.py), stopped after the test."""
+    with redis_server(tmp_path / "redis") as server:
+        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

