@@ -132,6 +132,20 @@ def test_keys_are_files_from_the_existing_secret(helm: Any) -> None:
         "/etc/leakprobe/tenant-keys/alice", "/etc/leakprobe/tenant-keys/bob"]
 
 
+def test_end_users_behind_one_key_share_its_secret_entry(helm: Any) -> None:
+    """Two tenants that name one secretKey, each its own end user: the chart creates that key once (a duplicate
+    entry is a manifest Kubernetes refuses) and the daemon's config reads it for both, each with its end user."""
+    values = {**VALUE_SETS["full"], "tenantKeys": {"create": True, "values": {"customer": "sk-customer-0123456789"}}}
+    values["config"] = {**values["config"], "tenants": {"alice": {"secretKey": "customer", "end_user": "alice@example"},
+                                                        "bob": {"secretKey": "customer", "end_user": "bob@example"}}}
+    rendered = render(helm, values)
+    data = rendered["leakprobe/templates/secret-tenant-keys.yaml"].partition("\ndata:\n")[2]
+    assert [line.split(":")[0].strip() for line in data.splitlines() if line.strip()] == ["customer"]
+    key = "/etc/leakprobe/tenant-keys/customer"
+    assert [(t["api_key_file"], t["end_user"]) for t in daemon_config(rendered)["tenants"]] == [
+        (key, "alice@example"), (key, "bob@example")]
+
+
 def test_sqlite_gets_a_volume_and_one_pod_at_a_time(helm: Any) -> None:
     rendered = render(helm, VALUE_SETS["minimal"])
     (deployment,) = of_kind(rendered, "Deployment")

@@ -42,6 +42,7 @@ FailOn = Annotated[Severity | None, typer.Option(parser=_severity, metavar="SEVE
                                                  help="Exit 1 at or above: info | warning | high | critical.")]
 ApiOption = Annotated[Api | None, typer.Option(help="The API the target speaks (with --target).")]
 Tenants = Annotated[list[str] | None, typer.Option(
-    "--tenant", help="NAME=ENVVAR, repeatable: a tenant and the variable holding its API key.")]
+    "--tenant", help="NAME=ENVVAR, repeatable: a tenant and the variable holding its API key; NAME=ENVVAR@END_USER: "
+                     "an end user behind that key (tenants may then share one key).")]
 Format = Annotated[OutputFormat, typer.Option("--format", help="json | table")]
 Deprecated = Annotated[bool | None, typer.Option(hidden=True, help="Deprecated: --check NAME or --skip NAME.")]

@@ -54,6 +54,7 @@ DEFAULT_POLICY = TransportPolicy()  # the transport's defaults are the config's
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 AdapterName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+EndUser = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[!-~]+$")]  # fits a header as it is
 
 
 def _ledger(value: str) -> str:
@@ -145,6 +146,12 @@ class TargetConfig(Strict):
     `leakprobe canaries adapter`, served as vLLM serves `--lora-modules`).  The `adapters` check asks each its
     trigger, all at once, and sends one prompt through every adapter in turn; a tenant without one asks the base
     model.  Empty: that check has nothing to do here."""
+    end_user_header: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    """A header that carries a tenant's `end_user` on every request with its key (LiteLLM reads
+    `x-litellm-end-user-id`); unset: the `user` field alone."""
+    end_user_field: bool = True
+    """Send a tenant's `end_user` as the OpenAI `user` field of its generation requests; `false`: in `end_user_header`
+    alone, as an application that names its end users by header only (LiteLLM keys its response cache on `user`)."""
 
     @field_validator("url", "introspection_url")
     @classmethod
@@ -160,6 +167,8 @@ class TargetConfig(Strict):
                              "tenant's canary)")
         if self.adapters and self.api is Api.WORKERS_AI:
             raise ValueError("adapters: a Workers AI target names its model in the URL, not per request")
+        if not (self.end_user_field or self.end_user_header):
+            raise ValueError("end_user_field: false needs an end_user_header, or no end user is sent")
         return self
 
     @property
@@ -168,7 +177,8 @@ class TargetConfig(Strict):
 
     def policy(self) -> TransportPolicy:
         return TransportPolicy(timeout_s=self.timeout_s, deadline_s=self.deadline_s, retries=self.retries,
-                               max_body_bytes=self.max_body_bytes, verify_tls=self.verify_tls)
+                               max_body_bytes=self.max_body_bytes, verify_tls=self.verify_tls,
+                               end_user_header=self.end_user_header, end_user_field=self.end_user_field)
 
 
 class TenantConfig(Strict):
@@ -182,16 +192,22 @@ class TenantConfig(Strict):
     """File that holds its API key (a mounted secret); give this or `api_key_env`."""
     cache_salted: bool = False
     """Its gateway salts its prefix cache: a cross-tenant cache hit that involves it is reported as HIGH."""
+    end_user: EndUser | None = None
+    """The end user it is behind its key (printable ASCII, no spaces), sent as the OpenAI `user` field of every
+    generation request and in the target's `end_user_header` (each target's `end_user_field` says whether the field
+    is sent): tenants that share one key are told apart by it."""
 
     @model_validator(mode="after")
     def _one_source(self) -> TenantConfig:
         if self.api_key_env and self.api_key_file:
             raise ValueError("give api_key_env or api_key_file, not both")
+        if self.end_user and not (self.api_key_env or self.api_key_file):
+            raise ValueError("end_user is sent beside a key: give api_key_env or api_key_file")
         return self
 
     @property
     def credential(self) -> CredentialSource:
-        return CredentialSource(env=self.api_key_env, file=self.api_key_file)
+        return CredentialSource(env=self.api_key_env, file=self.api_key_file, end_user=self.end_user)
 
 
 log = logging.getLogger("leakprobe.config")
@@ -337,8 +353,8 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
     """File, then LEAKPROBE_* environment variables, then flags: later wins.
 
     `target` replaces the file's targets with one (`--target URL`); `probe_shapes` replace every target's;
-    `tenants` are `NAME=ENVVAR` pairs that replace the file's tenants; `sections`: the checks' own (as
-    `parse_config`); `flags` are audit settings, `ledger` or `listen` (None = not given)."""
+    `tenants` are `NAME=ENVVAR` (or `NAME=ENVVAR@END_USER`) pairs that replace the file's tenants; `sections`: the
+    checks' own (as `parse_config`); `flags` are audit settings, `ledger` or `listen` (None = not given)."""
     data = load_config(path) if path else {}
     origin = str(path) if path else "flags"
     for var, where in ENV_OVERRIDES.items():
@@ -352,9 +368,11 @@ def assemble_config(path: Path | None, *, target: str | None = None, target_name
         pairs = []
         for item in tenants:
             name, sep, env = item.partition("=")
-            if not sep or not name or not env:
-                raise ConfigError(f"--tenant {item!r}: expected NAME=ENVVAR (the variable holding its API key)")
-            pairs.append({"name": name, "api_key_env": env})
+            env, at, end_user = env.partition("@")  # no variable's name holds an @; an end user's may
+            if not sep or not name or not env or (at and not end_user):
+                raise ConfigError(f"--tenant {item!r}: expected NAME=ENVVAR (the variable holding its API key), or "
+                                  "NAME=ENVVAR@END_USER (an end user behind that key)")
+            pairs.append({"name": name, "api_key_env": env, **({"end_user": end_user} if at else {})})
         data["tenants"] = pairs
     for key, value in flags.items():
         if value is not None:

@@ -15,16 +15,21 @@ from prober.text.scrub import Scrubber
 
 def load_secrets(config: ProberConfig) -> dict[str, Secret | None]:
     """Every tenant's key, read now so a missing one fails before anything is sent (CredentialError).
-    Two tenants with one key are one identity to the engine: an audit of them would prove nothing."""
+    Two tenants with one key are one identity to the engine, and an audit of them would prove nothing, unless each
+    is its own end user behind that key (`end_user`): then they are what a gateway tells apart by end user."""
     secrets = {tenant.name: tenant.credential.load() for tenant in config.tenants}
-    owners: dict[Secret, str] = {}
+    owners: dict[Secret, dict[str | None, str]] = {}  # a key alone -> its tenants by end user
     for name, secret in secrets.items():
         if secret is None:
             continue
-        if secret in owners:
-            raise CredentialError(f"tenants {owners[secret]} and {name} have the same key: the engine cannot tell "
-                                  "them apart, so nothing could cross between them; give each its own key")
-        owners[secret] = name
+        behind = owners.setdefault(secret.key, {})
+        if behind and (secret.end_user is None or None in behind or secret.end_user in behind):
+            other = behind.get(secret.end_user) or next(iter(behind.values()))
+            both = secret.end_user is not None and secret.end_user in behind
+            how = f"and end user {secret.end_user!r}" if both else "without an end user for each"
+            raise CredentialError(f"tenants {other} and {name} have the same key {how}: nothing tells them apart, "
+                                  "so nothing could cross between them; give each its own key or its own end_user")
+        behind[secret.end_user] = name
     return secrets
 
 

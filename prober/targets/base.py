@@ -68,6 +68,9 @@ class Target(ABC):
 
 
 class HTTPTarget(Target):
+    # The body field that names the end user a key is sent for, where the API has one (OpenAI's `user`).
+    end_user_field: str | None = None
+
     def __init__(self, name: str, transport: Transport) -> None:
         self.name = name
         self.transport = transport
@@ -107,7 +110,10 @@ class HTTPTarget(Target):
                                    idle_s=min(self.transport.policy.timeout_s, ANSWER_BASE_S))
             size = Size(len(prompt.text.encode("utf-8", "surrogatepass")), prompt.max_tokens, prompt.stream)
             headers = prompt.request_id.headers() if prompt.request_id else None
-            exchange = await self.transport.exchange("POST", self.endpoint(), json=self.body(prompt), secret=secret,
+            body = self.body(prompt)
+            if self.end_user_field and self.transport.policy.end_user_field and secret and secret.end_user is not None:
+                body[self.end_user_field] = secret.end_user
+            exchange = await self.transport.exchange("POST", self.endpoint(), json=body, secret=secret,
                                                      headers=headers, on_chunk=stream.feed, size=size)
             answer = stream.finish(exchange) if exchange.streamed else self._plain(exchange)
             if answer.error is not None and exchange.status == 200 and exchange.streamed != prompt.stream:

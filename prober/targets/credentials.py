@@ -1,5 +1,6 @@
 """Per-tenant API keys: read from an environment variable or a secret file, never from a config file,
-and never printable — `repr`, `str` and f-strings of a `Secret` show a mask."""
+and never printable — `repr`, `str` and f-strings of a `Secret` show a mask.  Where tenants are end users behind
+one key, a key carries its end user: the pair is the caller."""
 
 from __future__ import annotations
 
@@ -12,17 +13,26 @@ from prober.text.scrub import MIN_SECRET
 
 
 class Secret:
-    __slots__ = ("_value",)
+    """`end_user`: the end-user identity sent beside the key (no secret: a gateway bills, limits and may scope its
+    cache by it); two tenants that share a key are told apart by it, so it is part of the caller's identity."""
 
-    def __init__(self, value: str) -> None:
+    __slots__ = ("_value", "end_user")
+
+    def __init__(self, value: str, end_user: str | None = None) -> None:
         self._value = value
+        self.end_user = end_user
 
     def reveal(self) -> str:
         """The only way to the value; call it where the header is built and nowhere else."""
         return self._value
 
+    @property
+    def key(self) -> Secret:
+        """The key alone, without its end user."""
+        return Secret(self._value)
+
     def __repr__(self) -> str:
-        return "Secret('***')"
+        return "Secret('***')" if self.end_user is None else f"Secret('***', end_user={self.end_user!r})"
 
     __str__ = __repr__
 
@@ -30,18 +40,20 @@ class Secret:
         return repr(self)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
+        return isinstance(other, Secret) and (other._value, other.end_user) == (self._value, self.end_user)
 
     def __hash__(self) -> int:
-        return hash(self._value)
+        return hash((self._value, self.end_user))
 
 
 @dataclass(frozen=True)
 class CredentialSource:
-    """Where a key lives: `env` names a variable, `file` a path (Kubernetes secret mounts)."""
+    """Where a key lives: `env` names a variable, `file` a path (Kubernetes secret mounts); `end_user`: the end user
+    the key is sent for, where the tenant is one."""
 
     env: str | None = None
     file: Path | None = None
+    end_user: str | None = None
 
     def describe(self) -> str:
         return f"${self.env}" if self.env else f"file {self.file}" if self.file else "no credential"
@@ -68,4 +80,4 @@ class CredentialSource:
                                   "out of reports")
         if any(ch in value for ch in "\r\n\x00"):
             raise CredentialError(f"{self.describe()} holds more than one line")
-        return Secret(value)
+        return Secret(value, self.end_user)

@@ -13,6 +13,8 @@ from prober.targets.transport import Transport
 class OpenAICompatible(HTTPTarget):
     """`base_url` is what users paste, e.g. `http://host:8000/v1`."""
 
+    end_user_field = "user"
+
     def __init__(self, name: str, base_url: str, transport: Transport, *, api: Api = Api.CHAT,
                  model: str | None = None) -> None:
         super().__init__(name, transport)

@@ -49,6 +49,8 @@ class TransportPolicy:
     max_body_bytes: int = 64 * 1024 * 1024
     max_redirects: int = 3
     verify_tls: bool = True
+    end_user_header: str | None = None  # carries a key's end user beside it, where the gateway reads one there
+    end_user_field: bool = True  # and the API's body field for it (OpenAI's `user`) on generation requests
 
     def client(self, http: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
         """The httpx client this policy implies (redirects are followed by hand: same origin only)."""
@@ -209,6 +211,8 @@ class Transport:
         send_headers = dict(call.headers)
         if call.secret is not None:
             send_headers["Authorization"] = f"Bearer {call.secret.reveal()}"
+            if self.policy.end_user_header and call.secret.end_user is not None:
+                send_headers[self.policy.end_user_header] = call.secret.end_user
         answer_s = call.size.answer_s(self.policy.timeout_s)
         clock = asyncio.timeout(None)  # the answer's own: from its first byte, however the bytes trickle
         try:

@@ -73,9 +73,11 @@ class LiteLLMProxy:
 
     def __init__(self, installation: Installation, folder: Path, *, models: dict[str, str], upstream_model: str,
                  keys: dict[str, str], upstream_key: str, system_prompt: str = "", retries: int = 2,
-                 cache: dict[str, Any] | None = None, cache_per_tenant: bool = False) -> None:
+                 cache: dict[str, Any] | None = None, cache_per_tenant: bool = False,
+                 cache_per_end_user: bool = False) -> None:
         """`cache`: the proxy's `cache_params` (its response cache on; None: off); `cache_per_tenant`: a pre-call hook
-        scopes it per tenant (tests/support/litellm_plugins/cache_scope.py), as the fix for LiteLLM #29955."""
+        scopes it per tenant (tests/support/litellm_plugins/cache_scope.py), as the fix for LiteLLM #29955;
+        `cache_per_end_user`: per tenant and the end user named with its key."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,8 @@ class LiteLLMProxy:
                 for name, base in models.items()],
             "router_settings": {"num_retries": retries},
             "litellm_settings": {"callbacks": ["system_prompt.operator_prompt",
-                                               *(["cache_scope.per_tenant"] if cache_per_tenant else [])],
+                                               *(["cache_scope.per_tenant"] if cache_per_tenant else []),
+                                               *(["cache_scope.per_end_user"] if cache_per_end_user else [])],
                                  "drop_params": False,
                                  **({"cache": True, "cache_params": cache} if cache is not None else {})},
             "general_settings": {"master_key": "sk-leakprobe-tests-" + hashlib.sha256(folder.name.encode()

@@ -19,12 +19,16 @@ BOTH_WAYS = {("cross_tenant_response_cache", "tenant-a", "tenant-b"),
              ("cross_tenant_response_cache", "tenant-b", "tenant-a")}
 
 
-def audit(proxy: LiteLLMProxy, engine: str, folder: Path, *args: str) -> tuple[int, dict[str, Any]]:
+def audit(proxy: LiteLLMProxy, engine: str, folder: Path, *args: str, tenants: list[dict[str, str]] | None = None,
+          **target: Any) -> tuple[int, dict[str, Any]]:
+    """An audit through the proxy, each tenant with a cache salt of its own; `tenants` and `target` (its settings)
+    where a test names others."""
     folder.mkdir()
     (folder / "c.yaml").write_text(yaml.safe_dump({
         "targets": [{"name": "behind-litellm", "url": proxy.url + "/v1", "model": "fixed", "introspection_url": engine,
-                     "cache_salt": "per-tenant"}],
-        "tenants": [{"name": "tenant-a", "api_key_env": "LP_A"}, {"name": "tenant-b", "api_key_env": "LP_B"}],
+                     "cache_salt": "per-tenant", **target}],
+        "tenants": tenants or [{"name": name, "api_key_env": env} for name, env in (("tenant-a", "LP_A"),
+                                                                                  ("tenant-b", "LP_B"))],
         "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False},
         "response-cache": {"audit": True}, "semantic-cache": {"audit": True}}))
     result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json", *args)
