@@ -87,6 +87,33 @@ def test_a_semantic_cache_shared_on_the_responses_route_alone(testbed: StartTest
     assert all("sc-responses-" in f["record_id"] for f in echoes), [f["record_id"] for f in echoes]
 
 
+def test_end_users_behind_one_key_share_a_bucket_scoped_by_the_key(testbed: StartTestbed, tmp_path: Path) -> None:
+    """Two tenants that are end users of one customer key, named in the `user` field: a semantic cache scoped by key
+    (LiteLLM's `semantic_cache_scope` default) is one bucket for both, and each is answered with the other's stored
+    answer; scoped by end user, each keeps its own (the control seen), nothing of warning or worse."""
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    end_users = [{"name": "alice", "api_key_env": "LP_A", "end_user": "alice@example.com"},
+                 {"name": "bob", "api_key_env": "LP_A", "end_user": "bob@example.com"}]
+    results = {}
+    for scope in ("tenant", "end_user"):
+        folder = tmp_path / scope
+        folder.mkdir()
+        with SemanticGateway(engine.url, folder / "cache", scope=scope, threshold=0.8) as gateway:
+            (folder / "c.yaml").write_text(yaml.safe_dump({
+                "targets": [{"name": "behind-a-cache", "url": gateway.url + "/v1"}], "tenants": end_users,
+                "ledger": str(folder / "l.sqlite"), "detection": {"semantic": False}}))
+            result = invoke("audit", "--config", str(folder / "c.yaml"), "-f", "json", "--check", "semantic-cache")
+        results[scope] = result.exit_code, json.loads(result.stdout)
+    code, doc = results["tenant"]
+    echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
+    assert code == 1 and semantic(doc)["state"] == "shared", (code, doc["verdict"], semantic(doc))
+    assert echoes == {("alice", "bob"), ("bob", "alice")}, echoes
+    code, doc = results["end_user"]
+    assert code == 0 and semantic(doc)["state"] == "per_tenant", (code, doc["verdict"], semantic(doc))
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+
+
 def full_audit(url: str, folder: Path) -> tuple[int, dict[str, Any]]:
     """Every check but timing, the two cache checks among them."""
     folder.mkdir(parents=True, exist_ok=True)

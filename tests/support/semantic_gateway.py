@@ -5,10 +5,11 @@ embedded with leakprobe's own embedder (the Universal Sentence Encoder from PyPI
 
 A chat request (or a Responses API one) is keyed by its last user message alone (semantic-router #3423: the system
 prompt and the earlier turns ignored), a completion by its prompt.  `scope`: `shared`, one cache for every caller
-(semantic-router #2134), or `tenant`, one per API key; `routes`: the scope on each route it caches, by path (the
-default: chat, at `scope`), so that one route can share what another keeps per tenant (LiteLLM CVE-2026-89032);
-`threshold`: the cosine similarity at or above which a stored answer is served (0.8, semantic-router's in #2134).
-Streams and the routes it does not cache go to the engine untouched."""
+(semantic-router #2134), `tenant`, one per API key (LiteLLM's `semantic_cache_scope: key`, its default), or `end_user`,
+one per key and end user (the `user` field, else the `x-litellm-end-user-id` header); `routes`: the scope on each route
+it caches, by path (the default: chat, at `scope`), so that one route can share what another keeps per tenant (LiteLLM
+CVE-2026-89032); `threshold`: the cosine similarity at or above which a stored answer is served (0.8, semantic-router's
+in #2134).  Streams and the routes it does not cache go to the engine untouched."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from prober.embeddings import make_embedder
 from tests.support.shared import Gateway
 
-Scope = Literal["shared", "tenant"]
+Scope = Literal["shared", "tenant", "end_user"]
 CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
 
 
@@ -91,6 +92,8 @@ class SemanticGateway(Gateway):
         if path not in self.routes or key is None:
             return await super()._generate(request)
         caller = request.headers.get("authorization", "")
+        if self.routes[path] == "end_user":  # LiteLLM's semantic_cache_scope: end_user (PR #39590)
+            caller += "|" + str(body.get("user") or request.headers.get("x-litellm-end-user-id", ""))
 
         def lookup() -> Any:
             with self._lock:
