@@ -5,36 +5,12 @@ cannot pass (2), and the checks of the known bugs an engine's release is in join
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.support.gate import gate, gated
 from tests.support.hostile import CONTEXT, LIMIT, POOL, hostile_engine
-from tests.support.keys import KEYS
-from tests.support.keys import TENANT_ARGS as TENANTS
 from tests.support.testbed import SMALL, StartTestbed
-
-SPENT = re.compile(r"gate: ([\d,]+) prompt tokens sent \(([\d,]+) served\) of a ceiling of ([\d,]+), in ([\d.]+) s")
-
-
-def gate(url: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], tuple[int, int, int, float]]:
-    """The gate as a CI step runs it against `url`, and what it says it spent: tokens sent, served, the ceiling,
-    seconds."""
-    return gated(tmp_path, "--target", url + "/v1", *TENANTS, "--ledger", str(tmp_path / "l.sqlite"), *args)
-
-
-def gated(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], tuple[int, int, int, float]]:
-    run = subprocess.run([sys.executable, "-m", "prober", "gate", *args], capture_output=True, text=True,
-                         timeout=600, env={**os.environ, **KEYS})
-    spent = SPENT.search(run.stderr)
-    assert spent is not None, run.stderr[-3000:]
-    sent, served, ceiling = (int(spent.group(i).replace(",", "")) for i in (1, 2, 3))
-    print(f"gate {' '.join(args[:2])}: exit {run.returncode}; {sent:,} tokens sent, {served:,} served, ceiling "
-          f"{ceiling:,}; {spent.group(4)} s")
-    return run, (sent, served, ceiling, float(spent.group(4)))
 
 
 def test_the_incident_fails_the_gate_within_its_ceilings_and_ci_reads_why(testbed: StartTestbed,

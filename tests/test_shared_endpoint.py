@@ -27,6 +27,7 @@ from prober.domain.types import Severity
 from prober.testbed import TestbedServer, build_config
 from tests.support.cli import invoke
 from tests.support.daemonproc import DaemonProcess, daemon_config
+from tests.support.gate import gated
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
 from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.monitoring import Prometheus, Webhook, alertmanager, fast_rules, prometheus
@@ -91,6 +92,28 @@ def test_the_incident_behind_the_gateway_is_an_echo_between_the_two_tenants(test
     # fewer windows than the whole matrix: on a loaded 2-core CI machine p came to 4.5e-5, a finding all the same.)
     decision = test["decisions"][0]
     assert decision["own_events"] > 0 and decision["p_value"] <= decision["alpha"], decision
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["fixed", "incident"])
+def test_the_deploy_gate_behind_the_gateway_among_other_users(testbed: StartTestbed, tmp_path: Path,
+                                                              preset: str) -> None:
+    """`leakprobe gate` as a pipeline runs it, through the gateway with its operator prompt, its 502s after serving
+    and a third tenant's traffic: the fixed engine passes (other users' aborts and over-limit prompts are not its
+    fault), the incident's fails on a cross-tenant echo, each within its ceiling."""
+    with shared(testbed, preset) as (engine, front):
+        aborted = engine.engine.stats.aborted
+        run, (sent, _, ceiling, _) = gated(tmp_path, "--target", front.url + "/v1", "--tenant", "tenant-a=LP_A",
+                                           "--tenant", "tenant-b=LP_B", "--ledger", str(tmp_path / "l.sqlite"),
+                                           f"--report=json={tmp_path / 'gate.json'}")
+        aborted = engine.engine.stats.aborted - aborted
+    assert aborted >= 1 and sent <= ceiling, (aborted, sent, ceiling)
+    found = serious(json.loads((tmp_path / "gate.json").read_text()))
+    if preset == "fixed":
+        assert run.returncode == 0 and not found, (run.stdout[-2000:], found)
+    else:
+        assert run.returncode == 1 and "cross_tenant_echo" in {kind for kind, _, _ in found}, (run.stdout[-2000:],
+                                                                                              found)
 
 
 IDLE_SLOTS = next(bug for bug in REGISTRY.bugs if "idle_slot_keeps_conversation" in bug.faults)  # llama.cpp #27148
