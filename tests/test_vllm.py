@@ -26,7 +26,7 @@ from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
 from prober.config.schema import parse_config
 from prober.config.sections import AbortRetrySettings, RequestIdSettings
-from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics
+from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics, Traced
 from prober.domain.types import FindingKind, Severity
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
@@ -39,9 +39,11 @@ from prober.targets.factory import make_target
 from prober.targets.transport import TransportPolicy
 from tests.support.cli import invoke
 from tests.support.isolation import run_check, surveyed
+from tests.support.otlp import EXPORTER_ENV, TraceReceiver
 from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -70,8 +72,19 @@ SLOW = TransportPolicy(timeout_s=300.0, retries=0)  # one prompt of CONTEXT toke
 
 
 @pytest.fixture(scope="module")
-def vllm() -> Iterator[VllmServer]:
-    server = VllmServer(require_installed(), api_keys=(*KEYS.values(), OTHER_USERS), max_model_len=CONTEXT)
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceReceiver]:
+    """Where the module's vLLM exports its request spans."""
+    receiver = TraceReceiver(require_installed().python, tmp_path_factory.mktemp("otlp")).start()
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm(traces: TraceReceiver) -> Iterator[VllmServer]:
+    server = VllmServer(require_installed(), api_keys=(*KEYS.values(), OTHER_USERS), max_model_len=CONTEXT,
+                        extra=("--otlp-traces-endpoint", traces.endpoint), env=EXPORTER_ENV)
     try:
         server.start()
     except VllmUnavailable as exc:
@@ -201,10 +214,13 @@ def _cache_evidence(result: AuditResult) -> list[str]:
     return lines + [f"{f.kind}: {f.excerpt}" for f in result.findings]
 
 
-def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmServer, tmp_path: Path) -> None:
+def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmServer, tmp_path: Path,
+                                                                     traces: TraceReceiver) -> None:
     """Plain vLLM shares its prefix cache between all requests: each tenant is served from the cache the other
     filled, and the timing check sees it without reading `cached_tokens`.  tenant-a's gateway is said to salt
-    its cache (it does not here): every finding involves tenant-a, so every one says the salt does not isolate."""
+    its cache (it does not here): every finding involves tenant-a, so every one says the salt does not isolate.
+    Each cache-hit finding's trace id is among the spans vLLM exported over OTLP: the engine team finds the
+    request in its own traces."""
     result = _audit(vllm, tmp_path / "plain.sqlite", salting=False, claimed_salted=True)
     seen = _cache_evidence(result)
     both_ways = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
@@ -217,6 +233,11 @@ def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmS
     hits = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_HIT]
     engine = hits[0].evidence_of(EngineCounters)
     assert engine is not None and engine.changes["vllm:prefix_cache_hits_total"].delta > 0
+    # Each finding's trace is one vLLM exported for that request (vLLM continues the traceparent it was sent).
+    traced = {trace.trace_id for f in hits if (trace := f.evidence_of(Traced)) is not None}
+    assert len(traced) == len(hits)
+    wait_for(lambda: traced <= traces.trace_ids(), "vLLM to export the findings' traces", idle_s=30,
+             context=lambda: f"{len(traces.spans())} spans exported")
     timing = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_TIMING]
     for finding in timing:
         stats, counters = finding.evidence_of(TimingStatistics), finding.evidence_of(EngineCounters)
