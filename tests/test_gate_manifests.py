@@ -1,9 +1,10 @@
-"""The deploy gate's ready-made wiring (examples/gate/, the chart's gate hook) against the schemas its projects
-publish: Argo Rollouts' AnalysisTemplates with the validators of npm's @kubernetes-models/argo-rollouts (types; the
-Job a `job` metric runs against Kubernetes' own, strictly) and with the release's CRD, Flagger's Canary with the CRD
-its release ships (the CRDs strict, as the API server's strict field validation refuses an unknown field).  A broken
-copy of each is refused, so a pass means the validator looked.  The calls the manifests make then meet a real
-daemon's /probe over HTTP: the fixed engine passes, the incident's is held."""
+"""The deploy gate's ready-made wiring (examples/gate/, the chart's gate hook) against the schemas its projects publish
+(the CI example, a GitHub Actions workflow, against SchemaStore's through @action-validator/core): Argo Rollouts'
+AnalysisTemplates with the validators of npm's @kubernetes-models/argo-rollouts (types; the Job a `job` metric runs
+against Kubernetes' own, strictly) and with the release's CRD, Flagger's Canary with the CRD its release ships (the CRDs
+strict, as the API server's strict field validation refuses an unknown field).  A broken copy of each is refused, so a
+pass means the validator looked.  The calls the manifests make then meet a real daemon's /probe over HTTP: the fixed
+engine passes, the incident's is held."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from tests.support.gate_schemas import (
     crd_schema,
     ensure_installed,
     validate_argo,
+    validate_workflows,
 )
 from tests.support.keys import KEYS
 from tests.support.testbed import SMALL, StartTestbed
@@ -40,6 +42,7 @@ GATE = ROOT / "examples" / "gate"
 CHART = ROOT / "helm" / "leakprobe"
 ARGO = GATE / "argo-analysistemplate.yaml"
 FLAGGER = GATE / "flagger-canary.yaml"
+WORKFLOW = GATE / "github-actions.yml"
 KUBERNETES = ("1.30.0", "1.34.0")
 TOKEN = "a-token-for-the-gate-wiring"
 PACE_S = 0.2  # the daemon's probe_every here: one run of a target at a time, each call below after it
@@ -67,6 +70,18 @@ def argo() -> Callable[[list[dict[str, Any]]], list[list[str]]]:
     return lambda manifests: validate_argo(node, installation, manifests)
 
 
+@pytest.fixture(scope="module")
+def workflows() -> Callable[[list[str]], list[list[str]]]:
+    """The pinned GitHub Actions validator (`make gate-schemas`), installed on first use where npm is there."""
+    opted_out(OPT_OUT, "the gate's GitHub Actions schema")
+    node, npm = need("node"), need("npm")
+    try:
+        installation: Installation = ensure_installed(npm)
+    except SchemasUnavailable as exc:
+        unavailable(f"the GitHub Actions validator could not be installed ({exc}): run `make gate-schemas`")
+    return lambda sources: validate_workflows(node, installation, sources)
+
+
 def crd_errors(crd: Path, manifest: dict[str, Any]) -> list[str]:
     jsonschema = need_module("jsonschema", "jsonschema")
     version, schema = crd_schema(crd, manifest["kind"])
@@ -77,7 +92,7 @@ def crd_errors(crd: Path, manifest: dict[str, Any]) -> list[str]:
 
 @pytest.mark.unit
 def test_every_gate_example_is_validated_here() -> None:
-    assert {p.name for p in GATE.iterdir()} == {ARGO.name, FLAGGER.name}
+    assert {p.name for p in GATE.iterdir()} == {ARGO.name, FLAGGER.name, WORKFLOW.name}
 
 
 def test_the_argo_templates_validate_against_argo_rollouts(argo: Callable[..., list[list[str]]]) -> None:
@@ -154,6 +169,33 @@ def test_flagger_refuses_a_broken_copy(field: str, value: Any, complaint: str) -
     canary["spec"]["analysis"]["webhooks"][0][field] = value
     errors = crd_errors(FLAGGER_CRD, canary)
     assert len(errors) == 1 and "webhooks/0" in errors[0] and complaint in errors[0], errors
+
+
+def test_the_ci_example_validates_as_a_github_workflow_and_a_broken_copy_does_not(
+        workflows: Callable[[list[str]], list[list[str]]]) -> None:
+    source = WORKFLOW.read_text()
+    broken = [source.replace("runs-on: ubuntu-latest", "runs-on: 7"), source.replace("    steps:", "    stepz:")]
+    valid, *refused = workflows([source, *broken])
+    assert valid == [] and all(errors for errors in refused), (valid, refused)
+
+
+@pytest.mark.slow
+def test_the_ci_example_runs_the_gate_as_written(testbed: StartTestbed, tmp_path: Path) -> None:
+    """The workflow's gate step, its shell line as GitHub runs it (bash, the job's environment, the reports in the
+    work folder): the fixed engine passes, the incident's fails the job, and both reports are written."""
+    (job,) = yaml.safe_load(WORKFLOW.read_text())["jobs"].values()
+    (step,) = [s for s in job["steps"] if s.get("name") == "Gate the deployment"]
+    tools = os.path.dirname(sys.executable)  # where `leakprobe` is installed
+    for preset, code in (("fixed", 0), ("incident", 1)):
+        work = tmp_path / preset
+        work.mkdir()
+        env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+               "ENGINE_URL": testbed(preset, **SMALL).url + "/v1", "GATE_KEY_A": KEYS["LP_A"],
+               "GATE_KEY_B": KEYS["LP_B"]}
+        ran = subprocess.run(["bash", "-e", "-c", step["run"]], capture_output=True, text=True, timeout=700,
+                             cwd=work, env=env)
+        assert ran.returncode == code, ran.stdout[-3000:] + ran.stderr[-3000:]
+        assert (work / "gate.xml").is_file() and (work / "gate.sarif").is_file()
 
 
 @pytest.mark.slow

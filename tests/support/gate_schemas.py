@@ -1,4 +1,5 @@
-"""The published schemas the deploy gate's manifests (examples/gate/) are validated against, offline.
+"""The published schemas the deploy gate's manifests (examples/gate/) are validated against, offline.  The GitHub
+Actions example: npm's `@action-validator/core` (SchemaStore's workflow schema; a test tool, never shipped).
 
 Argo Rollouts: npm's `@kubernetes-models/argo-rollouts` (its validators, compiled from Argo Rollouts v1.9.0's Go API
 types, with Kubernetes' own for the Job inside a `job` metric), installed from gate-schemas/package-lock.json by `npm
@@ -27,6 +28,7 @@ from tests.support.tools import install_main
 HERE = Path(__file__).resolve().parent / "gate-schemas"  # the lock, the validator script, the vendored CRD
 LOCK = HERE / "package-lock.json"
 VALIDATOR = HERE / "validate.mjs"
+WORKFLOW_VALIDATOR = HERE / "validate-workflow.mjs"
 ARGO_CRD = HERE / "argo-rollouts-analysistemplate-crd.yaml"
 FLAGGER_CRD = HERE / "flagger-crd.yaml"
 OPT_OUT = "LEAKPROBE_SKIP_GATE_SCHEMAS"
@@ -76,6 +78,17 @@ def validate_argo(node: str, installation: Installation, manifests: list[dict[st
                           capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise SchemasUnavailable(f"{VALIDATOR.name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    errors: list[list[str]] = json.loads(done.stdout)
+    return errors
+
+
+def validate_workflows(node: str, installation: Installation, sources: list[str]) -> list[list[str]]:
+    """Each GitHub Actions workflow's errors by @action-validator/core (SchemaStore's workflow schema), one list per
+    workflow, its YAML text as written."""
+    done = subprocess.run([node, str(WORKFLOW_VALIDATOR), str(installation.folder)], input=json.dumps(sources),
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise SchemasUnavailable(f"{WORKFLOW_VALIDATOR.name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     errors: list[list[str]] = json.loads(done.stdout)
     return errors
 
