@@ -24,7 +24,7 @@ from tests.support.keys import KEYS
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
 from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.mockhttp import BASE, Routes, send
-from tests.support.response_cache import audit, controlled, kinds, states, unsalted
+from tests.support.response_cache import audit, controlled, kinds, litellm_states, states, unsalted
 from tests.support.shaped import chat_answer
 from tests.support.testbed import StartTestbed
 
@@ -95,7 +95,6 @@ def test_the_end_user_is_on_the_wire_in_the_body_and_the_named_header(api: str) 
 END_USERS = [{"name": "alice", "api_key_env": "LP_A", "end_user": "alice@example.com"},
              {"name": "bob", "api_key_env": "LP_A", "end_user": "bob@example.com"}]
 BOTH = {("cross_tenant_response_cache", "alice", "bob"), ("cross_tenant_response_cache", "bob", "alice")}
-EVERY_ROUTE = ("chat", "completions", "responses")
 
 
 def through(proxy: LiteLLMProxy, engine: str, folder: Path, **target: Any) -> tuple[int, dict[str, Any]]:
@@ -119,7 +118,7 @@ def test_end_users_behind_one_litellm_key(testbed: StartTestbed, tmp_path: Path,
     by_header = {"end_user_header": HEADER, "end_user_field": False}
     with LiteLLMProxy(litellm_install, tmp_path / "shared-proxy", **common) as proxy:
         code, doc = through(proxy, engine.url, tmp_path / "shared", **by_header)
-    assert code == 1 and states(doc) == dict.fromkeys(EVERY_ROUTE, "shared"), (code, doc["verdict"])
+    assert code == 1 and states(doc) == litellm_states("shared"), (code, doc["verdict"])
     assert kinds(doc, "cross_tenant_response_cache") == BOTH
     assert all("x-litellm-cache-key" in f["evidence"]["excerpt"] for f in doc["findings"]
                if f["kind"] == "cross_tenant_response_cache")
@@ -127,12 +126,12 @@ def test_end_users_behind_one_litellm_key(testbed: StartTestbed, tmp_path: Path,
     # On the Responses API the gateway drops the cache salt: the engine's prefix cache is shared there (`unsalted`).
     with LiteLLMProxy(litellm_install, tmp_path / "field-proxy", **common) as proxy:
         code, doc = through(proxy, engine.url, tmp_path / "field")
-    assert states(doc) == dict.fromkeys(EVERY_ROUTE, "per_tenant"), (code, doc["verdict"])
+    assert states(doc) == litellm_states("per_tenant"), (code, doc["verdict"])
     assert not kinds(doc, "cross_tenant_response_cache") and kinds(doc, "tenant_response_cache")
     assert all(unsalted(f) for f in doc["findings"] if f["severity"] not in ("info", "warning"))
 
     with LiteLLMProxy(litellm_install, tmp_path / "scoped-proxy", cache_per_end_user=True, **common) as proxy:
         code, doc = through(proxy, engine.url, tmp_path / "scoped", **by_header)
-    assert states(doc) == dict.fromkeys(EVERY_ROUTE, "per_tenant") and controlled(doc), (code, doc["verdict"])
+    assert states(doc) == litellm_states("per_tenant") and controlled(doc), (code, doc["verdict"])
     assert not kinds(doc, "cross_tenant_response_cache") and kinds(doc, "tenant_response_cache")
     assert all(unsalted(f) for f in doc["findings"] if f["severity"] not in ("info", "warning"))

@@ -17,7 +17,17 @@ from prober.targets.result import Completion
 from tests.support.cli import invoke
 from tests.support.litellm_proxy import Installation as LiteLLMInstallation
 from tests.support.litellm_proxy import LiteLLMProxy
-from tests.support.response_cache import BOTH_WAYS, TENANTS, audit, controlled, kinds, states, unsalted
+from tests.support.response_cache import (
+    BOTH_WAYS,
+    LAYERS,
+    TENANTS,
+    audit,
+    controlled,
+    kinds,
+    litellm_states,
+    states,
+    unsalted,
+)
 from tests.support.semantic_gateway import CHAT, COMPLETIONS, RESPONSES, Scope, SemanticGateway
 from tests.support.testbed import StartTestbed
 
@@ -93,8 +103,7 @@ def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tm
         off = audit(proxy, engine.url, tmp_path / "off", "--check", "response-cache")
 
     code, doc = shared
-    assert code == 1 and states(doc) == {"chat": "shared", "completions": "shared", "responses": "shared"}, (
-        code, doc["verdict"])
+    assert code == 1 and states(doc) == litellm_states("shared"), (code, doc["verdict"], states(doc))
     assert kinds(doc, "cross_tenant_response_cache") == BOTH_WAYS
     stored = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
     assert all("x-litellm-cache-key" in f["evidence"]["excerpt"] for f in stored)
@@ -106,15 +115,13 @@ def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tm
         e["type"] == "from_cache" for e in f["details"])]
 
     code, doc = scoped
-    assert code == 1 and states(doc) == {"chat": "per_tenant", "completions": "per_tenant",
-                                         "responses": "per_tenant"}, (code, doc["verdict"], states(doc))
+    assert code == 1 and states(doc) == litellm_states("per_tenant"), (code, doc["verdict"], states(doc))
     assert not kinds(doc, "cross_tenant_response_cache") and kinds(doc, "tenant_response_cache")
     hits = [f for f in doc["findings"] if f["severity"] not in ("info", "warning")]
     assert hits and all(unsalted(f) for f in hits) and controlled(doc), hits
 
     code, doc = off
-    assert states(doc) == {"chat": "none_seen", "completions": "none_seen", "responses": "none_seen"}, (
-        code, doc["verdict"], states(doc))
+    assert states(doc) == dict.fromkeys(LAYERS, "none_seen"), (code, doc["verdict"], states(doc))
     assert not kinds(doc, "cross_tenant_response_cache", "tenant_response_cache")
     assert all(unsalted(f) for f in doc["findings"] if f["severity"] not in ("info", "warning"))
 
@@ -131,10 +138,13 @@ def test_a_cache_shared_on_one_route_only_is_found_on_that_route(testbed: StartT
                         "tenant-b=LP_B", "--ledger", str(tmp_path / "l.sqlite"), "-f", "json", "--no-semantic",
                         "--check", "response-cache")
     doc = json.loads(result.stdout)
-    assert result.exit_code == 1 and states(doc) == {"chat": "per_tenant", "completions": "per_tenant",
-                                                     "responses": "shared"}, (
+    # The gateway passes streams to the engine: those layers see no cache.
+    expected = {**dict.fromkeys(LAYERS, "none_seen"), "chat": "per_tenant", "completions": "per_tenant",
+                "responses": "shared"}
+    assert result.exit_code == 1 and states(doc) == expected, (
         result.exit_code, doc["verdict"], states(doc))
     copies = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
     assert {(f["victim_tenant"], f["observer_tenant"]) for f in copies} == {("tenant-a", "tenant-b"),
                                                                            ("tenant-b", "tenant-a")}
-    assert all("-responses-" in f["record_id"] for f in copies), [f["record_id"] for f in copies]
+    assert all("rc-responses-" in f["record_id"] and "-stream-" not in f["record_id"] for f in copies), [
+        f["record_id"] for f in copies]

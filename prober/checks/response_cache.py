@@ -10,7 +10,7 @@ it; A's repeat served from the cache while B's was made is a cache scoped per te
 neither served from a cache is no cache seen.  A's repeat is the positive control: without it no answer can say
 "per tenant", only that no cache was seen (vLLM #53347: a test of "no reuse across tenants" also passes with the
 cache off).  Each route gets its own word in the cache map, since a gateway may scope its cache on one route and not
-on another (LiteLLM CVE-2026-89032).
+on another (LiteLLM CVE-2026-89032), and so does each route's streamed requests, which a gateway may key apart.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from prober.probing.context import record
 from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult
+from prober.probing.routes import Route
 from prober.targets.api import Api
 
 INSTRUCTION_TOKENS = 48
+NOT_SERVED = "route not served"
 
 
 class ResponseCacheSettings(Strict):
@@ -44,6 +46,9 @@ class ResponseCacheSettings(Strict):
     routes: tuple[RouteName, ...] = GENERATION_ROUTES
     """The generation routes to test, where the target serves them (a gateway may scope its cache on one only; LiteLLM
     CVE-2026-89032 shared it on the Responses API's alone)."""
+    streamed: bool = True
+    """Each route again with streamed requests, its own layer of the map (`chat-stream`, …): a gateway may key a
+    stream apart from a plain request (LiteLLM 1.108.7 does, and shares both)."""
     tokens: int = Field(default=48, ge=16, le=4096)
     """Prompt length of each request (a gateway's system prompt comes on top)."""
     max_tokens: int = Field(default=16, ge=1, le=1024)
@@ -68,7 +73,8 @@ class ResponseCacheCheck(Check):
 
     def planned(self, run: Run) -> Planned:
         settings = run.config.section(self.name, ResponseCacheSettings)
-        requests = 3 * len(pairs(run.target.tenants)) * len(routes_to_test(run.target.config.api, settings.routes))
+        requests = (3 * len(pairs(run.target.tenants)) * len(routes_to_test(run.target.config.api, settings.routes))
+                    * (2 if settings.streamed else 1))
         # The quote instruction and the chat template come on top of the words it writes.
         return Planned.of(requests * (settings.tokens + INSTRUCTION_TOKENS), requests, requests * settings.max_tokens)
 
@@ -76,34 +82,44 @@ class ResponseCacheCheck(Check):
         settings = run.config.section(self.name, ResponseCacheSettings)
         result = ResponseCacheResult(check=self.name)
         for api in routes_to_test(run.target.config.api, settings.routes):
-            result.layers.append(await self._route(run, settings, api, result))
+            result.layers += await self._route(run, settings, api, result)
         return result
 
     async def _route(self, run: Run, settings: ResponseCacheSettings, api: Api,
-                     result: ResponseCacheResult) -> CacheVerdict:
+                     result: ResponseCacheResult) -> list[CacheVerdict]:
+        """The route's plain requests, then (`streamed`) its streamed ones, each pass a layer of its own."""
         ctx = run.target
         try:
             route = await ctx.routes.get(api)
         except (PlanError, CountError) as exc:
             (result.errors if api is ctx.config.api else result.notes).append(f"response cache on {api}: {exc}")
-            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, f"route not usable: {exc}")
+            return [CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, f"route not usable: {exc}")]
+        verdicts = [await self._pass(run, settings, route, False, result)]
+        if settings.streamed and verdicts[0].control != NOT_SERVED:
+            verdicts.append(await self._pass(run, settings, route, True, result))
+        return verdicts
+
+    async def _pass(self, run: Run, settings: ResponseCacheSettings, route: Route, stream: bool,
+                    result: ResponseCacheResult) -> CacheVerdict:
+        ctx, api = run.target, route.api
+        where = f"{api}-stream" if stream else api.value
         shared: list[tuple[str, str]] = []
         controls = made = unserved = 0
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
-            step = Step(id=f"{run.run_id}rc-{api}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
+            step = Step(id=f"{run.run_id}rc-{where}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
                         max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
-                        stream=False)
-            steps = [step, replace(step, id=f"{run.run_id}rc-{api}-{n}-probe", role="probe", tenant=b),
-                     replace(step, id=f"{run.run_id}rc-{api}-{n}-control", role="control")]
+                        stream=stream)
+            steps = [step, replace(step, id=f"{run.run_id}rc-{where}-{n}-probe", role="probe", tenant=b),
+                     replace(step, id=f"{run.run_id}rc-{where}-{n}-control", role="control")]
             try:
                 built = await ctx.planter.plain(steps[0], route, token_hex(6))
             except BuildError as exc:
-                result.errors.append(f"response cache on {api}: {exc}")
-                return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, str(exc))
+                result.errors.append(f"response cache on {where}: {exc}")
+                return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, str(exc))
             answers = []
             for step in steps:  # one after another: each may be served what the one before it left
                 answer, before = await ctx.send(step, built, route)
-                judged = await ctx.judged(step, f"{run.run_id}rc-{api}-{n}", built, answer, route, check=self.name,
+                judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
                                           before=before)
                 record(judged, result, run.on_event)
                 answers.append(judged)
@@ -112,7 +128,7 @@ class ResponseCacheCheck(Check):
                 unserved += 1
                 if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                     result.notes.append(f"response cache: the target does not serve the {api} route (404)")
-                    return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, "route not served")
+                    return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
                 continue
             made += first.answer.from_cache is None
             if (stored := other.answer.from_cache) is not None:
@@ -126,19 +142,19 @@ class ResponseCacheCheck(Check):
         control = f"same tenant's repeat served from the cache in {controls} of {pairs_run} directions"
         if shared:
             who = ", ".join(f"{b} served {a}'s answer" for a, b in shared)
-            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.SHARED, f"{who}; {control}", pairs_run)
+            return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.SHARED, f"{who}; {control}", pairs_run)
         if unserved:
-            result.errors.append(f"response cache on {api}: {unserved} of {pairs_run} directions not answered")
-            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, control, pairs_run)
+            result.errors.append(f"response cache on {where}: {unserved} of {pairs_run} directions not answered")
+            return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, control, pairs_run)
         if controls:
-            result.extra += await ctx.judge.persist([_scoped(result.steps[-1].step, api, control)], None,
+            result.extra += await ctx.judge.persist([_scoped(result.steps[-1].step, where, control)], None,
                                                     run.on_event, check=self.name)
-            return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.PER_TENANT, control, pairs_run)
-        return CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.NONE_SEEN,
+            return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.PER_TENANT, control, pairs_run)
+        return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.NONE_SEEN,
                             f"every answer made afresh ({made} first requests); {control}", pairs_run)
 
 
-def _scoped(step: Step, api: Api, control: str) -> Finding:
+def _scoped(step: Step, where: str, control: str) -> Finding:
     return Finding(record_id=step.id, kind=FindingKind.TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
                    severity=Severity.INFO, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
-                   excerpt=f"a response cache on the {api} route, per tenant: {control}")
+                   excerpt=f"a response cache on the {where} route, per tenant: {control}")
