@@ -32,7 +32,7 @@ FORBIDDEN = {
     "prober.oneshot": ("prober.daemon", "prober.cli"),
     "prober.testbed": ("prober.probing", "prober.checks", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.lora": ("prober.targets", "prober.probing", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
-    "prober.prompt_embeds": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
+    "prober.input_embeds": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
                              "prober.daemon", "prober.cli", "httpx"),
     "prober.media": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
                      "prober.daemon", "prober.cli", "httpx"),

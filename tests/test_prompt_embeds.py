@@ -4,16 +4,28 @@ placeholder ids alone, vLLM #56655)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import json
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import torch
 
-from prober.prompt_embeds import HIDDEN, ReferenceTable, decode, encode, ids_of, rows_of
+from prober.checks import REGISTRY
+from prober.config.schema import TargetConfig, assemble_config
+from prober.domain.types import FindingKind
+from prober.input_embeds import HIDDEN, ReferenceTable, decode, encode, ids_of, rows_of
+from prober.oneshot.audit import run_audit
+from prober.probing.results import TargetReport
+from prober.targets import Prompt
+from prober.targets.credentials import Secret
 from prober.testbed import tokenizer
+from tests.support.keys import KEYS
+from tests.support.mockhttp import Routes, ask, chat, send
 from tests.support.testbed import SMALL, StartTestbed
 
 TABLE = ReferenceTable(tokenizer.encode)
@@ -75,3 +87,51 @@ def test_only_the_fault_serves_one_tenants_embeds_prompt_from_anothers_pages(tes
     cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert ("LPK-7A1B2C" in b["choices"][0]["text"]) is fault, b
     assert (cached > 16) is fault  # healthy, only the page both prompts open with (the same rows) is shared
+
+
+def audit(url: str, ledger: Path, embeds: str | None) -> TargetReport:
+    """The prompt-embeds check alone, as an operator runs it, with the target's table named or not."""
+    cfg = assemble_config(None, target=url + "/v1", tenants=["tenant-a=LP_A", "tenant-b=LP_B"], ledger=str(ledger),
+                          checks=["prompt-embeds"], semantic=False, timing=False, sections=REGISTRY.sections)
+    target = TargetConfig.model_validate({**cfg.targets[0].model_dump(), "prompt_embeds": embeds})
+    cfg = cfg.model_copy(update={"targets": [target]})
+    secrets = {"tenant-a": Secret(KEYS["LP_A"]), "tenant-b": Secret(KEYS["LP_B"])}
+    (report,) = asyncio.run(run_audit(cfg, secrets)).targets
+    return report
+
+
+def test_the_check_names_both_tenants_of_the_fault_and_is_moot_where_embeds_are_not_taken(
+        testbed: StartTestbed, tmp_path: Path) -> None:
+    faults = {"shared_prefix_cache": True, "prompt_embeds_missing_from_cache_key": True}
+    faulty = audit(testbed("fixed", **SMALL, enable_prompt_embeds=True, faults=faults).url, tmp_path / "a.db",
+                   "reference")
+    echoes = {(f.victim_tenant, f.observer_tenant) for f in faulty.findings if f.kind is FindingKind.CROSS_TENANT_ECHO}
+    # Under the fault every embeds prompt shares the placeholder pages of the one before: the first exchange's probe
+    # reads A's prompt, and the second's prime (B's) the pages that probe left, still A's.
+    assert ("tenant-a", "tenant-b") in echoes and all(f.kind is FindingKind.CROSS_TENANT_ECHO
+                                                      for f in faulty.findings), [f.describe() for f in faulty.findings]
+    clean = audit(testbed("fixed", **SMALL, enable_prompt_embeds=True, faults={"shared_prefix_cache": True}).url,
+                  tmp_path / "b.db", "reference")
+    result = clean.result("prompt-embeds")
+    assert result is not None and not result.findings and clean.complete
+    assert result.sight is not None and result.sight.echoed == result.sight.checked == 2  # each its own canary
+    refused = audit(testbed("fixed", **SMALL).url, tmp_path / "c.db", "reference").result("prompt-embeds")
+    assert refused is not None and "--enable-prompt-embeds" in (refused.moot or ""), refused
+    unnamed = audit(testbed("fixed", **SMALL).url, tmp_path / "d.db", None).result("prompt-embeds")
+    assert unnamed is not None and "names no input-embedding table" in (unnamed.moot or "")
+
+
+@pytest.mark.unit
+def test_an_embeds_prompt_travels_as_prompt_embeds_on_completions_only() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return send(200, {"choices": [{"text": "ok", "finish_reason": "stop"}]})
+
+    wire = encode(TABLE.rows("abc"))
+    assert ask(Routes({"POST /v1/completions": answer}), Prompt("abc", embeds=wire), api="completions").served
+    body = json.loads(seen[0].content)
+    assert body["prompt_embeds"] == wire and "prompt" not in body
+    with pytest.raises(ValueError, match="takes no prompt embeddings"):
+        ask(chat(answer), Prompt("abc", embeds=wire))

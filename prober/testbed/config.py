@@ -195,7 +195,7 @@ class EngineConfig(BaseModel):
     that no running request uses."""
     enable_prompt_embeds: bool = False
     """Take completions prompts as embeddings (vLLM's `--enable-prompt-embeds`): `prompt_embeds`, a base64
-    `torch.save`d tensor [tokens, 32] of the reference table's rows (prober/prompt_embeds/tables.py), each read as
+    `torch.save`d tensor [tokens, 32] of the reference table's rows (prober/input_embeds/tables.py), each read as
     the token id whose row is nearest.  Off: such a request is refused (400), as vLLM refuses it without the flag."""
     reasoning: bool = False
     """Answer chat as a reasoning model does (vLLM's and SGLang's reasoning parsers): what the model says goes into

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from prober import prompt_embeds
-from prober.prompt_embeds.codec import Rows
+from prober import input_embeds
+from prober.input_embeds.codec import Rows
 from prober.testbed import tokenizer
 from prober.testbed.adapters import AdaptersBusy, AdapterSlots
 from prober.testbed.backend import ModelState, make_backend
@@ -109,8 +109,8 @@ class ReferenceEngine:
             raise EngineError(400, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
                               "BadRequestError")
         try:
-            rows = prompt_embeds.decode(data)
-            ids = prompt_embeds.ids_of(rows)
+            rows = input_embeds.decode(data)
+            ids = input_embeds.ids_of(rows)
         except ValueError as exc:
             raise EngineError(400, str(exc), "BadRequestError") from None
         return rows, ids, tokenizer.decode(ids)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prober.prompt_embeds.codec import Rows
+from prober.input_embeds.codec import Rows
 from prober.testbed.config import EngineConfig
 from prober.testbed.tokenizer import TokenIds
 

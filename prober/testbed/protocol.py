@@ -95,7 +95,7 @@ class ChatRequest(_Generation):
 
 class CompletionRequest(_Generation):
     prompt: NonEmpty | list[NonEmpty] | None = None
-    prompt_embeds: NonEmpty | None = None  # vLLM's: the prompt as embeddings (prober/prompt_embeds/codec.py)
+    prompt_embeds: NonEmpty | None = None  # vLLM's: the prompt as embeddings (prober/input_embeds/codec.py)
 
     @field_validator("prompt")
     @classmethod
