@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from prober.checks import REGISTRY
+from prober.checks.prompt_embeds import table_of
 from prober.config.schema import TargetConfig, assemble_config
+from prober.domain.errors import PlanError
 from prober.domain.types import FindingKind
 from prober.input_embeds import HIDDEN, ReferenceTable, decode, encode, ids_of, rows_of
 from prober.oneshot.audit import run_audit
@@ -135,3 +137,10 @@ def test_an_embeds_prompt_travels_as_prompt_embeds_on_completions_only() -> None
     assert body["prompt_embeds"] == wire and "prompt" not in body
     with pytest.raises(ValueError, match="takes no prompt embeddings"):
         ask(chat(answer), Prompt("abc", embeds=wire))
+
+
+@pytest.mark.unit
+def test_a_folder_that_is_no_models_is_not_planned_and_says_what_it_lacks(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(PlanError, match=r"lacks tokenizer\.json, model\.safetensors"):
+        table_of(str(tmp_path))

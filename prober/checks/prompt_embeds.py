@@ -15,6 +15,8 @@ moot where it names none, or where the target refuses the victim's first prompt 
 from __future__ import annotations
 
 import re
+from functools import cache
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -24,8 +26,9 @@ from prober.capacity.known_bugs import Releases
 from prober.checks.base import Check, Run
 from prober.checks.bugs import EngineBug
 from prober.config.sections import Strict
+from prober.domain.errors import PlanError
 from prober.domain.types import Canary, FindingKind
-from prober.input_embeds import InputTable, ReferenceTable, encode
+from prober.input_embeds import InputTable, ModelTable, ReferenceTable, encode
 from prober.probing.context import record
 from prober.probing.events import PlanReady
 from prober.probing.exchanges import counterpart
@@ -40,8 +43,9 @@ from prober.testbed import tokenizer
 
 BOUNDARY = "prompt-embeds"
 ASK = "Repeat the code word exactly."
-# Words after the code, so that the code lies in whole pages a cache shares (16 tokens a page in vLLM).
+# Words after the code, repeated up to the prompt's length, so that the code lies in whole blocks a cache shares.
 FILLER = " The code word above is the only thing asked for; the words that follow it only fill the prompt out."
+CUE = "\nThe code word is"  # last: a small real model then says the code (padding after it, it loops instead)
 # How an engine that takes no embeddings says so (vLLM without the flag: "You must set `--enable-prompt-embeds`").
 NO_EMBEDS = re.compile(r"enable-prompt-embeds|prompt_embeds|prompt embed", re.IGNORECASE)
 
@@ -52,23 +56,35 @@ class PromptEmbedsSettings(Strict):
     audit: bool = True
     """Run the prompt-embeds check in `leakprobe audit` (moot where the target's `prompt_embeds` names no table)."""
     tokens: int = Field(default=96, ge=32, le=4096)
-    """Prompt length, in rows: several pages, so that a cache keyed without the embeddings shares the code's."""
+    """Prompt length, in rows: past the engine's first whole block or more, so that a cache keyed without the
+    embeddings shares the code's (vLLM's blocks: 16 tokens on GPUs, 128 in its CPU build: give 300 there)."""
     max_tokens: int = Field(default=48, ge=8, le=1024)
     """Completion tokens per request (enough to read a canary back)."""
 
 
+@cache
 def table_of(name: str) -> InputTable:
-    """The input-embedding table a target's `prompt_embeds` names."""
+    """The input-embedding table a target's `prompt_embeds` names: `reference`, or a model folder (kept: a real
+    model's table is loaded once).  Raises PlanError where the folder is no model's."""
     if name == "reference":
         return ReferenceTable(tokenizer.encode)
-    raise ValueError(f"no input-embedding table named {name!r}")
+    try:
+        return ModelTable(Path(name))
+    except ValueError as exc:
+        raise PlanError(f"prompt_embeds: {exc}") from None
 
 
-def rows_for(table: InputTable, text: str, length: int) -> np.ndarray:
-    """The text's rows, cut or padded (with the row of a line break) to `length`: both tenants' prompts alike."""
-    rows = table.rows(text)[:length]
-    pad = table.rows("\n")[-1:]
-    return np.concatenate([rows, np.repeat(pad, length - len(rows), axis=0)]) if len(rows) < length else rows
+def rows_for(table: InputTable, head: str, length: int) -> np.ndarray:
+    """The rows of `head`, filler and the cue, `length` of them: filler repeated up to it, then cut, or padded with
+    the row of a line break where the cue begins, so that both tenants' prompts have one length and end alike."""
+    text = head
+    while len(table.rows(text + FILLER + CUE)) <= length:
+        text += FILLER
+    rows, split = table.rows(text + CUE), len(table.rows(text))
+    split = min(split, len(rows))
+    over = max(0, len(rows) - length)
+    pad = np.repeat(table.rows("\n")[-1:], max(0, length - len(rows)), axis=0)
+    return np.concatenate([rows[: split - over], pad, rows[split:]])
 
 
 def refuses_embeds(answer: Completion) -> str | None:
@@ -82,8 +98,8 @@ def refuses_embeds(answer: Completion) -> str | None:
 
 # The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
 BUGS = (
-    EngineBug("vLLM #56655, PR #56656", "the prompt embeddings left out of the prefix-cache block key: another "
-              "tenant's embeds prompt of the same length is answered from the first one's KV",
+    EngineBug("vLLM #56655, PR #56656", "prompt embeddings left out of the prefix-cache block key (vLLM: a mixed "
+              "prompt's mask): another tenant's embeds prompt of the same length is answered from the first's KV",
               {"prompt_embeds_missing_from_cache_key": True, "shared_prefix_cache": True},
               "the prompt-embeds check: the victim's canary prompt as embeddings, then the observer's own of the "
               "same length", FindingKind.CROSS_TENANT_ECHO, checks=(BOUNDARY,),
@@ -104,6 +120,7 @@ class PromptEmbedsCheck(Check):
         cfg = run.target.config
         if cfg.prompt_embeds is None:
             return Planned.moot_because("the target's `prompt_embeds` names no input-embedding table")
+        table_of(cfg.prompt_embeds)  # a folder that is no model's: not planned, and said why
         if not cfg.api.openai_routes:
             return Planned.moot_because(f"the {cfg.api} API takes no prompt embeddings")
         settings = run.config.section(self.name, PromptEmbedsSettings)
@@ -135,6 +152,7 @@ class PromptEmbedsCheck(Check):
         canary: Canary = await ctx.planter.canary(step.tenant, step.id)
         text = f"{ASK} The code word is {canary.text}.{FILLER}"
         rows = rows_for(table, text, step.length)
+        text += CUE
         answer = await ctx.send_as(step.tenant, Prompt(text, max_tokens=step.max_tokens, embeds=encode(rows)), route)
         if step.role == "prime" and not result.steps and (why := refuses_embeds(answer)):
             result.moot = why

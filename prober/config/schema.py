@@ -145,10 +145,9 @@ class TargetConfig(Strict):
     end_user_header: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
     """A header that carries a tenant's `end_user` on every request with its key (LiteLLM reads
     `x-litellm-end-user-id`); unset: the `user` field alone."""
-    prompt_embeds: Literal["reference"] | None = None
-    """The input-embedding table the prompt-embeds check sends its prompts through as `prompt_embeds`, where the
-    engine takes them (vLLM's `--enable-prompt-embeds`): `reference`, the reference engine's (with its
-    `enable_prompt_embeds`).  Unset: that check is moot here."""
+    prompt_embeds: str | None = None
+    """The input-embedding table the prompt-embeds check sends prompts through as `prompt_embeds` (vLLM's
+    `--enable-prompt-embeds`): `reference` (the reference engine's), or the served model's folder.  Unset: moot."""
     end_user_field: bool = True
     """Send a tenant's `end_user` as the OpenAI `user` field of its generation requests; `false`: in `end_user_header`
     alone, as an application that names its end users by header only (LiteLLM keys its response cache on `user`)."""
