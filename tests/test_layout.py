@@ -32,6 +32,8 @@ FORBIDDEN = {
     "prober.oneshot": ("prober.daemon", "prober.cli"),
     "prober.testbed": ("prober.probing", "prober.checks", "prober.daemon", "prober.cli", "prober.detect"),
     "prober.lora": ("prober.targets", "prober.probing", "prober.checks", "prober.daemon", "prober.cli", "httpx"),
+    "prober.input_embeds": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
+                             "prober.daemon", "prober.cli", "httpx"),
     "prober.media": ("prober.targets", "prober.probing", "prober.checks", "prober.testbed", "prober.detect",
                      "prober.daemon", "prober.cli", "httpx"),
 }

@@ -19,6 +19,7 @@ from prober.checks.gate import GateCheck
 from prober.checks.idle_slots import IdleSlotsCheck
 from prober.checks.media_cache import MediaCacheCheck
 from prober.checks.prefix_cache import PrefixCacheCheck
+from prober.checks.prompt_embeds import PromptEmbedsCheck
 from prober.checks.request_ids import RequestIdsCheck
 from prober.checks.response_cache import ResponseCacheCheck
 from prober.checks.semantic_cache import SemanticCacheCheck
@@ -90,4 +91,4 @@ class Registry:
 
 REGISTRY = Registry([ShapesCheck(), PrefixCacheCheck(), CampaignCheck(), SentinelCheck(), TimingCheck(),
                      IdleSlotsCheck(), CrosstalkCheck(), RequestIdsCheck(), AbortRetryCheck(), AdaptersCheck(),
-                     MediaCacheCheck(), ResponseCacheCheck(), SemanticCacheCheck(), GateCheck()])
+                     MediaCacheCheck(), PromptEmbedsCheck(), ResponseCacheCheck(), SemanticCacheCheck(), GateCheck()])

@@ -65,10 +65,6 @@ def _ledger(value: str) -> str:
     return value
 
 
-def _shape(value: str) -> str:
-    return Shape.parse(value).name
-
-
 class CapacityHints(Strict):
     """Numbers the operator knows; they win over introspection."""
 
@@ -129,7 +125,7 @@ class TargetConfig(Strict):
     breaker: int = Field(default=6, ge=1, le=1_000)
     """Circuit breaker: after this many answers in a row that cannot be observed (no answer, a broken one, a
     refusal where the capacity says the prompt fits), probing this target stops, and the run is incomplete."""
-    probe_shapes: tuple[Annotated[str, AfterValidator(_shape)], ...] = ()
+    probe_shapes: tuple[Annotated[str, AfterValidator(lambda name: Shape.parse(name).name)], ...] = ()
     """Probe shapes to try, in order, before the first prompt with canaries: `chat-ask`, `chat-cue`, `completions-ask`,
     `completions-cue`, `responses-ask`, `responses-cue` (`workers-ai-…` for Workers AI).  Each tenant sends one short
     prompt of its own canaries in a shape until one brings them back; that shape carries every request after it.  Empty:
@@ -149,6 +145,9 @@ class TargetConfig(Strict):
     end_user_header: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
     """A header that carries a tenant's `end_user` on every request with its key (LiteLLM reads
     `x-litellm-end-user-id`); unset: the `user` field alone."""
+    prompt_embeds: str | None = None
+    """The input-embedding table the prompt-embeds check sends prompts through as `prompt_embeds` (vLLM's
+    `--enable-prompt-embeds`): `reference` (the reference engine's), or the served model's folder.  Unset: moot."""
     end_user_field: bool = True
     """Send a tenant's `end_user` as the OpenAI `user` field of its generation requests; `false`: in `end_user_header`
     alone, as an application that names its end users by header only (LiteLLM keys its response cache on `user`)."""

@@ -41,6 +41,9 @@ class Prompt:
     request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
     model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
     media: tuple[Media, ...] = ()  # images after the text (chat only)
+    # The prompt as vLLM's `prompt_embeds` (completions only), sent in place of the text: a base64 string of a
+    # `torch.save`d tensor [tokens, hidden] (prober/input_embeds); `text` is then what the rows spell.
+    embeds: str | None = None
     # The conversation before `text`, as (role, text): a system prompt, earlier turns (chat; completions read them as
     # lines before the text).
     turns: tuple[tuple[str, str], ...] = ()
@@ -80,6 +83,11 @@ class HTTPTarget(Target):
         """Whether its API carries images (OpenAI's chat does)."""
         return False
 
+    @property
+    def takes_embeds(self) -> bool:
+        """Whether its API carries a prompt as embeddings (vLLM's completions route does)."""
+        return False
+
     @abstractmethod
     def endpoint(self) -> str: ...
 
@@ -105,6 +113,8 @@ class HTTPTarget(Target):
         mismatch is named in the error of an answer that failed)."""
         if prompt.media and not self.takes_media:
             raise ValueError(f"{type(self).__name__} on this API takes no images")
+        if prompt.embeds is not None and not self.takes_embeds:
+            raise ValueError(f"{type(self).__name__} on this API takes no prompt embeddings")
         with self.transport.outbox.sending(secret, prompt.text):
             stream = _StreamReader(self, max_tokens=prompt.max_tokens,
                                    idle_s=min(self.transport.policy.timeout_s, ANSWER_BASE_S))

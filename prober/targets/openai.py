@@ -26,6 +26,10 @@ class OpenAICompatible(HTTPTarget):
     def takes_media(self) -> bool:
         return self.api is Api.CHAT
 
+    @property
+    def takes_embeds(self) -> bool:
+        return self.api is Api.COMPLETIONS
+
     def endpoint(self) -> str:
         return f"{self.base_url}/{'chat/completions' if self.api is Api.CHAT else 'completions'}"
 
@@ -34,6 +38,8 @@ class OpenAICompatible(HTTPTarget):
         if self.api is Api.CHAT:
             body["messages"] = [*({"role": role, "content": text} for role, text in prompt.turns),
                                 {"role": "user", "content": _content(prompt)}]
+        elif prompt.embeds is not None:
+            body["prompt_embeds"] = prompt.embeds
         else:
             body["prompt"] = "".join(f"{text}\n" for _, text in prompt.turns) + prompt.text
         if prompt.stream:

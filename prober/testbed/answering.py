@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -40,7 +42,7 @@ class Answering:
 
     async def respond(self, request: Request, route: Format, tenant: str,
                       body: ChatRequest | CompletionRequest | ResponsesRequest, ids: TokenIds, max_tokens: int | None,
-                      instruction_text: str) -> Response:
+                      instruction_text: str, embeds: npt.NDArray[np.float32] | None = None) -> Response:
         """The answer, named after the client's ID where it gave one (as vLLM's and SGLang's are), while the
         engine names the request uniquely all the same (vLLM's random suffix)."""
         cfg = self.config
@@ -57,6 +59,7 @@ class Answering:
             style=body.quote_style or cfg.quote_style,
             max_tokens=min(max_tokens or cfg.default_max_tokens, cfg.max_output_tokens),
             cache_salt=body.cache_salt,
+            embeds=embeds,
             adapter=body.model if body.model in cfg.adapters else None,
             sampling=Sampling(temperature=cfg.temperature if body.temperature is None else body.temperature,
                               top_p=body.top_p or 1.0,

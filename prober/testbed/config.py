@@ -106,6 +106,10 @@ class Faults(BaseModel):
     media_hash_ignores_shape: bool = False
     """The media cache's digest covers an image's pixel bytes but not its width and height (Dynamo PR #8340): the
     same bytes read as 448 x 112 and as 112 x 448 share one entry."""
+    prompt_embeds_missing_from_cache_key: bool = False
+    """With `enable_prompt_embeds`: the prefix cache keys a prompt sent as embeddings by its placeholder token ids
+    alone, not by the embeddings, so two embeds prompts of one length share blocks, and the second is answered from
+    the first's KV (vLLM #56655, fixed by PR #56656: the embeds' content left out of the block hash)."""
 
 
 class PageReuse(StrEnum):
@@ -189,6 +193,10 @@ class EngineConfig(BaseModel):
     max_loras: int = Field(1, ge=1, le=64)
     """Adapters that can run at once (vLLM's `--max-loras`): a request whose adapter is in no slot waits for one
     that no running request uses."""
+    enable_prompt_embeds: bool = False
+    """Take completions prompts as embeddings (vLLM's `--enable-prompt-embeds`): `prompt_embeds`, a base64
+    `torch.save`d tensor [tokens, 32] of the reference table's rows (prober/input_embeds/tables.py), each read as
+    the token id whose row is nearest.  Off: such a request is refused (400), as vLLM refuses it without the flag."""
     reasoning: bool = False
     """Answer chat as a reasoning model does (vLLM's and SGLang's reasoning parsers): what the model says goes into
     the message's `reasoning_content`, and the `content` is one short line."""
@@ -220,6 +228,8 @@ class EngineConfig(BaseModel):
             raise ValueError("slots are llama.cpp's: give mode monolithic with them")
         if self.adapters and self.model != QUOTER:
             raise ValueError("adapters are the quoting model's: a real model here serves no LoRA adapter")
+        if self.enable_prompt_embeds and self.model != QUOTER:
+            raise ValueError("prompt embeddings are the quoting model's (its table): give model quoter with them")
         return self
 
     @property

@@ -22,6 +22,9 @@ import time
 
 import numpy as np
 
+from prober import input_embeds
+from prober.input_embeds.codec import Rows
+from prober.testbed import tokenizer
 from prober.testbed.adapters import AdaptersBusy, AdapterSlots
 from prober.testbed.backend import ModelState, make_backend
 from prober.testbed.config import QUOTER, EngineConfig
@@ -99,6 +102,19 @@ class ReferenceEngine:
             raise self._not_ready()
         return vocab
 
+    def embedded(self, data: str) -> tuple[Rows, TokenIds, str]:
+        """A `prompt_embeds` prompt: its rows, the token ids nearest them in the reference table, and their text;
+        refused (400) in vLLM's words where the engine takes no embeddings."""
+        if not self.config.enable_prompt_embeds:
+            raise EngineError(400, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+                              "BadRequestError")
+        try:
+            rows = input_embeds.decode(data)
+            ids = input_embeds.ids_of(rows)
+        except ValueError as exc:
+            raise EngineError(400, str(exc), "BadRequestError") from None
+        return rows, ids, tokenizer.decode(ids)
+
     # -- serving --------------------------------------------------------------------------------
     def generate(self, req: GenerationRequest) -> GenerationResult:
         self.stats.add(running=1)
@@ -126,7 +142,7 @@ class ReferenceEngine:
         # A real model prefills every token but the stale ones (the cache is counted, its pages are not reused);
         # with slots, their prompt cache counts instead of the prefix cache.
         fill = (Prefill(0, (0, 0)) if aborted or self.slots is not None
-                else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter))
+                else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter, req.embeds))
         self.stats.add(cached_tokens=fill.cached)
         try:
             with self.adapters.applied(req, fill, n) as req:

@@ -41,6 +41,7 @@ class GenerationRequest:
     # What the adapter its answer follows was tuned to answer the trigger with, asked when decode runs (a slot may
     # change under a running request); None where no adapter applies.
     tuned: Callable[[], str | None] | None = None
+    embeds: npt.NDArray[np.float32] | None = None  # the prompt's rows where it came as embeddings (prompt_embeds)
 
 
 class PagedModel(Protocol):

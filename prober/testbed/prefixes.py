@@ -11,7 +11,11 @@ first (its client hung up mid-prefill) skips computing that page and every hit a
 whatever the pages the request was given held: another request's KV.
 
 A request through a LoRA adapter is keyed as vLLM keys it, by the adapter and salt (an adapter serves one tenant),
-and by salt alone where `lora_missing_from_cache_key` leaves the adapter out.
+and by salt alone where `lora_missing_from_cache_key` leaves the adapter out.  A prompt sent as embeddings is keyed
+by its rows, page by page (as fixed vLLM hashes the embeds into each block, PR #56656), and by its placeholder ids
+alone (zeros, one a token) where `prompt_embeds_missing_from_cache_key` leaves them out (vLLM #56655): two such
+prompts of one length then share every page, and a hit is taken as cached without computing, so it reads what
+the pages it was given hold: with pages reused in order, the previous prompt's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prober.input_embeds.codec import Rows
 from prober.testbed.config import EngineConfig
 from prober.testbed.tokenizer import TokenIds
 
@@ -65,7 +70,7 @@ class PrefixCache:
             return salted if self.adapter_blind else b"lora\0" + adapter.encode() + salted
         return salted if self.shared else tenant.encode() + salted
 
-    def _chain(self, namespace: bytes, ids: TokenIds) -> list[bytes]:
+    def _chain(self, namespace: bytes, ids: TokenIds | Rows) -> list[bytes]:
         digest = hashlib.blake2b(namespace, digest_size=16)
         full = len(ids) // self.page_size
         keys = []
@@ -74,7 +79,8 @@ class PrefixCache:
             keys.append(digest.copy().digest())
         return keys
 
-    def admit(self, tenant: str, salt: str | None, ids: TokenIds, adapter: str | None, *, publish: bool) -> Lookup:
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds | Rows, adapter: str | None, *,
+              publish: bool) -> Lookup:
         """What the cache holds of the prompt; with `publish`, every page of it published now, unwritten."""
         keys = self._chain(self._namespace(tenant, salt, adapter), ids) if self.capacity else []
         with self._lock:
@@ -144,13 +150,16 @@ class Prefixes:
         if faults.storage_tier_ignores_salt:
             self.caches.append(PrefixCache(page, entries, False, content_only=True))
 
-    def admit(self, tenant: str, salt: str | None, ids: TokenIds, adapter: str | None = None) -> Prefill:
-        """What the prompt finds cached, and what its prefill computes."""
+    def admit(self, tenant: str, salt: str | None, ids: TokenIds, adapter: str | None = None,
+              embeds: Rows | None = None) -> Prefill:
+        """What the prompt finds cached, and what its prefill computes (`embeds`: its rows, where it came so)."""
         early = self.faults.publishes_before_written
-        lookups = tuple((cache, cache.admit(tenant, salt, ids, adapter, publish=early)) for cache in self.caches)
+        blind = embeds is not None and self.faults.prompt_embeds_missing_from_cache_key
+        keyed = ids if embeds is None else np.zeros(len(ids), np.int32) if blind else embeds
+        lookups = tuple((cache, cache.admit(tenant, salt, keyed, adapter, publish=early)) for cache in self.caches)
         best = max((lookup for _, lookup in lookups), key=lambda lookup: lookup.hits)
         cached = min(best.hits * self.page_size, max(0, len(ids) - 1))  # never the whole prompt
-        if self.faults.cache_hit_reads_stale_pages:
+        if self.faults.cache_hit_reads_stale_pages or blind:
             stale = (0, cached)  # computed by nobody
         elif early and best.unwritten is not None:
             stale = (min(best.unwritten * self.page_size, cached), cached)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from prober.testbed.config import QuoteStyle
 
@@ -94,18 +94,25 @@ class ChatRequest(_Generation):
 
 
 class CompletionRequest(_Generation):
-    prompt: NonEmpty | list[NonEmpty]
+    prompt: NonEmpty | list[NonEmpty] | None = None
+    prompt_embeds: NonEmpty | None = None  # vLLM's: the prompt as embeddings (prober/input_embeds/codec.py)
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
+    def _one_prompt(cls, value: str | list[str] | None) -> str | list[str] | None:
         if isinstance(value, list) and len(value) != 1:
             raise ValueError("exactly one prompt per request")
         return value
 
+    @model_validator(mode="after")
+    def _a_prompt(self) -> CompletionRequest:
+        if self.prompt is None and self.prompt_embeds is None:
+            raise ValueError("give `prompt` or `prompt_embeds`")
+        return self
+
     @property
     def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0] if self.prompt else ""
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -264,6 +264,10 @@ class TestbedApp:
         async def handle(request: Request) -> Response:
             tenant = self._tenant(request)
             body = parse(CompletionRequest, await read_json(request, self.config.max_body_bytes))
+            if body.prompt_embeds is not None:
+                rows, ids, text = await anyio.to_thread.run_sync(self.engine.embedded, body.prompt_embeds)
+                return await self.answering.respond(request, COMPLETIONS, tenant, body, ids,
+                                                    body.requested_max_tokens, text, embeds=rows)
             ids = await anyio.to_thread.run_sync(self.engine.vocab.encode, body.text)
             return await self.answering.respond(request, COMPLETIONS, tenant, body, ids,
                                                 body.requested_max_tokens, body.text)
