@@ -137,7 +137,8 @@ class ReferenceEngine:
             raise EngineError(503, f"{exc}, retry later", "ServiceUnavailable", in_scheduler=True) from None
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
-        return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason)
+        return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason,
+                                fill.external)
 
     def _serve_in_slot(self, slots: SlotTable, model: PagedModel, req: GenerationRequest,
                        written: TokenIds) -> GenerationResult:

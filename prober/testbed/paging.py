@@ -38,6 +38,7 @@ class GenerationResult:
     completion_tokens: int
     cached_tokens: int
     finish_reason: str
+    external_cached_tokens: int | None = None  # of `cached_tokens`, the second tier's (None: no second tier)
 
 
 @dataclass
