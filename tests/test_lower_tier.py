@@ -13,13 +13,15 @@ import httpx
 import numpy as np
 import pytest
 
-from prober.checks.prefix_cache import EVICTED, FILLER, OWN_AGAIN
+from prober.checks.prefix_cache import CONNECTOR_LOOKUPS, EVICTED, FILLER, OWN_AGAIN, second_tier
 from prober.config.schema import TargetConfig, assemble_config
 from prober.domain.types import FindingKind
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
+from prober.probing.results import CheckResult
 from prober.targets.credentials import Secret
 from prober.targets.result import Usage
+from prober.targets.telemetry import parse
 from prober.testbed.config import build_config
 from prober.testbed.prefixes import Prefixes
 from tests.support.keys import KEYS
@@ -105,3 +107,18 @@ def test_the_target_setting_decides_where_the_usage_cannot(testbed: StartTestbed
     assert ("prefix-tier2" in layers(result), bool(filler)) == (evicted, evicted)
     planned = result.targets[0].planned["prefix-cache"].tokens
     assert planned == (26_624 if evicted else 0) + 10_240, planned
+
+
+def test_vllms_count_of_connector_lookups_shows_a_second_tier(testbed: StartTestbed, tmp_path: Path) -> None:
+    """vLLM 0.32 keeps the tier split out of its usage and counts a KV connector's lookups in its metrics: the
+    reference engine under vLLM's metric names counts them only with a second tier, and that count is evidence of
+    one where no answer's usage is."""
+    counted: dict[int, float] = {}
+    for tier in (0, 1_024):
+        server = testbed("fixed", **SMALL, metrics="vllm", storage_tier_entries=tier)
+        audit(server.url, tmp_path / f"{tier}.sqlite", SALTED)
+        values, _ = parse(httpx.get(server.url + "/metrics").text)
+        counted[tier] = values.get(CONNECTOR_LOOKUPS, 0.0)
+    assert counted[0] == 0 and counted[1_024] > 0, counted
+    assert second_tier(CheckResult(check="prefix-cache"), counted[0]) is None
+    assert CONNECTOR_LOOKUPS in (second_tier(CheckResult(check="prefix-cache"), counted[1_024]) or "")

@@ -38,6 +38,7 @@ OWN_AGAIN = "prefix-tier2-own"  # the observer's resend of its own resend, after
 FILLER = "filler"
 LOWER = (EVICTED, OWN_AGAIN)  # the boundaries of the resends after an eviction
 EVICT_MARGIN = CACHE_CHECK_TOKENS  # filler beyond the pool: the part pages and the prefix every prompt shares
+CONNECTOR_LOOKUPS = "vllm:external_prefix_cache_queries_total"  # tokens vLLM asked its KV connector for
 
 
 # The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
@@ -72,8 +73,10 @@ class PrefixCacheCheck(PlanCheck):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         result = await super().run(run, planned)
         ctx = run.target
-        if ctx.config.lower_tier is None and result.stopped is None and tiers_told(result):
-            await evict_and_resend(run, result)
+        if ctx.config.lower_tier is None and result.stopped is None:
+            reading = await ctx.telemetry.read() if ctx.telemetry is not None else None
+            if why := second_tier(result, reading.values.get(CONNECTOR_LOOKUPS, 0.0) if reading else 0.0):
+                await evict_and_resend(run, result, why)
         route = ctx.shape.chosen.api.value if ctx.shape else ctx.config.api.value
         result.layers.append(prefix_layer(result, route))
         if any(s.step.boundary in LOWER for s in result.steps):
@@ -111,24 +114,29 @@ def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming
     return plan
 
 
-def tiers_told(result: CheckResult) -> bool:
-    """The engine's usage tells a second tier's cached tokens apart (vLLM's `external_cached_tokens`, even 0): it has
-    a KV connector or an offload tier."""
-    return any(s.answer.usage is not None and s.answer.usage.external_cached_tokens is not None for s in result.steps)
+def second_tier(result: CheckResult, lookups: float) -> str | None:
+    """What shows the engine has a second tier (a KV connector, an offload tier), or None: its usage telling that
+    tier's cached tokens apart on this check's answers (`external_cached_tokens`, even 0), else its count of tokens
+    looked up there (`lookups`: vLLM's `external_prefix_cache_queries`, which moves only with a connector; vLLM
+    0.32 keeps the split out of the usage)."""
+    if any(s.answer.usage is not None and s.answer.usage.external_cached_tokens is not None for s in result.steps):
+        return "the engine's usage names a second cache tier (external_cached_tokens)"
+    if lookups > 0:
+        return f"the engine counts {lookups:,.0f} tokens looked up in a second cache tier ({CONNECTOR_LOOKUPS})"
+    return None
 
 
-async def evict_and_resend(run: Run, result: CheckResult) -> None:
-    """The lower-tier exchanges, once this check's answers showed a second tier: a plan of their own, run after the
+async def evict_and_resend(run: Run, result: CheckResult, why: str) -> None:
+    """The lower-tier exchanges, once the evidence showed a second tier (`why`): a plan of their own, run after the
     first (not in the budget beforehand: `lower_tier: true` puts them there)."""
     ctx, a = run.target, run.config.audit
     plan = Plan(ctx.config.name, [], run_id=run.run_id, letter="kt")
     try:
         lower_plan(plan, ctx.capacity, ctx.tenants, max_tokens=a.max_tokens)
     except PlanError as exc:
-        result.notes.append(f"the engine's usage names a second cache tier, not tested: {exc}")
+        result.notes.append(f"{why}, not tested: {exc}")
         return
-    result.notes.append(f"the engine's usage names a second cache tier (external_cached_tokens): {plan.tokens:,} more "
-                        "prompt tokens to evict its first tier with filler and resend")
+    result.notes.append(f"{why}: {plan.tokens:,} more prompt tokens to evict its first tier with filler and resend")
     sent = result.planned
     await run_plan(ctx, plan, result, run.on_event)
     result.planned += sent

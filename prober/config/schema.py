@@ -140,7 +140,7 @@ class TargetConfig(Strict):
     salting gateway would add; the tenants then count as cache-salted."""
     lower_tier: bool | None = None
     """A second prefix-cache tier (HiCache, CPU offload, a KV connector) for the prefix-cache check to evict its first
-    tier to: unset, where usage shows `external_cached_tokens`; `true`, always (in the budget); `false`, never."""
+    tier to: unset, where the engine's usage or metrics show one; `true`, always (in the budget); `false`, never."""
     adapters: dict[Name, AdapterName] = Field(default_factory=dict)
     """Canary adapters the target serves, by tenant: the `model` that selects each tenant's LoRA adapter (one built by
     `leakprobe canaries adapter`, served as vLLM serves `--lora-modules`).  The `adapters` check asks each its

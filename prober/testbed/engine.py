@@ -128,6 +128,8 @@ class ReferenceEngine:
         fill = (Prefill(0, (0, 0)) if aborted or self.slots is not None
                 else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter))
         self.stats.add(cached_tokens=fill.cached)
+        if fill.external is not None:  # as vLLM counts a KV connector's lookups: past what the first tier held
+            self.stats.add(external_queries=n - (fill.cached - fill.external), external_hits=fill.external)
         try:
             with self.adapters.applied(req, fill, n) as req:
                 if self.slots is not None:

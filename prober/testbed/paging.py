@@ -50,6 +50,8 @@ class EngineStats:
     running: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    external_queries: int = 0  # prompt tokens the second tier was asked for: what the first tier did not hold
+    external_hits: int = 0  # of those, what it served
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: int) -> None:
