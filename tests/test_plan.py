@@ -127,3 +127,22 @@ def test_slots_add_the_shared_pool_check_and_unknowns_fail() -> None:
 
 def test_three_tenants_form_a_ring() -> None:
     assert pairs(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a")]
+
+
+def test_the_lower_tier_plan_evicts_the_pool_twice_per_direction() -> None:
+    """Said to have a second tier: per direction the victim's prompt, filler of the pool's size (+1,024) in prompts the
+    engine serves, the observer's resend, filler again, its resend once more; 2,735,360 tokens at the incident's."""
+    from prober.checks.prefix_cache import EVICTED, OWN_AGAIN, lower_plan
+
+    plan = cache_plan("t", INCIDENT, ["a", "b"])
+    lower_plan(plan, INCIDENT, ["a", "b"])
+    tiered = [e for e in plan.exchanges if e.between]
+    assert [(e.victim, e.observer) for e in tiered] == [("a", "b"), ("b", "a")]
+    steps = tiered[0].steps
+    assert [(s.role, s.tenant, s.boundary) for s in steps] == [
+        ("prime", "a", "prime"), ("filler", "b", "filler"), ("filler", "b", "filler"), ("probe", "b", EVICTED),
+        ("filler", "b", "filler"), ("filler", "b", "filler"), ("probe", "b", OWN_AGAIN)]
+    assert sum(s.length for s in steps if s.role == "filler") == 2 * (681_280 + 1_024)
+    assert all(s.length <= 681_274 for s in steps) and sum(e.tokens for e in tiered) == 2_735_360
+    with pytest.raises(PlanError, match="pool_tokens"):
+        lower_plan(plan, Capacity(context_length=k(8_192)), ["a", "b"])

@@ -1,5 +1,7 @@
 """The prefix-cache check: does another tenant's prompt come back from the cache (the observer resends the victim's
-nonce-led prompt), and does a repeat carry what ran in between (A, X, A)?  Cached tokens are explained against
+nonce-led prompt), and does a repeat carry what ran in between (A, X, A)?  Where the engine has a second tier (its
+usage tells that tier's hits apart, or the target's `lower_tier` says so), the same again with the first tier
+evicted by filler before each resend, so that only the second tier can answer.  Cached tokens are explained against
 everything sent before (prober/probing/cached.py)."""
 
 from __future__ import annotations
@@ -9,14 +11,34 @@ from prober.capacity.limits import Capacity
 from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
 from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
+from prober.domain.errors import PlanError
 from prober.domain.types import FindingKind
 from prober.probing.cache_map import CacheVerdict, LayerState
-from prober.probing.plan import Aim, Boundary, Plan, Planned, Streaming, pairs, prime_length
+from prober.probing.cached import EVICTED
+from prober.probing.exchanges import run_plan
+from prober.probing.plan import (
+    PRIME_ANSWER_TOKENS,
+    Aim,
+    Boundary,
+    Exchange,
+    Plan,
+    Planned,
+    Role,
+    Step,
+    Streaming,
+    pairs,
+    prime_length,
+)
 from prober.probing.results import CheckResult, StepResult
 from prober.targets.api import Engine
 
 CACHE_CHECK_TOKENS = 1_024
 REPEAT = "repeat"  # the label of an A, X, A exchange's steps
+OWN_AGAIN = "prefix-tier2-own"  # the observer's resend of its own resend, after a second eviction: the control
+FILLER = "filler"
+LOWER = (EVICTED, OWN_AGAIN)  # the boundaries of the resends after an eviction
+EVICT_MARGIN = CACHE_CHECK_TOKENS  # filler beyond the pool: the part pages and the prefix every prompt shares
+CONNECTOR_LOOKUPS = "vllm:external_prefix_cache_queries_total"  # tokens vLLM asked its KV connector for
 
 
 # The public engine bugs it catches, as the reference engine reproduces each (the bug table: docs/testbed.md).
@@ -28,7 +50,8 @@ BUGS = (
               releases=(Releases(Engine.VLLM, fixed_in="0.9.0"),)),
     EngineBug("SGLang #26747 → #37058 → #38577, #37160; LMCache #4825", "a storage tier keyed without the tenant's "
               "namespace or cache salt: tenant B reads tenant A's pages back", {"storage_tier_ignores_salt": True},
-              "the prefix-cache check with a cache salt per tenant", FindingKind.CROSS_TENANT_CACHE_HIT,
+              "the prefix-cache check with a cache salt per tenant: the first tier evicted with filler, the victim's "
+              "prompt resent", FindingKind.CROSS_TENANT_CACHE_HIT,
               checks=("prefix-cache",), audit={"cache_salt": "per-tenant"},
               # HiCache's keys take the namespace from 0.5.20 (#38577); the LMCache path (#37160) is still open.
               releases=(Releases(Engine.SGLANG),)),
@@ -49,14 +72,24 @@ class PrefixCacheCheck(PlanCheck):
 
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         result = await super().run(run, planned)
-        route = run.target.shape.chosen.api.value if run.target.shape else run.target.config.api.value
+        ctx = run.target
+        if ctx.config.lower_tier is None and result.stopped is None:
+            reading = await ctx.telemetry.read() if ctx.telemetry is not None else None
+            if why := second_tier(result, reading.values.get(CONNECTOR_LOOKUPS, 0.0) if reading else 0.0):
+                await evict_and_resend(run, result, why)
+        route = ctx.shape.chosen.api.value if ctx.shape else ctx.config.api.value
         result.layers.append(prefix_layer(result, route))
+        if any(s.step.boundary in LOWER for s in result.steps):
+            result.layers.append(tier_layer(result, route))
         return result
 
     def plan(self, run: Run) -> Plan:
         a, ctx = run.config.audit, run.target
-        return cache_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, max_tokens=a.max_tokens,
+        plan = cache_plan(ctx.config.name, ctx.capacity, ctx.tenants, streaming=a.streaming, max_tokens=a.max_tokens,
                           run_id=run.run_id, fact_share=ctx.wiring.fact_share)
+        if ctx.config.lower_tier:  # said to have a second tier: its cost in the plan, and budgeted
+            lower_plan(plan, ctx.capacity, ctx.tenants, max_tokens=a.max_tokens)
+        return plan
 
 
 def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming: Streaming = "both",
@@ -81,6 +114,64 @@ def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming
     return plan
 
 
+def second_tier(result: CheckResult, lookups: float) -> str | None:
+    """What shows the engine has a second tier (a KV connector, an offload tier), or None: its usage telling that
+    tier's cached tokens apart on this check's answers (`external_cached_tokens`, even 0), else its count of tokens
+    looked up there (`lookups`: vLLM's `external_prefix_cache_queries`, which moves only with a connector; vLLM
+    0.32 keeps the split out of the usage)."""
+    if any(s.answer.usage is not None and s.answer.usage.external_cached_tokens is not None for s in result.steps):
+        return "the engine's usage names a second cache tier (external_cached_tokens)"
+    if lookups > 0:
+        return f"the engine counts {lookups:,.0f} tokens looked up in a second cache tier ({CONNECTOR_LOOKUPS})"
+    return None
+
+
+async def evict_and_resend(run: Run, result: CheckResult, why: str) -> None:
+    """The lower-tier exchanges, once the evidence showed a second tier (`why`): a plan of their own, run after the
+    first (not in the budget beforehand: `lower_tier: true` puts them there)."""
+    ctx, a = run.target, run.config.audit
+    plan = Plan(ctx.config.name, [], run_id=run.run_id, letter="kt")
+    try:
+        lower_plan(plan, ctx.capacity, ctx.tenants, max_tokens=a.max_tokens)
+    except PlanError as exc:
+        result.notes.append(f"{why}, not tested: {exc}")
+        return
+    result.notes.append(f"{why}: {plan.tokens:,} more prompt tokens to evict its first tier with filler and resend")
+    sent = result.planned
+    await run_plan(ctx, plan, result, run.on_event)
+    result.planned += sent
+
+
+def lower_plan(plan: Plan, capacity: Capacity, tenants: list[str], *, max_tokens: int = 160) -> None:
+    """Adds, every direction: the victim's nonce-led prompt; filler of the first tier's size (the KV pool, which a
+    GPU prefix cache cannot outgrow) as the observer, evicting it; the observer resends the victim's prompt (a hit
+    came from a lower tier: another tenant's); filler again; the observer resends it once more (a hit is its own
+    resend, read back from the lower tier: the positive control).  Raises PlanError where the pool is unknown."""
+    if capacity.pool_tokens is None:
+        raise PlanError("the first tier's size is unknown (no KV pool in the capacity): set `capacity.pool_tokens`")
+    ceiling = prime_length(capacity) - (max_tokens if capacity.advertised else 0)
+    length = max(1, min(CACHE_CHECK_TOKENS, ceiling))
+    fill = capacity.pool_tokens.value + EVICT_MARGIN
+    count = -(-fill // max(1, ceiling))
+    window = capacity.advertised.value if capacity.advertised else None
+
+    def step(eid: str, name: str, tenant: str, size: int, boundary: str, answer: int = PRIME_ANSWER_TOKENS) -> Step:
+        room = max(1, min(answer, window - size)) if window else answer
+        role: Role = "prime" if name == "prime" else "filler" if boundary == FILLER else "probe"
+        return Step(id=f"{eid}-{name}", role=role, tenant=tenant, length=size, stream=False, expect_served=True,
+                    boundary=boundary, max_tokens=room, aim=Aim.OWN, ceiling=ceiling)
+
+    plan.boundaries += [Boundary(label, length, True, aim=Aim.OWN, ceiling=ceiling) for label in LOWER]
+    for victim, observer in pairs(tenants):
+        eid = plan.next_id()
+        fillers = [tuple(step(eid, f"fill{n}.{i}", observer, -(-fill // count), FILLER) for i in range(1, count + 1))
+                   for n in (1, 2)]
+        plan.exchanges.append(Exchange(
+            id=eid, victim=victim, observer=observer, same_text=True, prime=step(eid, "prime", victim, length, "prime"),
+            probe=step(eid, "probe", observer, length, EVICTED, max_tokens), between=fillers[0],
+            after=(*fillers[1], step(eid, "again", observer, length, OWN_AGAIN, max_tokens))))
+
+
 def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
     """The engine's prefix cache on the cache map: shared where another tenant's prompt was served from it
     (`cross_tenant_cache_hit`); per tenant where none was but an observer's own repeat (A, X, A) reported more cached
@@ -88,7 +179,8 @@ def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
     tokens and the repeat reused nothing; undecided where it counts none (a counter that does not move proves
     nothing: llama.cpp #27148) or the repeats went unanswered.  Answers a cache in front served are no reading."""
     made = [s for s in result.steps if s.answer.served and s.answer.from_cache is None]
-    crossed = sum(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT for f in result.findings)
+    lower = {s.step.id for s in result.steps if s.step.boundary in LOWER}  # a lower tier's, on its own layer
+    crossed = sum(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT and f.record_id not in lower for f in result.findings)
     firsts = {s.exchange: _cached(s) for s in made if s.step.role == "lead"}
     repeats = [(firsts[s.exchange], _cached(s)) for s in made
                if s.step.role == "probe" and s.step.boundary == REPEAT and s.exchange in firsts]
@@ -103,6 +195,42 @@ def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
         return CacheVerdict("prefix", route, LayerState.UNDECIDED, why, len(repeats))
     state = LayerState.PER_TENANT if reused else LayerState.NONE_SEEN
     return CacheVerdict("prefix", route, state, control, len(repeats))
+
+
+def tier_layer(result: CheckResult, route: str) -> CacheVerdict:
+    """The engine's second tier on the cache map (`prefix-tier2`): shared where the observer's resend of another
+    tenant's prompt after the eviction was served from cache; per tenant where none was but its own resend, evicted
+    too, came back from the lower tier (at least half of it: the positive control); none seen where it did not;
+    undecided where those resends went unanswered or uncounted.  Says which tier answered and how that is known, and
+    what the filler cost."""
+    made = [s for s in result.steps if s.answer.served and s.answer.from_cache is None]
+    crossed = sum(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT for s in result.steps if s.step.boundary == EVICTED
+                  for f in s.findings)
+    sent = sum(s.step.boundary == OWN_AGAIN for s in result.steps)
+    again = [(s, _lower(s)) for s in made if s.step.boundary == OWN_AGAIN]
+    counted = [(s, lower) for s, lower in again if lower is not None]
+    told = any(s.answer.usage is not None and s.answer.usage.external_cached_tokens is not None for s, _ in counted)
+    how = ("by the engine's usage.external_cached_tokens" if told
+           else "inferred: the first tier was evicted before each resend")
+    reused = sum(2 * lower >= s.step.length for s, lower in counted)
+    filler = sum(s.sent_tokens for s in result.steps if s.step.role == FILLER)
+    control = (f"an observer's own resend after the first tier was evicted came back from the second tier in {reused} "
+               f"of {sent} resends ({how}); {filler:,} filler tokens evicted it")
+    if crossed:
+        return CacheVerdict("prefix-tier2", route, LayerState.SHARED,
+                            f"{crossed} cross-tenant hits with the first tier evicted; {control}", sent)
+    if not counted:
+        return CacheVerdict("prefix-tier2", route, LayerState.UNDECIDED,
+                            f"no resend after the eviction was answered with cached tokens counted; {control}", sent)
+    return CacheVerdict("prefix-tier2", route, LayerState.PER_TENANT if reused else LayerState.NONE_SEEN, control, sent)
+
+
+def _lower(step: StepResult) -> int | None:
+    """The cached tokens the second tier served, where the engine says; else all of them (the first was evicted)."""
+    usage = step.answer.usage
+    if usage is None or step.answer.implausible_usage:
+        return None
+    return usage.external_cached_tokens if usage.external_cached_tokens is not None else usage.cached_tokens
 
 
 def _cached(step: StepResult) -> int | None:

@@ -98,8 +98,7 @@ class TargetConfig(Strict):
     url: str
     """OpenAI-compatible base URL (`…/v1`) or, for `workers-ai`, the whole `…/ai/run/{model}` URL; no user info."""
     api: Api = Api.CHAT
-    """The API the target speaks: `chat` (`/chat/completions`), `completions`, `responses` (OpenAI's Responses API,
-    `/responses`), or `workers-ai`."""
+    """The API it speaks: `chat` (`/chat/completions`), `completions`, `responses` (`/responses`) or `workers-ai`."""
     model: str | None = None
     """Sent as `model` in every request when set."""
     introspection_url: str | None = None
@@ -107,8 +106,7 @@ class TargetConfig(Strict):
     capacity: CapacityHints = Field(default_factory=CapacityHints)
     """Capacity numbers that win over introspection."""
     tokenizer: Literal["auto", "endpoint", "usage"] = "auto"
-    """How prompt tokens are counted: the engine's tokenize endpoint, calibration from `usage.prompt_tokens`, or
-    whichever works (`auto`)."""
+    """How prompt tokens are counted: the engine's tokenize endpoint, calibration from `usage.prompt_tokens`, `auto`."""
     timeout_s: float = Field(default=DEFAULT_POLICY.timeout_s, gt=0)
     """Idle timeout in seconds: no byte for this long ends the request (the first byte may take this long).  Once
     an answer has begun, the rest must arrive within the smaller of this and 30 s, plus `max_tokens` at 10 a
@@ -131,12 +129,14 @@ class TargetConfig(Strict):
     prompt of its own canaries in a shape until one brings them back; that shape carries every request after it.  Empty:
     the target's own route asking, then a cue on the completions route, then a cue on its own route."""
     price_per_mtok: float | None = Field(default=None, ge=0)
-    """What the target bills per million prompt tokens, in any currency: plans and reports estimate each check's
-    price from the tokens a correct engine serves (it refuses an over-limit prompt before prefill, usually unbilled);
-    unset: no estimate."""
+    """What the target bills per million prompt tokens, in any currency: plans and reports estimate each check's price
+    from the tokens a correct engine serves (it refuses an over-limit prompt before prefill, usually unbilled)."""
     cache_salt: Literal["none", "per-tenant"] = "none"
     """`per-tenant`: each tenant's requests carry a `cache_salt` of its own (vLLM's prefix-cache isolation), as a
     salting gateway would add; the tenants then count as cache-salted."""
+    lower_tier: bool | None = None
+    """A second prefix-cache tier (HiCache, CPU offload, a KV connector) for the prefix-cache check to evict its first
+    tier to: unset, where the engine's usage or metrics show one; `true`, always (in the budget); `false`, never."""
     adapters: dict[Name, AdapterName] = Field(default_factory=dict)
     """Canary adapters the target serves, by tenant: the `model` that selects each tenant's LoRA adapter (one built by
     `leakprobe canaries adapter`, served as vLLM serves `--lora-modules`).  The `adapters` check asks each its

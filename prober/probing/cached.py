@@ -34,6 +34,7 @@ from prober.targets.result import Completion
 # A prefix counted through a chat template's form carries the turn's end, and a cut may merge differently.
 SLACK_TOKENS = 8
 MIN_SHARED_TOKENS = 16  # another tenant's share that counts: at least a block beyond what the observer explains
+EVICTED = "prefix-tier2"  # the boundary of a resend sent after filler evicted the first tier (the prefix-cache check)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class CacheExplainer:
                 record_id=step.id, kind=FindingKind.CROSS_TENANT_CACHE_HIT, detector=DetectorName.ENVELOPE,
                 severity=Severity.WARNING, score=1.0, observer_tenant=step.tenant, victim_tenant=other.tenant,
                 probe_id=step.id, context=context,
-                excerpt=f"{cached:,} of {built.tokens:,} tokens came from a prefix cache that {other.describe()} "
+                excerpt=f"{cached:,} of {built.tokens:,} tokens{tier(step, answer)} came from a prefix cache that "
+                        f"{other.describe()} "
                         f"filled; none of {step.tenant}'s own earlier prompts shares more than {own.tokens:,}: one "
                         "prefix cache serves both tenants (a timing side channel; per-tenant cache salts close it)",
                 evidence=(CacheUsage(cached, shared_with=other.evidence(), own_shared=own.evidence()),))]
@@ -108,7 +110,8 @@ class CacheExplainer:
         return [Finding(
             record_id=step.id, kind=FindingKind.PHANTOM_CACHE_HIT, detector=DetectorName.ENVELOPE,
             severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, probe_id=step.id, context=context,
-            excerpt=f"{cached:,} of {built.tokens:,} tokens reported as cached, but the longest prefix any earlier "
+            excerpt=f"{cached:,} of {built.tokens:,} tokens{tier(step, answer)} reported as cached, but the longest "
+                    "prefix any earlier "
                     f"prompt shares with this one is {best.describe() if best.sent else f'its first {floor:,} tokens'}"
                     ": the engine attended over KV it never computed for this prompt (a hand-off or cache tier that "
                     "claims what it did not write)",
@@ -127,6 +130,18 @@ class CacheExplainer:
                   for whose, (sent, chars) in longest.items()}
         own = shares.pop(tenant, Shared(0, tenant))
         return own, list(shares.values())
+
+
+def tier(step: Step, answer: Completion) -> str:
+    """Which tier of the engine's cache served the cached tokens, where that is known: the engine's usage says (vLLM's
+    `external_cached_tokens`: a KV connector's or offload tier's hits), or the first tier was evicted before this
+    resend, so that a lower tier must have."""
+    external = answer.usage.external_cached_tokens if answer.usage else None
+    if external:
+        return f" ({external:,} of them from the engine's second tier, by its usage.external_cached_tokens)"
+    if step.boundary == EVICTED:
+        return " (sent after filler evicted the first tier: a lower tier served them)"
+    return ""
 
 
 def _utc(at: float) -> str:

@@ -89,7 +89,8 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
         prime = await ctx.planter.prompt(exchange.prime, PRIME_INSTRUCTION, route, plan, page=page, cue=cue)
         probe = await ctx.planter.prompt(exchange.probe, instruction(exchange.probe, ctx.wiring.languages), route,
                                          plan, page=page, cue=cue, lead=cue)
-    sends = [(exchange.prime, prime), (exchange.probe, probe)]
+    sends = [(exchange.prime, prime), *[await _around(ctx, step, route, probe) for step in exchange.between],
+             (exchange.probe, probe), *[await _around(ctx, step, route, probe) for step in exchange.after]]
     if exchange.lead is not None:  # the observer's prompt before the victim's, then again: not new the second time
         sends = [(exchange.lead, probe), (exchange.prime, prime), (exchange.probe, replace(probe, fresh_from=None))]
     first = len(result.steps)
@@ -102,6 +103,12 @@ async def _exchange(ctx: TargetContext, exchange: Exchange, result: CheckResult,
         built = await ctx.planter.prompt(step, instruction(step, ctx.wiring.languages), route, plan, page=page,
                                          cue=cue, lead=cue)
         await _sent(ctx, exchange, [(step, built)], route, result, on_event, counted)
+
+
+async def _around(ctx: TargetContext, step: Step, route: Route, probe: BuiltPrompt) -> tuple[Step, BuiltPrompt]:
+    """A step around the probe: filler, a canary-free prompt led by a fresh nonce (no two share a page), that evicts
+    a cache's first tier; else the observer's probe sent again."""
+    return (step, await ctx.planter.plain(step, route, token_hex(6)) if step.role == "filler" else probe)
 
 
 async def _sent(ctx: TargetContext, exchange: Exchange, sends: list[tuple[Step, BuiltPrompt]], route: Route,

@@ -16,6 +16,7 @@ from prober.targets.bounds import DECODE_FLOOR, PREFILL_FLOOR
 
 Streaming = Literal["plain", "stream", "both"]
 Ask = Literal["quote", "summarize", "translate"]  # what a probe asks of the model
+Role = Literal["prime", "probe", "lead", "control", "filler"]  # what a step is for (`Step`)
 # A prime's work is done once its prompt is in the pages; its answer is only read for positive controls.  So a
 # prime sent on its own asks for a short answer: on a CPU or a billed API each completion token costs as much
 # as the probe's.  A prime sent at the same time as its probe decodes in full, to stay in flight beside it.
@@ -44,11 +45,11 @@ class Boundary:
 @dataclass(frozen=True, kw_only=True)
 class Step:
     """One request: a priming prompt (victim's canaries in every page), a probe (asks to quote), the observer's
-    first send of a probe it repeats (a lead), or a control (a tenant's own canaries, to see whether they come
-    back: prober/probing/shapes.py)."""
+    first send of a probe it repeats (a lead), a control (a tenant's own canaries, to see whether they come
+    back: prober/probing/shapes.py), or filler (canary-free text that evicts a cache's first tier)."""
 
     id: str
-    role: Literal["prime", "probe", "lead", "control"]
+    role: Role
     tenant: str
     length: int
     stream: bool
@@ -65,7 +66,9 @@ class Exchange:
     """Prime as the victim, then probe as the observer (or both at once when `concurrent`); with a `lead`, the
     observer sends its probe once before the prime and again after it (A, X, A).  `then`: the observer's further
     probes over the same pages, each sent only while the exchange is undecided; `unless_decided`: the whole
-    exchange, unless an earlier one's probe as long was refused (prober/probing/exchanges.py)."""
+    exchange, unless an earlier one's probe as long was refused (prober/probing/exchanges.py).  `between` and
+    `after`: steps sent between the prime and the probe and after the probe (the prefix-cache check's filler that
+    evicts the first tier, and the observer's resend after it)."""
 
     id: str
     victim: str
@@ -77,12 +80,14 @@ class Exchange:
     lead: Step | None = None
     then: tuple[Step, ...] = ()
     unless_decided: str | None = None  # not sent where the exchange of this id had a probe as long refused
+    between: tuple[Step, ...] = ()
+    after: tuple[Step, ...] = ()
 
     @property
     def steps(self) -> tuple[Step, ...]:
         """In the order they are sent (`then` at most)."""
-        first = (self.lead, self.prime, self.probe) if self.lead else (self.prime, self.probe)
-        return first + self.then
+        first = (self.lead, self.prime, self.probe) if self.lead else (self.prime, *self.between, self.probe)
+        return first + self.after + self.then
 
     @property
     def tokens(self) -> int:
@@ -123,7 +128,7 @@ class Plan:
         """Prime as `victim` with `prime_length` tokens, then probe `boundary` as `observer` (`repeat`: the
         observer sends the probe's prompt before the prime too; `then`: further boundaries it probes while
         undecided; `unless_decided`: the id of an exchange whose decision makes this one moot).  Returns its id."""
-        eid = f"{self.run_id}{self.letter}{len(self.exchanges) + 1:03d}"
+        eid = self.next_id()
         aim = boundary.aim
         lead = Step(id=f"{eid}-lead", role="lead", tenant=observer, length=boundary.length, stream=stream,
                     expect_served=boundary.expect_served, boundary=boundary.label,
@@ -143,6 +148,10 @@ class Plan:
                             aim=b.aim, ceiling=b.ceiling) for i, b in enumerate(then, 2)),
             unless_decided=unless_decided))
         return eid
+
+    def next_id(self) -> str:
+        """The id the next exchange added gets."""
+        return f"{self.run_id}{self.letter}{len(self.exchanges) + 1:03d}"
 
     def to_json(self) -> PlanDoc:
         return {"target": self.target, "tokens": self.tokens,

@@ -44,6 +44,7 @@ class Cut(StrEnum):
 TEMPLATE_TOKENS = 4_096  # what an engine may add to a prompt: chat template, system prompt, special tokens
 GATEWAY_RETRIES = "x-litellm-attempted-retries"  # response headers in which gateways say they retried
 GATEWAY_ATTEMPTS = "x-envoy-attempt-count"
+TIER_FIELDS = ("local_cached_tokens", "external_cached_tokens")  # in the usage's token details, or beside them
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    # Which tier served the cached tokens, where the engine tells them apart (vLLM's names): its own prefix cache,
+    # and a second tier (a KV connector, CPU offload, HiCache's host or storage tier).
+    local_cached_tokens: int | None = None
+    external_cached_tokens: int | None = None
 
     def implausible(self, *, prompt_bytes: int | None = None, sent_tokens: int | None = None,
                     max_tokens: int | None = None) -> str | None:
@@ -87,8 +92,9 @@ class Usage:
         else:
             details = raw.get("prompt_tokens_details")
             prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(_int(prompt), _int(completion), _int(cached))
+        details = details if isinstance(details, dict) else {}
+        local, external = (_int(details.get(name, raw.get(name))) for name in TIER_FIELDS)
+        return cls(_int(prompt), _int(completion), _int(details.get("cached_tokens")), local, external)
 
 
 def _number(value: str | None) -> int:

@@ -84,10 +84,10 @@ class Faults(BaseModel):
     and every caller is handed the answer that finished first (SGLang PR #19035, vLLM #10583: state keyed by a
     client's duplicate ID; modelcontextprotocol/python-sdk #3060: a response delivered to another request)."""
     storage_tier_ignores_salt: bool = False
-    """Behind the prefix cache (keyed by tenant and salt), a storage tier of evicted and offloaded prefixes keyed
-    by content alone: a prompt that misses its own cache is served from another tenant's prefix there, salt or
-    no salt (SGLang's HiCache L3 without the namespace, #26747; the SGLang-to-LMCache path that drops
-    `cache_salt`, #37160)."""
+    """The second prefix-cache tier (`storage_tier_entries`; on with this fault where that is 0) keys the prefixes
+    the first tier evicts by content alone: a prompt that misses its own first tier is served from another
+    tenant's prefix there, salt or no salt (SGLang's HiCache L3 without the namespace, #26747 → #37058; the
+    SGLang-to-LMCache path that drops `cache_salt`, #37160, LMCache #4825)."""
     lora_missing_from_cache_key: bool = False
     """The prefix cache keys a LoRA request's blocks by content and salt without its adapter, so a request through
     adapter B is served KV computed under adapter A for the same prompt, and answers as A (vLLM #30931, #42125,
@@ -174,6 +174,11 @@ class EngineConfig(BaseModel):
     (0: no slots)."""
     prefix_cache_entries: int = Field(65_536, ge=0)
     """Page-aligned prefixes the prefix cache remembers (0: no prefix cache)."""
+    storage_tier_entries: int = Field(0, ge=0)
+    """Pages a second prefix-cache tier holds (SGLang HiCache's host or storage tier, vLLM's CPU offload or a KV
+    connector): the pages the first tier evicts move there, keyed by tenant and salt as in the first, and a hit
+    there is reported as `usage.prompt_tokens_details.external_cached_tokens` (0: none).  With a second tier, the
+    first holds no more than the pool, as a GPU prefix cache holds no more than its free pages."""
     media_cache_entries: int = Field(4_096, ge=0)
     """Images whose processed features (what the stand-in vision encoder read) the media cache remembers (0: none;
     every image is read afresh, and a uuid-only image part is refused)."""

@@ -144,6 +144,8 @@ class ReferenceEngine:
         fill = (Prefill(0, (0, 0)) if aborted or self.slots is not None
                 else self.prefixes.admit(req.tenant, req.cache_salt, written, req.adapter, req.embeds))
         self.stats.add(cached_tokens=fill.cached)
+        if fill.external is not None:  # as vLLM counts a KV connector's lookups: past what the first tier held
+            self.stats.add(external_queries=n - (fill.cached - fill.external), external_hits=fill.external)
         try:
             with self.adapters.applied(req, fill, n) as req:
                 if self.slots is not None:
@@ -153,7 +155,8 @@ class ReferenceEngine:
             raise EngineError(503, f"{exc}, retry later", "ServiceUnavailable", in_scheduler=True) from None
         if aborted and cfg.faults.usage_reports_placeholder:
             return GenerationResult(result.text, 1, result.completion_tokens, 0, "length")
-        return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason)
+        return GenerationResult(result.text, n, result.completion_tokens, fill.cached, result.finish_reason,
+                                fill.external)
 
     def _serve_in_slot(self, slots: SlotTable, model: PagedModel, req: GenerationRequest,
                        written: TokenIds) -> GenerationResult:

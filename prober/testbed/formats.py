@@ -107,7 +107,7 @@ class Responses(Format):
                 "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
                 "output": output, "usage": {
                     "input_tokens": result.prompt_tokens,
-                    "input_tokens_details": {"cached_tokens": result.cached_tokens},
+                    "input_tokens_details": cached_details(result),
                     "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                     "total_tokens": result.prompt_tokens + result.completion_tokens}}
 
@@ -131,8 +131,17 @@ def usage(result: GenerationResult) -> dict[str, Any]:
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "total_tokens": result.prompt_tokens + result.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+        "prompt_tokens_details": cached_details(result),
     }
+
+
+def cached_details(result: GenerationResult) -> dict[str, int]:
+    """The cached tokens, and where the engine has a second tier, which tier served them (vLLM's names)."""
+    if result.external_cached_tokens is None:
+        return {"cached_tokens": result.cached_tokens}
+    return {"cached_tokens": result.cached_tokens,
+            "local_cached_tokens": result.cached_tokens - result.external_cached_tokens,
+            "external_cached_tokens": result.external_cached_tokens}
 
 
 def sse(payload: dict[str, Any]) -> str:

@@ -38,6 +38,7 @@ class GenerationResult:
     completion_tokens: int
     cached_tokens: int
     finish_reason: str
+    external_cached_tokens: int | None = None  # of `cached_tokens`, the second tier's (None: no second tier)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class EngineStats:
     running: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    external_queries: int = 0  # prompt tokens the second tier was asked for: what the first tier did not hold
+    external_hits: int = 0  # of those, what it served
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: int) -> None:

@@ -56,6 +56,8 @@ COUNTED = {
     "transfer_failed": ("Prefill-to-decode KV transfers that failed.", True),
     "prompt_tokens": ("Prompt tokens received.", True),
     "cached_tokens": ("Prompt tokens served from the prefix cache.", True),
+    "external_queries": ("Prompt tokens the second tier was asked for (a KV connector's lookups).", True),
+    "external_hits": ("Prompt tokens served from the second tier.", True),
     "running": ("Requests running.", False),
     "kv_usage": ("Share of the KV pool in use.", False),
 }
@@ -67,7 +69,9 @@ ENGINE_NAMES: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     "vllm": {"aborted": ("vllm:request_success", {"finished_reason": "abort"}),
              "transfer_failed": ("vllm:nixl_num_failed_transfers", {}),
              "prompt_tokens": ("vllm:prompt_tokens", {}), "cached_tokens": ("vllm:prefix_cache_hits", {}),
-             "running": ("vllm:num_requests_running", {}), "kv_usage": ("vllm:kv_cache_usage_perc", {})},
+             "running": ("vllm:num_requests_running", {}), "kv_usage": ("vllm:kv_cache_usage_perc", {}),
+             "external_queries": ("vllm:external_prefix_cache_queries", {}),
+             "external_hits": ("vllm:external_prefix_cache_hits", {})},
 }
 
 
@@ -92,7 +96,8 @@ class _PoolCollector(Collector):
         stats, usage = self.engine.stats, self.engine.paging.prefill_pool.usage()
         values = {"aborted": stats.aborted, "transfer_failed": stats.transfer_failed,
                   "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
-                  "running": stats.running, "kv_usage": usage.tokens_used / usage.tokens_total}
+                  "running": stats.running, "kv_usage": usage.tokens_used / usage.tokens_total,
+                  "external_queries": stats.external_queries, "external_hits": stats.external_hits}
         for stat, (name, labels) in ENGINE_NAMES[self.engine.config.metrics].items():
             what, counter = COUNTED[stat]
             family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, what,
