@@ -197,7 +197,8 @@ def test_sigterm_mid_campaign_exits_zero_within_the_grace(testbed: StartTestbed,
         started = time.monotonic()
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(30) == 0
-        assert time.monotonic() - started < 5 + 3  # the grace, and the moment a cancelled request takes to end
+        took = time.monotonic() - started  # the grace, and the moment a cancelled request takes to end
+        assert took < 5 + 3, (took, daemon.log()[-6000:].splitlines())
         assert "stopped" in daemon.log() and "cancelled at shutdown" in daemon.log()
         assert "Traceback" not in daemon.log() and "CancelledError" not in daemon.log()
 

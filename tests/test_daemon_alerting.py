@@ -213,7 +213,7 @@ def test_check_config_warns_where_a_job_cannot_recheck_within_the_hold(tmp_path:
     path = write_config(tmp_path, schedule={"preflight": "5m", "sentinel": "1m", "campaign": "6h", "timing": "30m",
                                             "crosstalk": "5m", "shapes": "30m", "prefix-cache": "30m",
                                             "idle-slots": "off", "request-ids": "30m", "abort-retry": "off",
-                                            "adapters": "30m", "media-cache": "off"},
+                                            "adapters": "30m", "media-cache": "off", "prompt-embeds": "off"},
                         incident_hold="1h")
     result = invoke("daemon", "--config", str(path), "--check-config")
     assert result.exit_code == 0, result.output

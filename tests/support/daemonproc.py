@@ -21,7 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.keys import KEYS
 from tests.support.waiting import wait_for
 
-FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "shapes": "4s", "campaign": "4s", "prefix-cache": "4s"},
+# The gateway-cache checks are off: no cache stands in front of these engines, and their 78 requests a start on every
+# route (tests/test_response_cache.py, tests/test_semantic_cache.py run them) would be in flight at every signal.
+FAST = {"schedule": {"preflight": "2s", "sentinel": "1s", "shapes": "4s", "campaign": "4s", "prefix-cache": "4s",
+                     "response-cache": "off", "semantic-cache": "off"},
         "jitter": {"preflight": "200ms", "sentinel": "200ms", "campaign": "200ms"}}
 # The timing check, the cross-talk burst and the request-ID and abort-and-retry checks run once when a daemon
 # starts: at their smallest, since these daemons are about what campaigns and sentinels find (tests/test_vllm.py
