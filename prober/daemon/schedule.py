@@ -111,9 +111,17 @@ class JobScheduler:
         return bool(self._scheduler.running)
 
     def every(self, name: str, seconds: float, task: Callable[[], Awaitable[None]]) -> None:
-        """A housekeeping task of the daemon itself (not per target)."""
-        self._scheduler.add_job(task, IntervalTrigger(seconds=seconds), id=f"daemon:{name}", max_instances=1,
-                                coalesce=True)
+        """A housekeeping task of the daemon itself (not per target).  Cancelled at shutdown, it just ends, as a job
+        does: APScheduler would log the cancellation as the task's error, with a traceback."""
+
+        async def until_shutdown() -> None:
+            try:
+                await task()
+            except asyncio.CancelledError:
+                return
+
+        self._scheduler.add_job(until_shutdown, IntervalTrigger(seconds=seconds), id=f"daemon:{name}",
+                                max_instances=1, coalesce=True)
 
     def schedule(self, target: str, job: str, interval: float, jitter: float, first: float) -> None:
         """The job's runs from `first` on (again: its runs from now on, at the new interval)."""
