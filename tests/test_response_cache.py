@@ -27,6 +27,7 @@ from tests.support.response_cache import (
     litellm_states,
     states,
     unsalted,
+    upstream,
 )
 from tests.support.semantic_gateway import CHAT, COMPLETIONS, RESPONSES, Scope, SemanticGateway
 from tests.support.testbed import StartTestbed
@@ -122,6 +123,10 @@ def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tm
 
     code, doc = off
     assert states(doc) == dict.fromkeys(LAYERS, "none_seen"), (code, doc["verdict"], states(doc))
+    # Every request reached the engine: the salt keeps the tenants apart upstream on chat and completions (each
+    # tenant's repeat reused its own prefix), not on the Responses API, where the gateway drops it.
+    assert upstream(doc) == {**dict.fromkeys(LAYERS, "per_tenant"), "responses": "shared",
+                             "responses-stream": "shared"}, upstream(doc)
     assert not kinds(doc, "cross_tenant_response_cache", "tenant_response_cache")
     assert all(unsalted(f) for f in doc["findings"] if f["severity"] not in ("info", "warning"))
 

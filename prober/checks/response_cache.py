@@ -29,12 +29,13 @@ from prober.probing.cache_map import GENERATION_ROUTES, CacheVerdict, LayerState
 from prober.probing.context import record
 from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
-from prober.probing.results import CheckResult
+from prober.probing.results import CheckResult, StepResult
 from prober.probing.routes import Route
 from prober.targets.api import Api
 
 INSTRUCTION_TOKENS = 48
 NOT_SERVED = "route not served"
+IDENTITY = "identity"  # the cache map's word for what the path does with tenants on the way to the engine
 
 
 class ResponseCacheSettings(Strict):
@@ -94,17 +95,29 @@ class ResponseCacheCheck(Check):
         except (PlanError, CountError) as exc:
             (result.errors if api is ctx.config.api else result.notes).append(f"response cache on {api}: {exc}")
             return [CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, f"route not usable: {exc}")]
-        verdicts = [await self._pass(run, settings, route, False, result)]
+        verdicts = await self._pass(run, settings, route, False, result)
         if settings.streamed and verdicts[0].control != NOT_SERVED:
-            verdicts.append(await self._pass(run, settings, route, True, result))
+            verdicts += await self._pass(run, settings, route, True, result)
         return verdicts
 
     async def _pass(self, run: Run, settings: ResponseCacheSettings, route: Route, stream: bool,
-                    result: ResponseCacheResult) -> CacheVerdict:
+                    result: ResponseCacheResult) -> list[CacheVerdict]:
+        """The response cache on this route (plain or streamed), and the path's identity layer where a request of
+        the pass reached the engine."""
+        where = f"{route.api}-stream" if stream else route.api.value
+        sent = await self._send(run, settings, route, where, stream, result)
+        if isinstance(sent, CacheVerdict):  # not made: the route is not served, or no prompt could be built
+            return [sent]
+        verdict = await self._verdict(run, where, sent, result)
+        served = [d for d in sent if all(s.answer.served for s in d)]
+        upstream = identity(where, served, salted=bool(run.target.salts))
+        return [verdict] if upstream is None else [verdict, upstream]
+
+    async def _send(self, run: Run, settings: ResponseCacheSettings, route: Route, where: str, stream: bool,
+                    result: ResponseCacheResult) -> list[Direction] | CacheVerdict:
+        """Every direction's three requests, one after another (each may be served what the one before it left)."""
         ctx, api = run.target, route.api
-        where = f"{api}-stream" if stream else api.value
-        shared: list[tuple[str, str]] = []
-        controls = made = unserved = 0
+        directions: list[Direction] = []
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             step = Step(id=f"{run.run_id}rc-{where}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
                         max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
@@ -117,28 +130,40 @@ class ResponseCacheCheck(Check):
                 result.errors.append(f"response cache on {where}: {exc}")
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, str(exc))
             answers = []
-            for step in steps:  # one after another: each may be served what the one before it left
+            for step in steps:
                 answer, before = await ctx.send(step, built, route)
                 judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
                                           before=before)
                 record(judged, result, run.on_event)
                 answers.append(judged)
-            first, other, again = answers
-            if not all(s.answer.served for s in answers):
+            first = answers[0]
+            if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
+                result.notes.append(f"response cache: the target does not serve the {api} route (404)")
+                return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
+            directions.append((first, answers[1], answers[2]))
+        return directions
+
+    async def _verdict(self, run: Run, where: str, directions: list[Direction],
+                       result: ResponseCacheResult) -> CacheVerdict:
+        """The response cache's layer: B served A's stored answer (shared), A's repeat served from the cache with B's
+        made (per tenant), neither (none seen), or directions unanswered (undecided)."""
+        ctx = run.target
+        shared: list[tuple[str, str]] = []
+        controls = made = unserved = 0
+        for first, other, again in directions:
+            if not all(s.answer.served for s in (first, other, again)):
                 unserved += 1
-                if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
-                    result.notes.append(f"response cache: the target does not serve the {api} route (404)")
-                    return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
                 continue
             made += first.answer.from_cache is None
             if (stored := other.answer.from_cache) is not None:
+                a, b = first.step.tenant, other.step.tenant
                 shared.append((a, b))
                 if not any(f.kind is FindingKind.CROSS_TENANT_RESPONSE_CACHE for f in other.findings):
                     # Told by a header alone: the prompt was new to this run, and only `a` had sent it.
                     found = copied(other.step, a, stored, f"answered a request only {a} had sent")
                     result.extra += await ctx.judge.persist([found], None, run.on_event, check=self.name)
             controls += again.answer.from_cache is not None
-        pairs_run = len(pairs(ctx.tenants))
+        pairs_run = len(directions)
         control = f"same tenant's repeat served from the cache in {controls} of {pairs_run} directions"
         if shared:
             who = ", ".join(f"{b} served {a}'s answer" for a, b in shared)
@@ -158,3 +183,32 @@ def _scoped(step: Step, where: str, control: str) -> Finding:
     return Finding(record_id=step.id, kind=FindingKind.TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
                    severity=Severity.INFO, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
                    excerpt=f"a response cache on the {where} route, per tenant: {control}")
+
+
+Direction = tuple[StepResult, StepResult, StepResult]  # A's request, B's same request, A's again
+
+
+def identity(where: str, directions: list[Direction], *, salted: bool) -> CacheVerdict | None:
+    """Whether the path keeps tenants apart on the way to the engine, from the requests of `where` that reached it
+    (None: a cache in front answered them all).  B's request, the same as A's, served from the engine's prefix cache
+    that A's filled (`cross_tenant_cache_hit`) is one identity upstream: one key, the salt dropped or ignored
+    (`shared`); A's own repeat reusing its prefix while B's reused nothing is tenants kept apart (`per_tenant`, its
+    control); no reuse at all is `none_seen`; no cached tokens counted, `undecided`."""
+    reached = [(first, other, again) for first, other, again in directions if other.answer.from_cache is None]
+    if not reached:
+        return None
+    crossed = [other.step.tenant for _, other, _ in reached
+               if any(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT for f in other.findings)]
+    own = [again for _, _, again in reached if again.answer.from_cache is None and again.answer.usage is not None]
+    reused = sum(bool(again.answer.usage and again.answer.usage.cached_tokens) for again in own)
+    control = f"a tenant's own repeat reused its prefix at the engine in {reused} of {len(own)} directions"
+    if crossed:
+        why = " (a cache salt per tenant was sent: the path drops it or the engine ignores it)" if salted else ""
+        return CacheVerdict(IDENTITY, where, LayerState.SHARED, f"{', '.join(crossed)} reached the engine as another "
+                            f"tenant's identity: served from the prefix cache that tenant's request filled{why}; "
+                            f"{control}", len(reached))
+    if all(other.answer.usage is None or other.answer.usage.cached_tokens is None for _, other, _ in reached):
+        return CacheVerdict(IDENTITY, where, LayerState.UNDECIDED, "the engine reported no cached tokens",
+                            len(reached))
+    return CacheVerdict(IDENTITY, where, LayerState.PER_TENANT if reused else LayerState.NONE_SEEN, control,
+                        len(reached))

@@ -49,6 +49,11 @@ def states(doc: dict[str, Any]) -> dict[str, str]:
             if layer["layer"] == "response"}
 
 
+def upstream(doc: dict[str, Any]) -> dict[str, str]:
+    """The identity layer by route: whether the path keeps the tenants apart on the way to the engine."""
+    return {layer["route"]: layer["state"] for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "identity"}
+
+
 def kinds(doc: dict[str, Any], *names: str) -> set[tuple[str, str | None, str]]:
     return {(f["kind"], f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] in names}
 
@@ -56,7 +61,8 @@ def kinds(doc: dict[str, Any], *names: str) -> set[tuple[str, str | None, str]]:
 def controlled(doc: dict[str, Any]) -> bool:
     """Every layer said per tenant rests on its positive control: the same tenant's repeat served from the cache in
     both directions."""
-    scoped = [layer for layer in doc["targets"][0]["cache_map"] if layer["state"] == "per_tenant"]
+    scoped = [layer for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "response"
+              and layer["state"] == "per_tenant"]
     return bool(scoped) and all("same tenant's repeat served from the cache in 2 of 2" in layer["control"]
                                 for layer in scoped)
 
