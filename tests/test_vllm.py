@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
@@ -39,7 +40,10 @@ from prober.targets.factory import make_target
 from prober.targets.transport import TransportPolicy
 from tests.support.cli import invoke
 from tests.support.isolation import run_check, surveyed
+from tests.support.litellm_proxy import Installation as LiteLLMInstallation
+from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.otlp import EXPORTER_ENV, TraceReceiver
+from tests.support.response_cache import BOTH_WAYS, LAYERS, kinds, states
 from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
@@ -335,3 +339,25 @@ def test_behind_a_gateway_among_other_users_a_salted_vllm_is_clean(vllm: VllmSer
     (chat,) = [path for path in report.paths if path.api is Api.CHAT]
     assert chat.low("tenant-a") > 100 and chat.varying, chat.describe()
     assert others.sent and any(kind.startswith("abandoned") for kind in others.sent), others.sent
+
+
+def test_litellms_response_cache_in_front_of_vllm_is_shared_across_keys(
+        vllm: VllmServer, tmp_path: Path, litellm_install: LiteLLMInstallation) -> None:
+    """The project's LiteLLM in front of the project's vLLM, its in-memory cache on, each tenant with its own key:
+    each tenant is served the other's stored answer on every route vLLM serves, plain and streamed: the streamed
+    Responses API's answers too, which in front of the reference engine it leaves uncached
+    (tests/test_response_cache.py)."""
+    with LiteLLMProxy(litellm_install, tmp_path / "proxy", models={"gemma": vllm.url + "/v1"}, upstream_model="gemma",
+                      keys={"tenant-a": "litellm-key-a", "tenant-b": "litellm-key-b"}, upstream_key=KEY,
+                      cache={"type": "local"}) as proxy:
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+            "targets": [{"name": "vllm-behind-litellm", "url": proxy.url + "/v1", "model": "gemma",
+                         "introspection_url": vllm.url, "timeout_s": SLOW.timeout_s, "retries": 0}],
+            "tenants": [{"name": "tenant-a", "api_key_env": "LP_LITELLM_A"},
+                        {"name": "tenant-b", "api_key_env": "LP_LITELLM_B"}],
+            "ledger": str(tmp_path / "l.sqlite"), "detection": {"semantic": False}}))
+        result = invoke("audit", "--config", str(tmp_path / "c.yaml"), "-f", "json", "--check", "response-cache",
+                        env={"LP_LITELLM_A": "litellm-key-a", "LP_LITELLM_B": "litellm-key-b"})
+    doc = json.loads(result.stdout)
+    assert states(doc) == dict.fromkeys(LAYERS, "shared"), (result.exit_code, doc["verdict"], states(doc))
+    assert kinds(doc, "cross_tenant_response_cache") == BOTH_WAYS

@@ -113,14 +113,33 @@ class Responses(Format):
 
     def events(self, meta: dict[str, Any], pieces: list[str], result: GenerationResult, reasoning: bool,
                include_usage: bool) -> Iterator[str]:
-        item = f"msg_{meta['id']}"
-        yield typed("response.created", response={**meta, "status": "in_progress", "output": [], "usage": None})
-        said = "response.reasoning_text.delta" if reasoning else "response.output_text.delta"
-        yield from (typed(said, item_id=item, output_index=0, content_index=0, delta=piece) for piece in pieces)
-        if reasoning:
-            yield typed("response.output_text.delta", item_id=item, output_index=1, content_index=0, delta=REASONED)
+        """Every event vLLM and OpenAI send, numbered: a gateway that caches a stream assembles the answer from the
+        item and part events, not from the deltas alone."""
         whole = self.answer(meta, result, reasoning)
-        yield typed(f"response.{whole['status']}", response=whole)
+        *thought, message = whole["output"]
+        item = {**message, "status": "in_progress", "content": []}
+        text = REASONED if reasoning else result.text
+        said = "response.reasoning_text.delta" if reasoning else "response.output_text.delta"
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.created", {"response": {**meta, "status": "in_progress", "output": [], "usage": None}}),
+            ("response.in_progress", {"response": {**meta, "status": "in_progress", "output": [], "usage": None}}),
+            *((said, {"item_id": f"rs_{meta['id']}", "output_index": 0, "content_index": 0, "delta": piece})
+              for piece in (pieces if thought else ())),
+            ("response.output_item.added", {"output_index": len(thought), "item": item}),
+            ("response.content_part.added", {"item_id": message["id"], "output_index": len(thought),
+                                             "content_index": 0, "part": {"type": "output_text", "text": "",
+                                                                          "annotations": []}}),
+            *(("response.output_text.delta", {"item_id": message["id"], "output_index": len(thought),
+                                              "content_index": 0, "delta": piece})
+              for piece in ([REASONED] if thought else pieces)),
+            ("response.output_text.done", {"item_id": message["id"], "output_index": len(thought),
+                                           "content_index": 0, "text": text}),
+            ("response.content_part.done", {"item_id": message["id"], "output_index": len(thought),
+                                            "content_index": 0, "part": message["content"][0]}),
+            ("response.output_item.done", {"output_index": len(thought), "item": message}),
+            (f"response.{whole['status']}", {"response": whole}),
+        ]
+        yield from (typed(kind, sequence_number=n, **fields) for n, (kind, fields) in enumerate(events))
 
     def failed(self, error: EngineError) -> Iterator[str]:
         yield typed("error", code=str(error.status), message=error.message, param=None)

@@ -20,8 +20,9 @@ LAYERS = (*ROUTES, *(f"{route}-stream" for route in ROUTES))
 
 
 def litellm_states(state: str) -> dict[str, str]:
-    """The map where LiteLLM's cache is `state`: every layer but a streamed Responses API request, which LiteLLM 1.108.7
-    passes upstream uncached (measured: `none_seen` whatever the cache's scope)."""
+    """The map where LiteLLM's cache in front of the reference engine is `state`: every layer but a streamed Responses
+    API request, which LiteLLM 1.108.7 leaves uncached there (`none_seen` whatever the cache's scope; in front of
+    vLLM it caches that too: tests/test_vllm.py).  What in the engine's stream it does not take is not known."""
     return {**dict.fromkeys(LAYERS, state), "responses-stream": "none_seen"}
 # Both tenants served each other's stored answer: what a cache shared across keys is found as.
 BOTH_WAYS = {("cross_tenant_response_cache", "tenant-a", "tenant-b"),
