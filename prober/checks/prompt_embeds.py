@@ -39,7 +39,6 @@ from prober.prompts import BuiltPrompt
 from prober.targets.api import Api, Engine
 from prober.targets.base import Prompt
 from prober.targets.result import Completion
-from prober.testbed import tokenizer
 
 BOUNDARY = "prompt-embeds"
 ASK = "Repeat the code word exactly."
@@ -67,7 +66,10 @@ def table_of(name: str) -> InputTable:
     """The input-embedding table a target's `prompt_embeds` names: `reference`, or a model folder (kept: a real
     model's table is loaded once).  Raises PlanError where the folder is no model's."""
     if name == "reference":
-        return ReferenceTable(tokenizer.encode)
+        # The reference engine's own tokenizer, imported only here: nothing else of the checks needs the testbed.
+        from prober.testbed.tokenizer import encode
+
+        return ReferenceTable(encode)
     try:
         return ModelTable(Path(name))
     except ValueError as exc:
