@@ -26,12 +26,13 @@ from tests.support.gate_schemas import (
     ARGO_CRD,
     FLAGGER_CRD,
     OPT_OUT,
+    VALIDATOR,
+    WORKFLOW_VALIDATOR,
     Installation,
     SchemasUnavailable,
     crd_schema,
     ensure_installed,
-    validate_argo,
-    validate_workflows,
+    validate,
 )
 from tests.support.keys import KEYS
 from tests.support.testbed import SMALL, StartTestbed
@@ -59,27 +60,26 @@ def metric(templates: list[dict[str, Any]], provider: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def argo() -> Callable[[list[dict[str, Any]]], list[list[str]]]:
-    """The pinned validators (`make gate-schemas`), installed on first use where npm is there."""
-    opted_out(OPT_OUT, "the gate manifests' Argo Rollouts schemas")
+def npm_schemas() -> Callable[[Path, list[Any]], list[list[str]]]:
+    """The pinned validators (`make gate-schemas`), installed on first use where npm is there: a validator script
+    and what it validates to each item's errors."""
+    opted_out(OPT_OUT, "the gate wiring's npm schemas")
     node, npm = need("node"), need("npm")
     try:
         installation: Installation = ensure_installed(npm)
     except SchemasUnavailable as exc:
-        unavailable(f"Argo Rollouts' schemas could not be installed ({exc}): run `make gate-schemas`")
-    return lambda manifests: validate_argo(node, installation, manifests)
+        unavailable(f"the gate wiring's npm schemas could not be installed ({exc}): run `make gate-schemas`")
+    return lambda script, items: validate(node, installation, script, items)
 
 
 @pytest.fixture(scope="module")
-def workflows() -> Callable[[list[str]], list[list[str]]]:
-    """The pinned GitHub Actions validator (`make gate-schemas`), installed on first use where npm is there."""
-    opted_out(OPT_OUT, "the gate's GitHub Actions schema")
-    node, npm = need("node"), need("npm")
-    try:
-        installation: Installation = ensure_installed(npm)
-    except SchemasUnavailable as exc:
-        unavailable(f"the GitHub Actions validator could not be installed ({exc}): run `make gate-schemas`")
-    return lambda sources: validate_workflows(node, installation, sources)
+def argo(npm_schemas: Callable[[Path, list[Any]], list[list[str]]]) -> Callable[[list[Any]], list[list[str]]]:
+    return lambda manifests: npm_schemas(VALIDATOR, manifests)
+
+
+@pytest.fixture(scope="module")
+def workflows(npm_schemas: Callable[[Path, list[Any]], list[list[str]]]) -> Callable[[list[Any]], list[list[str]]]:
+    return lambda sources: npm_schemas(WORKFLOW_VALIDATOR, sources)
 
 
 def crd_errors(crd: Path, manifest: dict[str, Any]) -> list[str]:

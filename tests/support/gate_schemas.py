@@ -72,23 +72,14 @@ def ensure_installed(npm: str = "npm") -> Installation:
     return Installation(target)
 
 
-def validate_argo(node: str, installation: Installation, manifests: list[dict[str, Any]]) -> list[list[str]]:
-    """Each manifest's errors by the package's own validator (`Model.validate()`), one list per manifest."""
-    done = subprocess.run([node, str(VALIDATOR), str(installation.folder)], input=json.dumps(manifests),
+def validate(node: str, installation: Installation, script: Path, items: list[Any]) -> list[list[str]]:
+    """Each item's errors by one of the pinned validators (`VALIDATOR`: Argo Rollouts manifests by the package's own
+    `Model.validate()`; `WORKFLOW_VALIDATOR`: GitHub Actions workflows' YAML texts by @action-validator/core against
+    SchemaStore's schema), one list per item."""
+    done = subprocess.run([node, str(script), str(installation.folder)], input=json.dumps(items),
                           capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
-        raise SchemasUnavailable(f"{VALIDATOR.name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    errors: list[list[str]] = json.loads(done.stdout)
-    return errors
-
-
-def validate_workflows(node: str, installation: Installation, sources: list[str]) -> list[list[str]]:
-    """Each GitHub Actions workflow's errors by @action-validator/core (SchemaStore's workflow schema), one list per
-    workflow, its YAML text as written."""
-    done = subprocess.run([node, str(WORKFLOW_VALIDATOR), str(installation.folder)], input=json.dumps(sources),
-                          capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise SchemasUnavailable(f"{WORKFLOW_VALIDATOR.name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        raise SchemasUnavailable(f"{script.name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     errors: list[list[str]] = json.loads(done.stdout)
     return errors
 
