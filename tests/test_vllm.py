@@ -26,7 +26,7 @@ from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
 from prober.config.schema import parse_config
-from prober.config.sections import AbortRetrySettings, RequestIdSettings
+from prober.config.sections import AbortRetrySettings
 from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics, Traced
 from prober.domain.types import FindingKind, Severity
 from prober.oneshot.audit import run_audit
@@ -291,7 +291,7 @@ def test_request_ids_and_abort_retry_on_a_healthy_vllm(vllm: VllmServer, tmp_pat
         async with surveyed(vllm.url, secrets, tmp_path / f"{name}.sqlite", retries=2, **sections) as checking:
             return await run_check(name, checking)
 
-    ids = run(check("request-ids", request_ids=RequestIdSettings(max_tokens=96)))
+    ids = run(check("request-ids"))
     abort = run(check("abort-retry", abort_retry=AbortRetrySettings(max_tokens=96)))
     assert isinstance(ids, RequestIdResult) and isinstance(abort, AbortRetryResult)
     print(ids.summary(), ids.sight, "|", abort.summary(), abort.sight)

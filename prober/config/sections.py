@@ -226,8 +226,10 @@ class RequestIdSettings(Strict):
     """Requests of each tenant in a set."""
     tokens: int = Field(default=128, ge=32, le=8192)
     """Prompt length of each request (what leakprobe writes: a gateway's system prompt comes on top)."""
-    max_tokens: int = Field(default=64, ge=8, le=1024)
-    """Completion tokens per request (enough to repeat a canary behind whatever the model says first)."""
+    max_tokens: int = Field(default=96, ge=8, le=1024)
+    """Completion tokens per request: enough to repeat a canary behind whatever the model says first (a model that
+    quotes from the top says the instruction line and the request's nonce first: at 64, the reference engine's
+    quote often stopped inside the code)."""
     fields: tuple[BodyField, ...] | None = None
     """Body fields that carry the ID besides the `X-Request-Id` and `traceparent` headers.  Null: the engine's own
     (vLLM's `request_id`, SGLang's `rid`; none for an engine that takes none), and every one of those where the
