@@ -135,13 +135,14 @@ class Recent(Generic[T]):
         self._keep(memo, compacted, found)
         return found
 
-    def get_many(self, compacted: Sequence[str], search: Callable[[list[str]], list[T]]) -> None:
-        """The answers not kept searched at once, and kept, for `get` to find."""
+    def get_many(self, compacted: Sequence[str], search: Callable[[list[str]], list[T]]) -> list[T]:
+        """Each answer's result: those not kept searched at once, and kept, for `get` to find."""
         memo = self._memo()
         missing = [text for text in compacted if (kept := memo.get(id(text))) is None or kept[0] is not text]
         if missing:
             for text, found in zip(missing, search(missing), strict=True):
                 self._keep(memo, text, found)
+        return [memo[id(text)][1] for text in compacted]
 
     def _memo(self) -> dict[int, tuple[str, T]]:
         memo: dict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)

@@ -1,17 +1,18 @@
-"""Exact detection: every canary's compact pattern (a token's body, a fact's text) in one Aho-Corasick pass,
-plus MAC verification of tokens that this ledger never saw (a replica's, or one from before a restore)."""
+"""Exact detection: every canary's compact pattern (a token's body through its first piece, a fact's text through
+an automaton), plus MAC verification of tokens that this ledger never saw (a replica's, or one from before a
+restore) where the tokens' prefix is written."""
 
 from __future__ import annotations
 
 from prober.canaries import tokens
 from prober.canaries.compact import original_span
-from prober.detect.base import CanarySet, Detector, Hit
-from prober.detect.patterns import PatternIndex
+from prober.detect.base import CanarySet, Hit
+from prober.detect.patterns import PatternIndex, PieceReader
 from prober.domain.evidence import MacVerified
 from prober.domain.types import DetectorName, Record, Severity
 
 
-class ExactDetector(Detector):
+class ExactDetector(PieceReader):
     """Canary text, modulo case, spacing, separators and look-alike characters."""
 
     name = DetectorName.EXACT
@@ -21,6 +22,9 @@ class ExactDetector(Detector):
     def __init__(self, canaries: CanarySet, patterns: PatternIndex | None = None) -> None:
         self.canaries = canaries
         self.patterns = patterns or PatternIndex(canaries)
+
+    def worth_reading(self, compacted: str) -> bool:
+        return self.patterns.others.holds or (self.canaries.key is not None and tokens.COMPACT_PREFIX in compacted)
 
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         hits: list[Hit] = []

@@ -73,6 +73,9 @@ class FragmentDetector(PieceReader):
         self._lock = threading.Lock()
         self._prompt: tuple[str | None, str] = (None, "")
 
+    def worth_reading(self, compacted: str) -> bool:
+        return bool(self._name_owners)
+
     def detect(self, record: Record, compacted: str) -> list[Hit]:
         return [*self._token_parts(record.text, compacted), *self._names_in(record, compacted)]
 

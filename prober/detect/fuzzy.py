@@ -51,6 +51,9 @@ class FuzzyDetector(PieceReader):
         self._min_shared = np.maximum(2, self._index.indexed // 3)
         self._slots = [[compact(v) for v in c.values] for c in canaries.canaries]
 
+    def worth_reading(self, compacted: str) -> bool:
+        return len(self._facts) > 0
+
     def candidates(self, compacted: str) -> dict[int, tuple[int, int]]:
         """Canary number -> the stretch of the compact answer to score it on."""
         found: dict[int, tuple[int, int]] = {}

@@ -1,17 +1,14 @@
-"""Where the canaries' patterns lie in a compact answer: Aho-Corasick automata (Rust, `ahocorasick_rs`), built
-once per canary set and run once per answer each, whatever the number of canaries.
+"""Where the canaries' patterns lie in a compact answer, searched once for a batch of answers whatever the number
+of canaries.
 
-* **Whole patterns** for exact matching: a token body through its tag (its first group, `PatternIndex`), every
-  other pattern (a fact's compact text) as it is.
-* **Pieces of token bodies** for what a model copied with edits or in part.  Each 32-character body is cut into
-  six pieces (`CUTS`): a body with up to five characters substituted keeps at least one piece intact
-  (pigeonhole), so a fuzzy candidate is a body with a piece in the answer, scored around that place.  Each
-  8-character group of a body holds one piece whole, so a group copied alone (a probe's tag, part of a body) is
-  found through that piece, then confirmed on the text.
-
-An automaton of tags reads an answer at about a nanosecond a character.  Short pieces would make a dense trie,
-slow on compact English (~40 ns a character), so they are numbers in a table read a batch of answers at a time
-(pieces.py) that only the fuzzy and fragment detectors pay for -- once per batch between them (`PieceReader`).
+* **Pieces of token bodies**, for every token detector.  Each 32-character body is cut into six pieces (`CUTS`): a
+  body with up to five characters substituted keeps at least one piece intact (pigeonhole), so a fuzzy candidate
+  is a body with a piece in the answer, scored around that place.  Each 8-character group of a body holds one
+  piece whole, so a group copied alone (a probe's tag, part of a body) is found through that piece, then
+  confirmed on the text; a whole body, through its first piece, compared whole.  Short pieces would make a dense
+  trie, slow on compact English (~40 ns a character), so they are numbers in a table read a batch of answers at a
+  time (pieces.py), once per batch between the detectors (`PieceReader`).
+* **Other patterns** (a fact's compact text) as they are, in an Aho-Corasick automaton (Rust, `ahocorasick_rs`).
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ from prober.domain.types import CanaryKind, Record
 CUTS = (0, 5, 11, 16, 21, 27, 32)  # piece k of a body is body[CUTS[k]:CUTS[k + 1]]
 GROUP = 8  # characters in a group of a token body
 GROUP_OF_PIECE = {0: 0, 2: 1, 3: 2, 5: 3}  # the group that holds each piece whole (pieces 1 and 4 straddle two)
-CONTIGUOUS, DFA = ahocorasick_rs.Implementation.ContiguousNFA, ahocorasick_rs.Implementation.DFA
-PREFIX_MARK = -2  # the canary number of the tokens' prefix in the tags' automaton
+CONTIGUOUS = ahocorasick_rs.Implementation.ContiguousNFA
 REACH = 8  # characters a model may add to a body, on each side of where its piece says the body is
-MAX_DFA_TAGS = 50_000  # a DFA of 50,000 tags holds ~71 MiB (100,000: 136 MiB); more tags, a contiguous NFA
 
 
 class Match(NamedTuple):
@@ -186,50 +181,48 @@ def _in_characters(matches: list[Match], data: bytes, text: str) -> list[Match]:
 
 
 class PatternIndex:
-    """The automata of one canary set, shared by its exact, fuzzy and fragment detectors.
+    """The automata and tables of one canary set, shared by its exact, fuzzy and fragment detectors.
 
-    Whole bodies are found through their first group (the probe's tag, shared by the probe's tokens), and the 32
-    characters at a tag are looked up whole: a DFA of the tags reads an answer 2.8x as fast as a contiguous NFA of
-    every body, and stays small where a DFA of the bodies would not (600 MiB at 100,000 bodies; 71 MiB for 50,000
-    tags, one per probe).  Facts and pieces, whose automata a DFA would make large, are contiguous NFAs (1.4x the
-    library's own pick on pieces; bench/detect.py)."""
+    A whole body is found through its first piece (the batch's search of pieces, which the fuzzy and fragment
+    detectors read too), then compared whole: no automaton of the bodies or their tags is read or held (a DFA of
+    50,000 tags held 71 MiB in every scan worker and read each answer again).  Facts are a contiguous NFA (a DFA of
+    them would be large; bench/detect.py)."""
 
     def __init__(self, canaries: CanarySet) -> None:
         bodies = [i for i in range(len(canaries.patterns)) if is_body(canaries, i)]
-        grouped: dict[str, list[int]] = {}
-        for i in bodies:
-            grouped.setdefault(canaries.patterns[i], []).append(i)
-        # Tuples of ints, which the garbage collector stops tracking (lists it would walk in every forked worker).
-        self.bodies = {body: tuple(ids) for body, ids in grouped.items()}
-        tags = {canaries.patterns[i][:GROUP] for i in bodies}
-        # The tokens' prefix rides along (canary PREFIX_MARK): where it lies, a body this set never saw may follow.
-        self.tags = _Automaton([(tokens.COMPACT_PREFIX, PREFIX_MARK, 0), *((tag, -1, 0) for tag in tags)],
-                               DFA if len(tags) <= MAX_DFA_TAGS else CONTIGUOUS)
         in_bodies = set(bodies)
         self.others = _Automaton((p, i, 0) for i, p in enumerate(canaries.patterns) if p and i not in in_bodies)
         self.pieces = _Pieces(((canaries.patterns[i][CUTS[k] : CUTS[k + 1]], i, k)
                                for i in bodies for k in range(len(CUTS) - 1)), canaries.patterns)
+        self._patterns = canaries.patterns
         self._recent: Recent[list[Match]] = Recent()
 
     def whole_in(self, compacted: str) -> Whole:
         """Every canary's whole pattern (a token's body, a fact's text) in the compact answer, and where the
-        tokens' prefix lies -- in the same pass, so an answer without it costs no second search."""
-        found, prefixes = self.others.find(compacted), []
-        for tag in self.tags.find(compacted):
-            if tag.canary == PREFIX_MARK:
-                prefixes.append(tag.end)
-                continue
-            end = tag.start + tokens.BODY_LEN
-            found.extend(Match(canary, 0, tag.start, end) for canary in self.bodies.get(compacted[tag.start : end], ()))
-        return Whole(found, prefixes)
+        tokens' prefix lies (a body this set never saw may follow it)."""
+        found = self.others.find(compacted)
+        patterns = self._patterns
+        for piece in self.pieces_in(compacted):
+            if piece.part == 0 and compacted.startswith(patterns[piece.canary], piece.start):
+                found.append(Match(piece.canary, 0, piece.start, piece.start + tokens.BODY_LEN))
+        return Whole(found, _ends(compacted, tokens.COMPACT_PREFIX))
 
     def pieces_in(self, compacted: str) -> list[Match]:
         """Every piece of a token body in the compact answer (searched with its batch, `PieceReader`)."""
         return self._recent.get(compacted, lambda: self.pieces.find([compacted])[0])
 
-    def read_pieces(self, batch: Sequence[str]) -> None:
+    def read_pieces(self, batch: Sequence[str]) -> list[list[Match]]:
         """The pieces of a batch of compact answers (at most BATCH: as many are kept), searched at once."""
-        self._recent.get_many(batch, self.pieces.find)
+        return self._recent.get_many(batch, self.pieces.find)
+
+
+def _ends(text: str, needle: str) -> list[int]:
+    """Where each occurrence of `needle` in `text` ends (str.find: a memchr-fast scan)."""
+    ends, at = [], text.find(needle)
+    while at >= 0:
+        ends.append(at + len(needle))
+        at = text.find(needle, at + 1)
+    return ends
 
 
 def is_body(canaries: CanarySet, index: int) -> bool:
@@ -244,10 +237,16 @@ class PieceReader(Detector):
 
     patterns: PatternIndex
 
+    def worth_reading(self, compacted: str) -> bool:
+        """Whether `detect` could find anything in an answer in which the batch's search found no piece (most
+        answers, which then cost nothing more): no, unless the detector looks for more."""
+        return False
+
     def detect_many(self, answers: Sequence[tuple[Record, str]]) -> list[list[Hit]]:
         hits: list[list[Hit]] = []
         for start in range(0, len(answers), BATCH):  # the pieces of as many answers as are kept
             batch = answers[start : start + BATCH]
-            self.patterns.read_pieces([compacted for _, compacted in batch])
-            hits += super().detect_many(batch)
+            pieces = self.patterns.read_pieces([compacted for _, compacted in batch])
+            hits += [self.detect(record, compacted) if found or self.worth_reading(compacted) else []
+                     for (record, compacted), found in zip(batch, pieces, strict=True)]
         return hits

@@ -52,7 +52,7 @@ def mask(text: str) -> str:
     return re.sub(r"(?<=\w)\w", "*", text)
 
 
-@dataclass
+@dataclass(slots=True)
 class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     own_echoes: list[Hit] = field(default_factory=list)  # positive controls
@@ -115,13 +115,15 @@ class Scanner:
             answers = [(window, compacted) for _, _, window, compacted in parts]
             for detector in self.detectors:
                 for (n, offset, _, _), found in zip(parts, detector.detect_many(answers), strict=True):
-                    hits[n] += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
-                                for h in found]
+                    if found:  # most answers: nothing
+                        hits[n] += [replace(h, start=h.start + offset, end=h.end + offset) if offset else h
+                                    for h in found]
             parts.clear()
 
         for n, (record, unescaped) in enumerate(zip(records, decoded, strict=True)):
             for offset, window in windows(unescaped.text if unescaped else record.text):
-                parts.append((n, offset, Record(record.id, record.tenant, window, record.prompt), compact(window)))
+                part = record if window is record.text else Record(record.id, record.tenant, window, record.prompt)
+                parts.append((n, offset, part, compact(window)))
                 if len(parts) == BATCH:
                     run_detectors()
         if parts:
