@@ -106,13 +106,15 @@ def _utf8(data: bytes) -> list[tuple[str, int, int]]:
 
 def _one_round(text: str) -> tuple[str, _Map, set[str]] | None:
     """Decode every escape of one level; None when there was none."""
+    # Three substring scans (memchr) say which patterns can match at all; text with none of them costs no more.
+    entities, percents, backslashes = "&" in text, "%" in text, "\\" in text
+    if not (entities or percents or backslashes):
+        return None
     found: list[tuple[int, int, str, str, int]] = []  # (start, end, decoded, kind, step) in the text
 
     def add(start: int, end: int, decoded: str, kind: str, step: int = 0) -> None:
         found.append((start, end, decoded, kind, step))
 
-    # Three substring scans (memchr) say which patterns can match at all; text with none of them costs no more.
-    entities, percents, backslashes = "&" in text, "%" in text, "\\" in text
     for match in _ENTITY.finditer(text) if entities else ():
         hex_digits, digits, name = match.groups()
         if name is not None:
