@@ -45,16 +45,35 @@ _ASCII_TABLE = bytes(ord(_compact_text(chr(b)) or "\0") for b in range(128)) + b
 _ASCII_KEPT = np.array([b not in _ASCII_DROP for b in range(256)])
 
 
+# The same translate for other text, as one numpy lookup of its code points: str.translate reads a dict table
+# character by character, which was most of a Korean answer's compaction.  Every entry of the table is one
+# character or none, and all are in the Basic Multilingual Plane.
+_BMP_TABLE = np.arange(0x10000, dtype=np.int32)
+_BMP_TABLE[list(_TABLE)] = [-1 if v is None else ord(v) for v in _TABLE.values()]
+
+
 def compact(text: str) -> str:
     """The normal form used for exact and fuzzy matching."""
     if text.isascii():
         return text.encode().translate(_ASCII_TABLE, _ASCII_DROP).decode("ascii")
-    return _compact_text(text)
+    upper = unicodedata.normalize("NFKC", text).upper()
+    codes = np.frombuffer(upper.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    if codes.max() >= 0x10000:  # beyond the plane (an emoji): the table as it is
+        return upper.translate(_TABLE)
+    kept = _BMP_TABLE[codes]
+    return kept[kept >= 0].astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
 @lru_cache(maxsize=4096)
 def _char_compact_len(ch: str) -> int:
     return len(compact(ch))
+
+
+@lru_cache(maxsize=1)
+def _plane_lengths() -> npt.NDArray[np.int64]:
+    """The compact length of every character of the Basic Multilingual Plane (0 to 3; once per process, a third of
+    a second, where an answer outside ASCII is first mapped back)."""
+    return np.asarray([len(_compact_text(chr(c))) for c in range(0x10000)], dtype=np.int64)
 
 
 @lru_cache(maxsize=4)
@@ -68,10 +87,12 @@ def offsets(text: str) -> npt.NDArray[np.int64]:
     if text.isascii():  # one compact character or none per character: the kept ones' indices
         mapped = np.flatnonzero(_ASCII_KEPT[np.frombuffer(text.encode(), dtype=np.uint8)]).astype(np.int64)
     else:
-        positions: list[int] = []
-        for index, ch in enumerate(text):
-            positions.extend([index] * _char_compact_len(ch))
-        mapped = np.asarray(positions, dtype=np.int64)
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        if codes.max() < 0x10000:
+            lengths = _plane_lengths()[codes]
+        else:
+            lengths = np.asarray([_char_compact_len(ch) for ch in text], dtype=np.int64)
+        mapped = np.repeat(np.arange(len(text), dtype=np.int64), lengths)
     mapped.flags.writeable = False  # shared by every caller through the cache
     return mapped
 
