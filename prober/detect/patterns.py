@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any, NamedTuple
 
 import ahocorasick_rs
 import numpy as np
+import numpy.typing as npt
 
 from prober.canaries import tokens
 from prober.detect.bags import SCORABLE, TokenBags
@@ -164,12 +165,21 @@ class _Pieces:
         canary, part, answer, start, end, shared = (a[keep] for a in (canary, part, answer, start, end, shared))
         matches = list(map(Match._make, zip(canary.tolist(), part.tolist(), start.tolist(), end.tolist(),
                                             shared.tolist(), strict=True)))
-        bounds = np.searchsorted(answer, np.arange(len(texts) + 1)).tolist()
-        found_in = [_in_characters(matches[bounds[n] : bounds[n + 1]], data, text)
-                    for n, (text, data) in enumerate(zip(texts, batch.data, strict=True))]
+        found_in: list[list[Match]] = [[] for _ in texts]
+        for n, begin_at, end_at in _runs(answer):  # the few answers that hold a piece kept
+            found_in[n] = _in_characters(matches[begin_at:end_at], batch.data[n], texts[n])
         if self._others.holds:
             found_in = [self._others.find(text) + each for text, each in zip(texts, found_in, strict=True)]
         return found_in
+
+
+def _runs(values: npt.NDArray[np.int64]) -> Iterator[tuple[int, int, int]]:
+    """(value, first, last) of each run of equal values in a sorted array."""
+    if not len(values):
+        return
+    edges = [0, *(np.flatnonzero(np.diff(values)) + 1).tolist(), len(values)]
+    for first, last in pairwise(edges):
+        yield int(values[first]), first, last
 
 
 def _in_characters(matches: list[Match], data: bytes, text: str) -> list[Match]:
