@@ -92,39 +92,43 @@ class _Owners:
 
 
 class _Automaton:
-    """Distinct patterns in one automaton.  It reads UTF-8: an answer's bytes are ready at once where a str
-    haystack is converted on each call (15% slower); UTF-8 never matches across a character, and the offsets of
-    the rare non-ASCII answer are mapped back to characters.  Pickled as its patterns (`ahocorasick_rs` automata
-    are not picklable), the automaton built again where it lands."""
+    """Distinct patterns in one automaton (`utf8_matches`).  Pickled as its patterns (`ahocorasick_rs` automata are
+    not picklable), the automaton built again where it lands."""
 
-    def __init__(self, entries: Iterable[tuple[str, int, int]],
-                 implementation: ahocorasick_rs.Implementation = CONTIGUOUS) -> None:
+    def __init__(self, entries: Iterable[tuple[str, int, int]]) -> None:
         patterns, self._owners = _Owners.of(entries)
         self._patterns = [p.encode() for p in patterns]
-        self._implementation = implementation
         self._build()
 
     def _build(self) -> None:
-        self._automaton = (ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=self._implementation)
+        self._automaton = (ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=CONTIGUOUS)
                            if self._patterns else None)
         self.holds = self._automaton is not None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"owners": self._owners, "patterns": self._patterns, "implementation": str(self._implementation)}
+        return {"owners": self._owners, "patterns": self._patterns}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._owners, self._patterns = state["owners"], state["patterns"]
-        self._implementation = getattr(ahocorasick_rs.Implementation, state["implementation"].rpartition(".")[2])
         self._build()
 
     def find(self, text: str) -> list[Match]:
         if self._automaton is None:
             return []
-        data = text.encode()
-        found = self._automaton.find_matches_as_indexes(data, overlapping=True)
-        if found and len(data) != len(text):
-            found = [(p, len(data[:s].decode()), len(data[:e].decode())) for p, s, e in found]
-        return [match for pattern, start, end in found for match in self._owners.matches(pattern, start, end)]
+        return [match for pattern, start, end in utf8_matches(self._automaton, text)
+                for match in self._owners.matches(pattern, start, end)]
+
+
+def utf8_matches(automaton: ahocorasick_rs.BytesAhoCorasick, text: str) -> list[tuple[int, int, int]]:
+    """(pattern, start, end) of every match of `automaton` in `text`, overlapping ones too, in characters.  It reads
+    UTF-8: an answer's bytes are ready at once where a str haystack is converted on each call (15% slower; a
+    pure-Python automaton read Korean at ~35 ns a character); UTF-8 never matches across a character, and the
+    offsets of the rare match in a text outside ASCII are mapped back to characters."""
+    data = text.encode()
+    found = automaton.find_matches_as_indexes(data, overlapping=True)
+    if found and len(data) != len(text):
+        return [(p, len(data[:s].decode()), len(data[:e].decode())) for p, s, e in found]
+    return found
 
 
 class _Pieces:
@@ -195,7 +199,7 @@ class PatternIndex:
 
     A whole body is found through its first piece (the batch's search of pieces, which the fuzzy and fragment
     detectors read too), then compared whole: no automaton of the bodies or their tags is read or held (a DFA of
-    50,000 tags held 71 MiB in every scan worker and read each answer again).  Facts are a contiguous NFA (a DFA of
+    50,000 tags held 71 MiB and read each answer again).  Facts are a contiguous NFA (a DFA of
     them would be large; bench/detect.py)."""
 
     def __init__(self, canaries: CanarySet) -> None:

@@ -25,6 +25,7 @@ import ahocorasick_rs
 from prober.canaries import hangul
 from prober.canaries.compact import compact, original_span
 from prober.detect.base import CanarySet, Recent
+from prober.detect.patterns import utf8_matches
 
 MIN_PART = 5  # compact length of a slot-value part that may count on its own
 # A one-word made-up name (a place, a pet) this long or longer may be as rare as a person's name: a place is one of
@@ -174,10 +175,8 @@ class SlotValues:
 
 
 class _Words(Generic[T]):
-    """Patterns, each with what it stands for, found in one pass of an automaton (Rust, `ahocorasick_rs`) over a
-    text's UTF-8: a Korean answer is read as fast as an English one (a str automaton read it at ~35 ns a
-    character).  UTF-8 never matches across a character; the rare match in a text outside ASCII has its offsets
-    counted in characters."""
+    """Patterns, each with what it stands for, found in one pass of an automaton over a text's UTF-8
+    (`utf8_matches`)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, list[T]] = {}
@@ -200,11 +199,7 @@ class _Words(Generic[T]):
         """Every match, overlapping ones too: (start, end, what its pattern stands for)."""
         if self._automaton is None:
             return []
-        data = text.encode()
-        found = self._automaton.find_matches_as_indexes(data, overlapping=True)
-        wide = len(data) != len(text)
-        return [(len(data[:start].decode()), len(data[:end].decode()), self._payloads[pattern]) if wide
-                else (start, end, self._payloads[pattern]) for pattern, start, end in found]
+        return [(start, end, self._payloads[pattern]) for pattern, start, end in utf8_matches(self._automaton, text)]
 
 
 @lru_cache(maxsize=KEY_MEMO)
