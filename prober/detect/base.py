@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
@@ -144,14 +145,15 @@ class Recent(Generic[T]):
                 self._keep(memo, text, found)
         return [memo[id(text)][1] for text in compacted]
 
-    def _memo(self) -> dict[int, tuple[str, T]]:
-        memo: dict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)
+    def _memo(self) -> OrderedDict[int, tuple[str, T]]:
+        memo: OrderedDict[int, tuple[str, T]] | None = getattr(self._local, "memo", None)
         if memo is None:
-            memo = self._local.memo = {}
+            memo = self._local.memo = OrderedDict()
         return memo
 
     @staticmethod
-    def _keep(memo: dict[int, tuple[str, T]], compacted: str, found: T) -> None:
+    def _keep(memo: OrderedDict[int, tuple[str, T]], compacted: str, found: T) -> None:
         memo[id(compacted)] = (compacted, found)
         if len(memo) > BATCH:
-            del memo[next(iter(memo))]  # the oldest
+            # The oldest: O(1) here, where a dict's first key is found by walking past every one deleted before.
+            memo.popitem(last=False)
