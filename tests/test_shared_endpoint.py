@@ -155,7 +155,8 @@ def test_hidden_introspection_runs_every_engine_familys_checks(testbed: StartTes
 
 @pytest.mark.slow
 def test_metrics_from_either_of_two_replicas_are_never_compared(testbed: StartTestbed, tmp_path: Path) -> None:
-    """/metrics answers from the engine or another replica at random, and the other replica has users of its own
+    """/metrics answers from the engine and another replica in turn, three reads each (a pinned keep-alive
+    connection, reopened), and the other replica has users of its own
     (the same traffic: aborts under every window): windows whose reads came from different processes are set aside
     and said, and the other replica's counters, which move, never make a finding."""
     other = testbed("fixed", **SMALL, tenants=TENANTS)

@@ -67,8 +67,10 @@ class GatewayStats:
 class Gateway:
     """`engine`: the engine's origin (generation goes there); `system_prompt`: what it puts before every chat, the
     same text each time or made anew per request (`dated`); `hide`: the engine's own routes the gateway answers
-    404 (`INTROSPECTION` for all of them); `replicas`: origins one of which, at
-    random, answers each read of the gateway's `/metrics` (default: the engine alone); `balanced`: every request
+    404 (`INTROSPECTION` for all of them); `replicas`: origins that answer the gateway's
+    `/metrics` in turn, `metrics_run` reads each, as over a keep-alive connection pinned to one pod until it closes
+    (default: the engine alone; a run of 3 is as many reads as leakprobe tries for one process's answer, so a window
+    that opens on a run's last read closes on another process's, whatever the timing); `balanced`: every request
     goes to the next of `replicas` in turn, as behind a Kubernetes Service (generation, introspection and
     `/metrics` alike); `upstream_key`: the one key the
     gateway itself sends upstream in place of each client's (every client then looks like one tenant to the
@@ -78,7 +80,7 @@ class Gateway:
     def __init__(self, engine: str, *, system_prompt: str | Callable[[], str] = OPERATOR_PROMPT,
                  fail_after_served: float = 0.0, hide: Sequence[str] = (), replicas: Sequence[str] = (),
                  balanced: bool = False, upstream_key: str | None = None, models: Mapping[str, str] | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, metrics_run: int = 3) -> None:
         self.engine = engine.rstrip("/")  # settable: a deploy swaps the engine behind the gateway
         self.system_prompt = system_prompt
         self.fail_after_served = fail_after_served
@@ -88,6 +90,7 @@ class Gateway:
         self.stats = GatewayStats()
         self._replicas = [r.rstrip("/") for r in replicas]
         self._turn = 0
+        self._metrics_run = metrics_run
         self.balanced = balanced
         self._rng = random.Random(seed)
         self._client = httpx.AsyncClient()  # replaced in the server's own event loop
@@ -127,11 +130,17 @@ class Gateway:
         if path in self.hide:
             return JSONResponse({"error": {"message": "Not Found", "type": "not_found"}}, status_code=404)
         if path == "/metrics":
-            replica = self._origin() if self.balanced else (self._rng.choice(self._replicas) if self._replicas
-                                                             else self.engine)
+            replica = self._origin() if self.balanced else self._scraped()
             self.stats.metrics_scrapes[replica] += 1
             return await self._relay(request, replica)
         return await self._relay(request, self._origin())
+
+    def _scraped(self) -> str:
+        """Which replica answers this read of `/metrics` (not balanced): the one whose run it is."""
+        if not self._replicas:
+            return self.engine
+        reads = sum(self.stats.metrics_scrapes.values())
+        return self._replicas[reads // self._metrics_run % len(self._replicas)]
 
     def _origin(self) -> str:
         """Where the next request goes: the next replica in turn when balanced, else the engine."""
