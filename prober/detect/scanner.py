@@ -120,23 +120,29 @@ class Scanner:
                                     for h in found]
             parts.clear()
 
+        def add(n: int, offset: int, record: Record, window: str) -> None:
+            part = record if window is record.text else Record(record.id, record.tenant, window, record.prompt)
+            parts.append((n, offset, part, compact(window)))
+            if len(parts) == BATCH:
+                run_detectors()
+
         for n, (record, unescaped) in enumerate(zip(records, decoded, strict=True)):
-            for offset, window in windows(unescaped.text if unescaped else record.text):
-                part = record if window is record.text else Record(record.id, record.tenant, window, record.prompt)
-                parts.append((n, offset, part, compact(window)))
-                if len(parts) == BATCH:
-                    run_detectors()
+            text = unescaped.text if unescaped else record.text
+            if len(text) <= WINDOW_CHARS:
+                add(n, 0, record, text)  # an everyday answer: one window, itself
+                continue
+            for offset, window in windows(text):
+                add(n, offset, record, window)
         if parts:
             run_detectors()
-        return [self._result(record, [_in_original(h, unescaped, record.text) for h in found]
-                             if unescaped is not None else found)
+        return [ScanResult() if not found  # most answers
+                else self._result(record, [_in_original(h, unescaped, record.text) for h in found]
+                                  if unescaped is not None else found)
                 for record, unescaped, found in zip(records, decoded, hits, strict=True)]
 
     def _result(self, record: Record, hits: list[Hit]) -> ScanResult:
         """The answer's findings and own echoes from its detectors' hits."""
         result = ScanResult()
-        if not hits:
-            return result  # most answers
         best: dict[str, Hit] = {}
         for hit in hits:
             if hit.kind is not None:

@@ -155,26 +155,23 @@ def read_batches(names: list[str], report: ForensicReport, *, lines: int = BATCH
 def parse(batch: Batch, report: ForensicReport) -> Iterator[Record]:
     """The batch's records; problems go to `report` as '<input> line N: ...'."""
     for number, raw in enumerate(batch.lines, batch.first):
-        where = f"{batch.source} line {number}"
         if raw is None:
-            report.problem(where, f"longer than {MAX_LINE_BYTES:,} bytes, not read", oversized=True)
+            report.problem(f"{batch.source} line {number}", f"longer than {MAX_LINE_BYTES:,} bytes, not read",
+                           oversized=True)
             continue
-        if not raw.strip():
+        if not raw or raw.isspace():
             continue
         try:
             item = _loads(raw.decode("utf-8"))
+            problem = _problem(item)
         except UnicodeDecodeError:
-            report.problem(where, "not valid UTF-8")
-            continue
+            problem = "not valid UTF-8"
         except json.JSONDecodeError as exc:
-            report.problem(where, f"invalid JSON ({exc.msg})")
-            continue
+            problem = f"invalid JSON ({exc.msg})"
         except RecursionError:
-            report.problem(where, "JSON nested too deeply")
-            continue
-        problem = _problem(item)
+            problem = "JSON nested too deeply"
         if problem:
-            report.problem(where, problem)
+            report.problem(f"{batch.source} line {number}", problem)
             continue
         yield Record(id=item["id"], tenant=item["tenant"], text=item["text"], prompt=item.get("prompt"))
 
@@ -213,9 +210,11 @@ def scan_batch(batch: Batch, scanner: Scanner) -> ForensicReport:
     part = ForensicReport()
     label = "stdin" if batch.source == "-" else Path(batch.source).name
     records = list(parse(batch, part))  # a batch is bounded (BATCH_LINES, BATCH_BYTES)
-    for result in scanner.scan_many(records):
-        part.scanned += 1
-        part.findings += [replace(f, target=f"scan:{label}", found_at=time.time()) for f in result.findings]
+    results = scanner.scan_many(records)
+    part.scanned += len(results)
+    for result in results:
+        if result.findings:
+            part.findings += [replace(f, target=f"scan:{label}", found_at=time.time()) for f in result.findings]
         part.own_echoes += len(result.own_echoes)
     return part
 
