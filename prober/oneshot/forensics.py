@@ -235,25 +235,32 @@ def _install(scanner: Scanner) -> None:
     here, once per process)."""
     global _worker_scanner
     _worker_scanner = scanner
+    gc.freeze()  # a spawned worker's rebuilt index, out of the collector's walks (a forked one's is already)
+
+
+@contextmanager
+def _frozen() -> Iterator[None]:
+    """The objects made so far (the scanner's index: hundreds of thousands of them at 100,000 canaries) out of the
+    garbage collector's full walks, which the scan's own short-lived objects set off every few answers; measured:
+    a sixth of a scan's time in one process.  A forked worker inherits them frozen, so the collector never writes
+    to (copies) the pages it shares."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
 def _pool(scanner: Scanner, workers: int) -> Iterator[ProcessPoolExecutor]:
-    """Workers that share one scanner: forked after its indexes are built, they read the same pages (automata and
-    arrays are never written; the objects around them are frozen out of the garbage collector, which would
-    otherwise write to each), so memory does not grow with `workers`.  A scanner holding an embedding model is
-    rebuilt in spawned workers instead: a fork of a process whose BLAS or torch thread pools are up can hang."""
-    forked = scanner.embedder is None
-    if forked:
-        gc.collect()
-        gc.freeze()
-    context = multiprocessing.get_context("fork" if forked else "spawn")
-    try:
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_install, initargs=(scanner,)) as pool:
-            yield pool
-    finally:
-        if forked:
-            gc.unfreeze()
+    """Workers that share one scanner: forked after its indexes are built (and frozen: `_frozen`), they read the
+    same pages (automata and arrays are never written), so memory does not grow with `workers`.  A scanner holding
+    an embedding model is rebuilt in spawned workers instead: a fork of a process whose BLAS or torch thread pools
+    are up can hang."""
+    context = multiprocessing.get_context("fork" if scanner.embedder is None else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_install, initargs=(scanner,)) as pool:
+        yield pool
 
 
 def _scan_in_worker(batch: Batch) -> tuple[int, ForensicReport]:
@@ -279,10 +286,11 @@ def scan_inputs(names: list[str], scanner: Scanner, ledger: Ledger | None = None
             progress(size, part.scanned)
 
     if workers <= 1:
-        for batch in read_batches(names, report):
-            absorb(batch.seq, scan_batch(batch, scanner), batch.size)
+        with _frozen():
+            for batch in read_batches(names, report):
+                absorb(batch.seq, scan_batch(batch, scanner), batch.size)
     else:
-        with _pool(scanner, workers) as pool:
+        with _frozen(), _pool(scanner, workers) as pool:
             pending: dict[Future[tuple[int, ForensicReport]], int] = {}
             for batch in read_batches(names, report):
                 pending[pool.submit(_scan_in_worker, batch)] = batch.size
