@@ -22,6 +22,7 @@ the sentence around them still says the fact:
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
@@ -167,7 +168,7 @@ def _chunks_around(text: str, start: int, end: int, words: int) -> list[tuple[in
     sentence = sentence_around(text, start, end)
     spaces = [m.start() for m in re.finditer(r"\s+", text)]
     half = words // 2 + 2
-    before = [p for p in spaces if p < start][-half:]
-    after = [p for p in spaces if p >= end][:half]
+    first, last = bisect_left(spaces, start), bisect_left(spaces, end)
+    before, after = spaces[max(0, first - half) : first], spaces[last : last + half]
     window = (before[0] + 1 if before else 0, after[-1] if after else len(text))
     return [sentence] if window == sentence else [sentence, window]

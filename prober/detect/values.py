@@ -35,7 +35,7 @@ MIN_WORD_NAME = 8
 MIN_KEY = 3  # a romanization key shorter than this matches too much to look for
 AROUND = 2  # words before or after a given name where its family name may be
 _WORD = re.compile(r"[A-Za-z]+")
-_LATIN_RUN = re.compile(f"[A-Z0-9]{{{MIN_KEY}}}")  # where a key of MIN_KEY characters may come from, compacted
+_LATIN_RUN = re.compile(f"[A-Z0-9]{{{MIN_KEY},}}")  # a run long enough for a key of MIN_KEY, compacted
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z\s'’-]")
 T = TypeVar("T")
 KEY_MEMO = 1 << 16  # runs of words whose key was computed: an answer confirms the same few words over and over
@@ -153,24 +153,24 @@ class SlotValues:
         return found
 
     def _latin_hits(self, text: str, compacted: str) -> list[tuple[int, ValueHit]]:
-        if not _LATIN_RUN.search(compacted):
-            return []  # a key is no longer than the Latin run it comes from (a Korean answer: often none)
-        key = hangul.romanization_key(compacted)
-        matches = self._latin.find(key)
-        if not matches:
-            return []
-        _, positions = hangul.romanization_key_positions(compacted)
+        """Keys matched run by run of Latin letters and digits: a key's steps look at no character outside the
+        alphabet, so a run's key is the whole text's key there, and a Korean answer's text is never keyed."""
         out: list[tuple[int, ValueHit]] = []
-        for begin, end, entries in matches:
-            at, last = positions[begin], positions[end - 1]
-            start, stop = original_span(text, at, last + 1)
-            words = _words_around(text, start, stop)
-            if words is None:
+        for run in _LATIN_RUN.finditer(compacted):
+            matches = self._latin.find(hangul.romanization_key(run.group()))
+            if not matches:
                 continue
-            for entry in entries:
-                hit = _confirm(text, words, entry)
-                if hit is not None:
-                    out.append((entry.fact, hit))
+            _, positions = hangul.romanization_key_positions(run.group())
+            for begin, end, entries in matches:
+                at, last = run.start() + positions[begin], run.start() + positions[end - 1]
+                start, stop = original_span(text, at, last + 1)
+                words = _words_around(text, start, stop)
+                if words is None:
+                    continue
+                for entry in entries:
+                    hit = _confirm(text, words, entry)
+                    if hit is not None:
+                        out.append((entry.fact, hit))
         return out
 
 
