@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 
 import pytest
 
+from prober.oneshot.forensics import ForensicReport, parse, read_batches
 from prober.testbed.styles import paraphrase
 from tests.support.cli import mint, run, write_jsonl
 
@@ -90,3 +93,18 @@ def test_errors_exit_2_with_a_clear_message(tmp_path: Path) -> None:
     assert out.returncode == 2 and "cannot load embedding model" in out.stderr
     out = run("canaries", "mint", "--ledger", str(ledger), "--tenant", "a", "--kind", "fact", "--language", "xx")
     assert out.returncode == 2 and "no fact pack for language 'xx'" in out.stderr
+
+
+def test_a_truncated_gz_keeps_every_whole_line_before_the_cut(tmp_path: Path) -> None:
+    """A log cut off mid-stream (a full disk, a copy stopped): every line decompressed before the cut is scanned,
+    and the input is counted as not read to its end (exit 2)."""
+    lines = [json.dumps({"id": f"a{i}", "tenant": "t", "text": f"answer number {i} " * 20}).encode()
+             for i in range(40_000)]
+    data = gzip.compress(b"\n".join(lines) + b"\n")
+    cut = data[: len(data) * 6 // 10]
+    whole = zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(cut)
+    report = ForensicReport()
+    scanned = sum(1 for batch in read_batches([str(path)], report) for _ in parse(batch, report))
+    assert scanned == whole > 20_000 and report.unfinished == 1 and report.exit_code() == 2, (scanned, whole)

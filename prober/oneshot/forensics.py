@@ -96,10 +96,13 @@ def open_input(name: str) -> Iterator[BinaryIO]:
 def line_blocks(handle: BinaryIO) -> Iterator[list[bytes | None]]:
     """The lines of `handle` (their newlines cut off), as many as each read of READ_BYTES ends, split in C: the
     parent of a scan's workers reads at the speed of the disk.  None stands for a line over MAX_LINE_BYTES, which
-    is never held whole (a read is under the cap, so only a line that spans reads can be over it)."""
+    is never held whole (a read is under the cap, so only a line that spans reads can be over it).  Each read is
+    one read of the source (`read1`): a truncated .gz raises on the read after its last whole piece, so what it
+    decompressed is kept, and a pipe hands over what it has without waiting for a megabyte."""
     head: list[bytes] = []  # the start of a line that spans reads; let go once over the cap
     size = 0  # that line's bytes so far
-    while block := handle.read(READ_BYTES):
+    read = getattr(handle, "read1", handle.read)
+    while block := read(READ_BYTES):
         lines = cast(list[bytes | None], block.split(b"\n"))
         rest = cast(bytes, lines.pop())  # after the last newline: the start of the next line
         if lines:
