@@ -199,8 +199,8 @@ class PatternIndex:
 
     A whole body is found through its first piece (the batch's search of pieces, which the fuzzy and fragment
     detectors read too), then compared whole: no automaton of the bodies or their tags is read or held (a DFA of
-    50,000 tags held 71 MiB and read each answer again).  Facts are a contiguous NFA (a DFA of
-    them would be large; bench/detect.py)."""
+    50,000 tags held 71 MiB and read each answer again).  Facts are a contiguous NFA (a DFA of them would be large;
+    bench/detect.py)."""
 
     def __init__(self, canaries: CanarySet) -> None:
         bodies = [i for i in range(len(canaries.patterns)) if is_body(canaries, i)]

@@ -120,19 +120,12 @@ class Scanner:
                                     for h in found]
             parts.clear()
 
-        def add(n: int, offset: int, record: Record, window: str) -> None:
-            part = record if window is record.text else Record(record.id, record.tenant, window, record.prompt)
-            parts.append((n, offset, part, compact(window)))
-            if len(parts) == BATCH:
-                run_detectors()
-
         for n, (record, unescaped) in enumerate(zip(records, decoded, strict=True)):
-            text = unescaped.text if unescaped else record.text
-            if len(text) <= WINDOW_CHARS:
-                add(n, 0, record, text)  # an everyday answer: one window, itself
-                continue
-            for offset, window in windows(text):
-                add(n, offset, record, window)
+            for offset, window in windows(unescaped.text if unescaped else record.text):
+                part = record if window is record.text else Record(record.id, record.tenant, window, record.prompt)
+                parts.append((n, offset, part, compact(window)))
+                if len(parts) == BATCH:
+                    run_detectors()
         if parts:
             run_detectors()
         return [ScanResult() if not found  # most answers
