@@ -7,6 +7,7 @@ run (a timing run that leaves a pair undecided is no re-check, and does not coun
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,12 @@ from prober.checks import REGISTRY, Check
 from prober.checks.bugs import EngineBug
 from prober.daemon import Daemon
 from prober.daemon.schedule import daemon_jobs
-from prober.domain.types import FindingKind
+from prober.domain.incidents import RunChecks, Sighting
+from prober.domain.types import FindingKind, ProbeContext, Severity
+from prober.ledger import open_ledger
 from prober.testbed import TestbedServer, build_config
 from tests.support.daemons import make_daemon, sample, scenario, until
+from tests.support.ledgers import finding
 from tests.support.testbed import DEPLOYMENT_KEY, bug_engine
 
 pytestmark = pytest.mark.usefixtures("keys_in_env")
@@ -122,6 +126,40 @@ def test_controls_found_at_fault_are_rechecked_by_the_next_run_where_shapes_is_o
     garbled = next(b for b in BUGS if b.kind is FindingKind.GARBLED_OUTPUT)
     rows = closes_by(tmp_path, monkeypatch, "sentinel", garbled, ["sentinel"])
     assert any(job == "shapes" for _, job, _ in rows), rows
+
+
+def test_foreign_text_a_cache_check_found_closes_by_its_clean_recheck(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The response-cache check's prompts carry no canary, but a garbled engine's answers to them may hold text their
+    prompt cannot explain (`foreign_content`, what only content shows).  Its answers say back their prompt's nonce, so
+    a clean run of it re-checks that too; else such an incident, found by it alone, would never close."""
+    monkeypatch.setenv(KEY_ENV, DEPLOYMENT_KEY)
+    engine = TestbedServer(build_config("fixed", {})).start()
+    schedule: dict[str, Any] = dict.fromkeys(daemon_jobs(REGISTRY), "off")
+    daemon = make_daemon(engine.url, tmp_path, schedule={**schedule, "response-cache": PERIOD, "preflight": "1h"},
+                         incident_hold="1s", resolved_notice="1h")
+    key: Key = ("foreign_content", "", "tenant-a")
+    found_at = time.time() - 5
+    seen = finding(kind=FindingKind.FOREIGN_CONTENT, victim_tenant=None, observer_tenant="tenant-a",
+                   severity=Severity.WARNING, target="testbed", check="response-cache", found_at=found_at,
+                   context=ProbeContext(prompt_tokens=72, boundary="response-cache", status=200), evidence=())
+    ledger = open_ledger(str(tmp_path / "l.sqlite"))
+    ledger.add_findings([seen])
+    ledger.record_checks(RunChecks("testbed", "response-cache", found_at - 1, [Sighting.of(seen)]), found_at)
+
+    async def body(client: httpx.AsyncClient) -> None:
+        def closed() -> bool:
+            runs = sample(daemon, "leakprobe_job_runs_total", job="response-cache")
+            assert runs <= 3, f"{runs:g} clean response-cache runs left it {alerts(daemon, {key})}"
+            return closings(daemon, {key}) != {}
+
+        await until(daemon, closed, "the response-cache job's clean re-check")
+        assert [how for how, _, _ in closings(daemon, {key}).values()] == ["rechecked"]
+
+    try:
+        scenario(daemon, body)
+    finally:
+        engine.stop()
 
 
 def closes_by(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, bug: EngineBug,

@@ -96,6 +96,15 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         decode.stop()
 
 
+@pytest.fixture(autouse=True)
+def still_serving(pair: Pair) -> Iterator[None]:
+    """After each test, both servers still run: one that died under a test fails it with its log's tail, where a
+    refused connection alone would not say why."""
+    yield
+    gone = [why for server in (pair.prefill, pair.decode) if (why := server.exited())]
+    assert not gone, "\n".join(gone)
+
+
 def config(url: str, ledger: Path, **capacity: Any) -> dict[str, Any]:
     """An operator's config for the fault engine: the pool they know prefill has, the API as users call it."""
     return {"ledger": str(ledger),

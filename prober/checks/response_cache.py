@@ -59,6 +59,13 @@ class ResponseCacheSettings(Strict):
 @dataclass(kw_only=True)
 class ResponseCacheResult(CheckResult):
     content: bool = False  # its prompts carry no canary: it reads who was served whose answer, not text
+    echoed: int = 0  # answers the engine made that said back their own prompt's nonce
+
+    @property
+    def sighted(self) -> bool:
+        """An answer the engine made repeated its prompt's nonce, so a clean one would have shown another tenant's
+        data: its clean answers re-check what only content shows (an echo or foreign text its answers carried)."""
+        return self.echoed > 0
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "no route tested"
@@ -124,8 +131,9 @@ class ResponseCacheCheck(Check):
                         stream=stream)
             steps = [step, replace(step, id=f"{run.run_id}rc-{where}-{n}-probe", role="probe", tenant=b),
                      replace(step, id=f"{run.run_id}rc-{where}-{n}-control", role="control")]
+            nonce = token_hex(6)
             try:
-                built = await ctx.planter.plain(steps[0], route, token_hex(6))
+                built = await ctx.planter.plain(steps[0], route, nonce)
             except BuildError as exc:
                 result.errors.append(f"response cache on {where}: {exc}")
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, str(exc))
@@ -136,6 +144,8 @@ class ResponseCacheCheck(Check):
                                           before=before)
                 record(judged, result, run.on_event)
                 answers.append(judged)
+                reply = judged.answer
+                result.echoed += reply.served and reply.from_cache is None and nonce in reply.text
             first = answers[0]
             if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"response cache: the target does not serve the {api} route (404)")

@@ -167,6 +167,14 @@ class VllmServer:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2500:]
 
+    def exited(self) -> str | None:
+        """Why a started server is gone (its exit status and its log's tail), or None while it runs: a test that
+        met a refused connection says whether the server died under it."""
+        process = self._process
+        if process is None or process.poll() is None:
+            return None
+        return f"vLLM on port {self.port} exited {process.returncode}: {self.tail()}"
+
     def stop(self) -> None:
         """SIGTERM to the server's process group (it stops its engine core and worker with it, ~2.5 s), then
         SIGKILL to whatever of the group is left."""
