@@ -6,6 +6,7 @@ The real engine's shared prefix cache under this rule is tests/test_engine_bugs.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -15,6 +16,7 @@ from prober.domain.types import DetectorName, Finding, FindingKind, Severity
 from prober.oneshot.audit import exit_code
 from prober.probing import AuditResult, CheckResult, StepResult, TargetReport
 from prober.probing.plan import Step
+from prober.probing.results import Sight
 from prober.report import document
 from prober.report.junit import junit
 from prober.targets.result import Completion, Usage
@@ -138,3 +140,14 @@ def test_the_docs_verdict_table_names_every_finding_kind() -> None:
     docs = (Path(__file__).parent.parent / "docs" / "auditing.md").read_text()
     table = docs.split("## The verdict {#the-verdict}", 1)[1].split("\n## ", 1)[0]
     assert [k.value for k in FindingKind if f"`{k.value}`" not in table] == []
+
+
+def test_an_answer_that_carried_another_tenants_canary_is_sight() -> None:
+    """No probe repeated its own canary, but one carried another tenant's: a canary in the context does come out, so
+    the check could see (it saw a leak), and the verdict says leak, never blind beside it."""
+    leaked = replace(probe(False), findings=[finding(FindingKind.CROSS_TENANT_ECHO, Severity.CRITICAL)])
+    campaign = CheckResult(check="campaign", steps=[probe(False), leaked], planned=2)
+    assert campaign.sight == Sight(2, 1) and campaign.sighted
+    report = TargetReport("t", "http://t/v1", results=[campaign], complete=True)
+    result = AuditResult(targets=[report], finished=1.0)
+    assert not result.blind and document(result)["verdict"]["status"] == "leak"

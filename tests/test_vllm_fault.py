@@ -242,6 +242,6 @@ def test_the_daemon_exports_the_leak_within_one_campaign(pair: Pair, tmp_path: P
         assert all(daemon.sample("leakprobe_incident_open", kind="cross_tenant_echo", victim=v, observer=o) == 1
                    for v, o in leaked)
         assert daemon.sample("leakprobe_findings_total", kind="phantom_cache_hit") > 0
-        assert daemon.sample("leakprobe_probes_blind", job="campaign") == 0
+        assert daemon.sample("leakprobe_probes_blind", job="campaign") == 0, daemon.log()[-3000:]
         assert daemon.sample("leakprobe_probe_shape_info", shape="chat-ask") == 1
         assert daemon.stop() == 0

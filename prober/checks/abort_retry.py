@@ -64,7 +64,7 @@ class AbortRetryResult(CheckResult):
         """Its retries are canary-free (another tenant sends the same prompt): whether a canary in the context comes
         out is read from its answers to canary-bearing prompts."""
         planted = [s for s in self.steps if s.step.boundary == BOUNDARY and s.canary_ids and s.answer.served]
-        return Sight(len(planted), sum(1 for s in planted if s.own_echoes)) if planted else None
+        return Sight(len(planted), sum(1 for s in planted if s.echoed)) if planted else None
 
     def summary(self) -> str:
         retries = sum(1 for s in self.steps if s.step.id.endswith("-retry"))

@@ -79,7 +79,7 @@ class MediaResult(CheckResult):
     def sight(self) -> Sight | None:
         """Of the served cards that showed their sender's own canary, how many it read back."""
         own = [s for s in self.steps if s.canary_ids and s.answer.served]
-        return Sight(len(own), sum(1 for s in own if s.own_echoes)) if own else None
+        return Sight(len(own), sum(1 for s in own if s.echoed)) if own else None
 
 
 def _step(eid: str, role: Literal["prime", "probe"], tenant: str, probe: Probe, max_tokens: int) -> Step:

@@ -12,7 +12,8 @@ from prober.domain.errors import BuildError
 from prober.domain.incidents import Incident, group
 from prober.domain.types import Finding, FindingKind, Severity
 from prober.probing.cache_map import CacheVerdict
-from prober.probing.documents import CheckDoc, CoverageDoc, ShapeDoc, SightDoc, TrialDoc
+from prober.probing.coverage import Coverage
+from prober.probing.documents import CheckDoc, ShapeDoc, SightDoc, TrialDoc
 from prober.probing.path import PathOverhead, behind_path
 from prober.probing.plan import Plan, Planned, Step
 from prober.probing.survey import Survey
@@ -28,19 +29,6 @@ class Outcome(StrEnum):
     UNKNOWN = "unknown"
 
 
-OUTCOME_WORDS = {"refused": "refused at lengths the capacity says fit",
-                 "server_error": "failed (5xx) at lengths the capacity says fit"}
-HINTS = {"refused": "check the model name, the gateway in front of the engine and the credentials",
-         "unauthorized": "check the tenants' credentials",
-         "rate_limited": "lower the request rate or raise the quota",
-         "timeout": "the target is too slow, stalls or never finishes its answers: see timeout_s, deadline_s and the "
-                    "audit deadline",
-         "server_error": "the engine fails: see its logs",
-         "connect": "check the URL and the network path",
-         "malformed": "the target does not answer as its API promises",
-         "truncated": "the target cuts its answers off"}
-
-
 @dataclass(kw_only=True)
 class StepResult:
     step: Step
@@ -52,6 +40,12 @@ class StepResult:
     canary_ids: list[str]
     findings: list[Finding]
     own_echoes: int = 0
+
+    @property
+    def echoed(self) -> bool:
+        """Its answer repeated a canary its model was given: its own (the positive control), or another tenant's (a
+        leak, which shows as much that a canary in the context comes out in the answer).  Its check could see."""
+        return bool(self.own_echoes) or any(f.kind is FindingKind.CROSS_TENANT_ECHO for f in self.findings)
 
     @property
     def token_error(self) -> int | None:
@@ -183,10 +177,10 @@ class CheckResult:
 
     @property
     def sight(self) -> Sight | None:
-        """Of its probes' answers that came back, how many carried their own tenant's canary (None: it reads no
-        content, or no probe was answered)."""
+        """Of its probes' answers that came back, how many repeated a canary: their own tenant's, or another's (None:
+        it reads no content, or no probe was answered)."""
         probes = [s for s in self.steps if s.step.role == "probe" and s.answer.served]
-        return Sight(len(probes), sum(1 for s in probes if s.own_echoes)) if self.content and probes else None
+        return Sight(len(probes), sum(1 for s in probes if s.echoed)) if self.content and probes else None
 
     @property
     def sighted(self) -> bool:
@@ -341,35 +335,6 @@ class Sight:
 
     def to_json(self) -> SightDoc:
         return {"checked": self.checked, "echoed": self.echoed, "blind": self.blind}
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """Of the requests a target's plan holds: how many were sent, and the unobserved ones by outcome."""
-
-    planned: int
-    sent: int
-    unobserved: Counter[str]
-
-    @property
-    def observed(self) -> int:
-        return self.sent - sum(self.unobserved.values())
-
-    def reason(self) -> str | None:
-        """Why these requests do not support "no leak", in one line; None when every planned request was sent
-        and observed."""
-        if self.observed == self.planned:
-            return None
-        parts = [f"{n} {OUTCOME_WORDS.get(outcome, outcome)}" for outcome, n in self.unobserved.most_common()]
-        if self.sent < self.planned:
-            parts.append(f"{self.planned - self.sent} not sent")
-        hints = [HINTS[o] for o, _ in self.unobserved.most_common() if o in HINTS][:2]
-        return (f"{self.observed} of {self.planned} planned requests observed ({', '.join(parts)})"
-                + (f": {'; '.join(hints)}" if hints else ""))
-
-    def to_json(self) -> CoverageDoc:
-        return {"planned": self.planned, "sent": self.sent, "observed": self.observed,
-                "unobserved": dict(self.unobserved)}
 
 
 @dataclass
