@@ -64,3 +64,31 @@ def test_the_daemon_exports_each_layer_one_state_at_a_time() -> None:
     scoped = CacheVerdict("response", "chat", LayerState.PER_TENANT, "the same tenant's repeat served", 2)
     metrics.observe("t", CheckResult(check="response-cache", layers=[scoped]))
     assert states() == {"shared": 0.0, "per_tenant": 1.0, "none_seen": 0.0, "undecided": 0.0}
+
+
+@pytest.mark.unit
+def test_a_cache_that_differs_by_route_is_its_own_finding() -> None:
+    """A gateway that keeps tenants apart on chat and shares on the Responses API (LiteLLM CVE-2026-89032) is a
+    warning beside the shared route's own finding; a cache on one route only, info; routes that agree, or were not
+    decided, nothing."""
+    from prober.domain.types import FindingKind, Severity
+    from prober.probing.cache_map import CacheVerdict, LayerState, by_route
+    from prober.probing.plan import Step
+
+    last = Step(id="r1rc-responses-2-control", role="control", tenant="tenant-b", length=48, stream=False,
+                expect_served=True, boundary="response-cache")
+
+    def layer(route: str, state: LayerState, name: str = "response") -> CacheVerdict:
+        return CacheVerdict(name, route, state, "its control", 2)
+
+    split = by_route([layer("chat", LayerState.PER_TENANT), layer("responses", LayerState.SHARED),
+                      layer("completions", LayerState.PER_TENANT), layer("chat", LayerState.SHARED, "identity")],
+                     "response", last)
+    assert split is not None and split.kind is FindingKind.ROUTE_DEPENDENT_CACHE and split.severity is Severity.WARNING
+    assert split.excerpt == "the response cache differs by route: shared on responses; per_tenant on chat, completions"
+    assert (split.observer_tenant, split.context.boundary, split.victim_tenant) == ("tenant-b", "response-cache", None)
+    one_route = by_route([layer("chat", LayerState.PER_TENANT), layer("responses", LayerState.NONE_SEEN)], "response",
+                         last)
+    assert one_route is not None and one_route.severity is Severity.INFO
+    assert by_route([layer("chat", LayerState.SHARED), layer("responses", LayerState.SHARED),
+                     layer("completions", LayerState.UNDECIDED)], "response", last) is None

@@ -153,3 +153,10 @@ def test_a_cache_shared_on_one_route_only_is_found_on_that_route(testbed: StartT
                                                                            ("tenant-b", "tenant-a")}
     assert all("rc-responses-" in f["record_id"] and "-stream-" not in f["record_id"] for f in copies), [
         f["record_id"] for f in copies]
+    # The cache's scope depends on the route: its own finding, a warning, naming each state's routes; every finding
+    # at the check's boundary, where its next clean run re-checks it (else the daemon's incident never closes).
+    [split] = [f for f in doc["findings"] if f["kind"] == "route_dependent_cache"]
+    assert split["severity"] == "warning" and split["evidence"]["excerpt"] == (
+        "the response cache differs by route: shared on responses; per_tenant on chat, completions; none_seen on "
+        "chat-stream, completions-stream, responses-stream"), split
+    assert {f["boundary"] for f in doc["findings"] if f["check"] == "response-cache"} == {"response-cache"}

@@ -24,8 +24,15 @@ from prober.checks.base import Check, Run
 from prober.config.sections import Strict
 from prober.domain.errors import BuildError, CountError, PlanError
 from prober.domain.evidence import CacheLayer
-from prober.domain.types import DetectorName, Finding, FindingKind, Severity
-from prober.probing.cache_map import GENERATION_ROUTES, CacheVerdict, LayerState, RouteName, routes_to_test
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
+from prober.probing.cache_map import (
+    GENERATION_ROUTES,
+    CacheVerdict,
+    LayerState,
+    RouteName,
+    by_route,
+    routes_to_test,
+)
 from prober.probing.context import record
 from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
@@ -91,6 +98,8 @@ class ResponseCacheCheck(Check):
         result = ResponseCacheResult(check=self.name)
         for api in routes_to_test(run.target.config.api, settings.routes):
             result.layers += await self._route(run, settings, api, result)
+        if result.steps and (split := by_route(result.layers, CacheLayer.RESPONSE, result.steps[-1].step)):
+            result.extra += await run.target.judge.persist([split], None, run.on_event, check=self.name)
         return result
 
     async def _route(self, run: Run, settings: ResponseCacheSettings, api: Api,
@@ -192,6 +201,7 @@ class ResponseCacheCheck(Check):
 def _scoped(step: Step, where: str, control: str) -> Finding:
     return Finding(record_id=step.id, kind=FindingKind.TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
                    severity=Severity.INFO, score=1.0, observer_tenant=step.tenant, probe_id=step.id,
+                   context=ProbeContext(boundary=step.boundary),
                    excerpt=f"a response cache on the {where} route, per tenant: {control}")
 
 

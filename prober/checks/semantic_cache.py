@@ -40,7 +40,14 @@ from prober.config.sections import Strict
 from prober.domain.errors import CountError, PlanError
 from prober.domain.evidence import CacheLayer
 from prober.domain.types import FindingKind
-from prober.probing.cache_map import GENERATION_ROUTES, CacheVerdict, LayerState, RouteName, routes_to_test
+from prober.probing.cache_map import (
+    GENERATION_ROUTES,
+    CacheVerdict,
+    LayerState,
+    RouteName,
+    by_route,
+    routes_to_test,
+)
 from prober.probing.context import record
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult, StepResult
@@ -96,7 +103,7 @@ class SemanticCacheResult(CheckResult):
     @property
     def sighted(self) -> bool:
         """Where its answers did repeat their own canary, its clean ones re-check echoes all the same."""
-        return any(s.own_echoes for s in self.steps if s.answer.served)
+        return any(s.echoed for s in self.steps if s.answer.served)
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "not tested"
@@ -130,6 +137,8 @@ class SemanticCacheCheck(Check):
                                                   f"route not usable: {exc}"))
                 continue
             result.layers.append(await self._route(run, route, result, rng))
+        if result.steps and (split := by_route(result.layers, CacheLayer.SEMANTIC, result.steps[-1].step)):
+            result.extra += await ctx.judge.persist([split], None, run.on_event, check=self.name)
         if any("other-question" in found for found in result.matched.values()):
             result.notes.append("semantic cache: a clearly different question was answered with another tenant's "
                                 "stored answer: its threshold matches anything")

@@ -57,6 +57,7 @@ class FindingKind(StrEnum):
     PATH_JITTER = "path_jitter"  # served or refused at a length the path's varying prefix leaves undecided (info)
     CROSS_TENANT_RESPONSE_CACHE = "cross_tenant_response_cache"  # a cache in front served another tenant's answer
     TENANT_RESPONSE_CACHE = "tenant_response_cache"  # a cache in front serves a tenant its own earlier answers (info)
+    ROUTE_DEPENDENT_CACHE = "route_dependent_cache"  # a cache in front keeps tenants apart on some routes, not all
 
 
 class DetectorName(StrEnum):

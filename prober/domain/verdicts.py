@@ -58,6 +58,7 @@ MEANINGS: dict[FindingKind, Meaning] = {
     FindingKind.IMPLAUSIBLE_USAGE: Meaning(Weight.NOTE),
     FindingKind.PATH_JITTER: Meaning(Weight.NOTE),
     FindingKind.TENANT_RESPONSE_CACHE: Meaning(Weight.NOTE),
+    FindingKind.ROUTE_DEPENDENT_CACHE: Meaning(Weight.NOTE),
 }
 
 

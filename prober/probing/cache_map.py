@@ -3,12 +3,14 @@ on each route, whether tenants share it, each keeps its own, or no reuse was see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.probing.documents import CacheLayerDoc
+from prober.probing.plan import Step
 from prober.targets.api import Api
 
 RouteName = Literal["chat", "completions", "responses"]
@@ -47,3 +49,19 @@ def routes_to_test(configured: Api, names: Iterable[RouteName]) -> list[Api]:
     if not configured.openai_routes:
         return [configured]
     return list(dict.fromkeys([configured, *(Api(name) for name in names)]))
+
+
+def by_route(layers: Sequence[CacheVerdict], layer: str, step: Step) -> Finding | None:
+    """A cache whose state differs between the routes it was decided on (`route_dependent_cache`): tenants kept
+    apart on one route and not on another, or a cache on one route only.  A warning where some route shares it: a
+    fix tested on one route proves nothing for the others (LiteLLM CVE-2026-89032).  Drawn on the run's last request
+    (`step`), at its boundary: the finding is about the layer, not that answer."""
+    decided = [v for v in layers if v.layer == layer and v.state is not LayerState.UNDECIDED]
+    states = [state for state in LayerState if any(v.state is state for v in decided)]
+    if len(states) < 2:
+        return None
+    split = "; ".join(f"{state} on {', '.join(v.route for v in decided if v.state is state)}" for state in states)
+    return Finding(record_id=step.id, kind=FindingKind.ROUTE_DEPENDENT_CACHE, detector=DetectorName.ENVELOPE,
+                   severity=Severity.WARNING if LayerState.SHARED in states else Severity.INFO, score=1.0,
+                   observer_tenant=step.tenant, probe_id=step.id, context=ProbeContext(boundary=step.boundary),
+                   excerpt=f"the {layer} cache differs by route: {split}")

@@ -58,8 +58,9 @@ class Judge:
         in front served has no envelope of the engine's: its text is judged, each finding saying the cache served
         it, and a copy made for another tenant is that tenant's answer handed over (`stored_elsewhere`)."""
         stored = answer.from_cache
+        context = ProbeContext(built.tokens, step.boundary, answer.status)
         checked = (check_answer(step, built.tokens, answer, path) + (also or []) if stored is None
-                   else stored_elsewhere(step, stored))
+                   else [replace(f, context=context) for f in stored_elsewhere(step, stored)])
         findings = [salt_asserted(f, self.salted) for f in checked]
         own = 0
         if answer.full_text:
@@ -72,7 +73,6 @@ class Judge:
                 scanner.add(recent)
                 scanned = await asyncio.to_thread(scanner.scan, record)
             own = len(scanned.own_echoes)
-            context = ProbeContext(built.tokens, step.boundary, answer.status)
             findings += [replace(f.adding(Exchange(exchange)), probe_id=f.probe_id or step.id, context=context)
                          for f in scanned.findings if stored is None or f.detector not in AGAINST_ITS_PROMPT]
         if (trace := Traced.of(answer.traceparent)) is not None:
@@ -93,7 +93,9 @@ def stored_elsewhere(step: Step, stored: FromCache) -> list[Finding]:
 
 
 def copied(step: Step, victim: str, stored: FromCache, how: str) -> Finding:
-    """`victim`'s answer, which a cache in front stored, served to `step`'s tenant (`how`: what shows it was)."""
+    """`victim`'s answer, which a cache in front stored, served to `step`'s tenant (`how`: what shows it was); at the
+    step's boundary, where the check's next clean run re-checks it."""
     return Finding(record_id=step.id, kind=FindingKind.CROSS_TENANT_RESPONSE_CACHE, detector=DetectorName.ENVELOPE,
                    severity=Severity.HIGH, score=1.0, observer_tenant=step.tenant, victim_tenant=victim,
-                   probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}): {how}", evidence=(stored,))
+                   probe_id=step.id, excerpt=f"{stored.layer} cache ({stored.told}): {how}", evidence=(stored,),
+                   context=ProbeContext(boundary=step.boundary))

@@ -50,6 +50,10 @@ WHAT_TO_DO: dict[FindingKind, str] = {
     FindingKind.TENANT_RESPONSE_CACHE: "Nothing to fix: a cache in front answers each tenant from its own earlier "
                                        "answers only. Its copies say nothing about the engine; the checks judge the "
                                        "engine by the answers it made.",
+    FindingKind.ROUTE_DEPENDENT_CACHE: "Read the cache map route by route: the gateway scopes (or keeps) its cache "
+                                       "on some routes and not others, so a fix tested on one route proves nothing "
+                                       "for the rest (LiteLLM CVE-2026-89032: chat scoped, the Responses API "
+                                       "shared). Scope every route the gateway serves, or close those it need not.",
     FindingKind.IMPLAUSIBLE_USAGE: "The engine's (or a gateway's) token accounting cannot be trusted: budgets and the "
                                    "placeholder check ignored its figures; find who rewrites usage.",
 }
