@@ -75,6 +75,26 @@ def test_each_engine_says_its_version_where_it_keeps_it() -> None:
 
 
 @pytest.mark.unit
+def test_a_server_header_names_the_engine_where_nothing_else_answers() -> None:
+    """Behind a gateway that forwards only the API, `/v1/models`'s `server` header may still name the engine (and
+    its version, as a `name/version` product); a gateway's or web server's own name says nothing; an engine's own
+    endpoint wins where it answers."""
+    def models(server: str) -> Route:
+        return lambda _: send(200, {"object": "list", "data": [{"id": "m"}]}, headers={"server": server})
+
+    llama = _answered({"GET /v1/models": models("llama.cpp")})
+    assert llama.engine is Engine.LLAMACPP and llama.version is None
+    tgi = _answered({"GET /v1/models": models("text-generation-inference/3.3.6 (axum)")})
+    assert tgi.engine is Engine.TGI and tgi.version == EngineVersion("3.3.6", "server header")
+    assert _answered({"GET /v1/models": models("uvicorn")}).engine is None
+    assert _answered({"GET /v1/models": models("nginx/1.25.3")}).version is None
+    props = _answered({"GET /v1/models": models("llama.cpp/1.0"),
+                       "GET /props": lambda _: send(200, {"default_generation_settings": {"n_ctx": 4096},
+                                                          "build_info": "b11434-1a2b3c4"})})
+    assert props.version == EngineVersion("b11434-1a2b3c4", "llama.cpp /props build_info")
+
+
+@pytest.mark.unit
 def test_a_row_stands_by_the_release_and_only_for_its_engine() -> None:
     row = Releases(Engine.SGLANG, since="0.5.0", fixed_in="0.5.13")
     said = EngineVersion

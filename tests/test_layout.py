@@ -207,7 +207,7 @@ def test_a_check_has_one_name_everywhere() -> None:
     from prober.config.schema import ProberConfig
 
     sections = {field.alias or key for key, field in ProberConfig.model_fields.items()}
-    shared = {"ledger", "targets", "tenants", "audit", "detection", "counters", "daemon"}  # no one check's
+    shared = {"ledger", "targets", "tenants", "audit", "detection", "counters", "daemon", "tracing"}  # no one check's
     wrong = [f"section {s}: no check of that name" for s in sorted(sections - shared - {c.name for c in REGISTRY})]
     for check in REGISTRY:
         module = type(check).__module__.split(".")[2]  # its module, or its package for a big one

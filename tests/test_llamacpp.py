@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from prober.canaries.mint import Minter
+from prober.capacity.version import served_by
 from prober.cli import app
 from prober.config.schema import assemble_config
 from prober.detect import CanarySet, Scanner
@@ -27,7 +29,7 @@ from prober.oneshot.audit import exit_code, run_audit
 from prober.prompts import PromptBuilder, detect_counter
 from prober.report import document
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
-from prober.targets.api import Api
+from prober.targets.api import Api, Engine
 from tests.support.aio import run
 from tests.support.llamacpp import (
     EngineFault,
@@ -64,6 +66,8 @@ def test_preflight_reads_props_and_tokenizer(llama: LlamaServer) -> None:
     assert capacity["version"] == {"text": "b0-unknown", "source": "llama.cpp /props build_info", "release": None}
     standings = {bug["public"]: bug["standing"] for bug in report["known_bugs"]}
     assert standings and set(standings.values()) == {"unknown"} and "llama.cpp #27148, #27624" in standings
+    # Where a gateway forwards only the API, its `server` header still names the engine (no version in it).
+    assert served_by(httpx.get(llama.url + "/v1/models").headers.get("server")) == (Engine.LLAMACPP, None)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

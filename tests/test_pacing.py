@@ -10,6 +10,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from prober.config.schema import parse_config
 from prober.daemon.metrics import Metrics
 from prober.targets import OpenAICompatible, Prompt, Transport
 from prober.targets.bounds import run_deadline
@@ -82,6 +83,23 @@ def test_the_wait_never_outlasts_the_run_and_a_long_reset_is_left_to_the_429() -
             return (await t.exchange("GET", "http://t/v1/models")).paused_s
 
     assert run(beyond_the_policy()) == 0  # FAST waits 120 s at most for a Retry-After
+
+
+@pytest.mark.unit
+def test_each_target_sets_the_longest_pause_it_takes() -> None:
+    """`pause_max_s` in a target's config: a hosted API whose resets run to minutes may be waited for, or a shared
+    one's not at all beyond a moment."""
+    target = parse_config({"targets": [{"name": "t", "url": "http://t/v1", "pause_max_s": 0.2}]}).targets[0]
+    assert target.policy().retry_after_max_s == 0.2
+    sent: list[float] = []
+
+    async def two() -> float:
+        async with Transport(target.policy(), http=answering({**SPENT, "x-ratelimit-reset-requests": "300ms"},
+                                                             sent)) as t:
+            await t.exchange("GET", "http://t/v1/models")
+            return (await t.exchange("GET", "http://t/v1/models")).paused_s
+
+    assert run(two()) == 0 and len(sent) == 2  # a 300 ms reset is beyond its 200 ms: left to the 429 it brings
 
 
 @pytest.mark.unit

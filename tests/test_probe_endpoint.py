@@ -94,6 +94,7 @@ def test_without_a_token_only_this_host_may_call_it_and_the_budget_holds(testbed
         over = await client.post("/probe", json=flagger("testbed"))
         assert over.status_code == 429 and "budget" in over.text, over.text
         assert sample(daemon, "leakprobe_http_refused_total", endpoint="probe", status="403") == 1
+        assert sample(daemon, "leakprobe_http_refused_total", endpoint="probe", status="429") == 1
 
     scenario(daemon, body)
 

@@ -164,8 +164,11 @@ def test_over_max_model_len_is_a_correct_refusal(vllm: VllmServer) -> None:
     assert f"maximum context length is {CONTEXT} tokens" in answer.error.message
 
 
-def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: bool = False) -> AuditResult:
+def _audit(server: VllmServer, ledger: Path, *, salting: bool, claimed_salted: bool = False,
+           traces: TraceReceiver | None = None) -> AuditResult:
+    """`traces`: where leakprobe exports its own spans too."""
     config = parse_config({
+        **({"tracing": {"otlp_endpoint": traces.endpoint}} if traces else {}),
         "ledger": str(ledger),
         "targets": [{"name": "vllm", "url": server.url + "/v1", "api": "completions", "model": "gemma",
                      "timeout_s": SLOW.timeout_s, "retries": 0, **({"cache_salt": "per-tenant"} if salting else {})}],
@@ -224,8 +227,8 @@ def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmS
     filled, and the timing check sees it without reading `cached_tokens`.  tenant-a's gateway is said to salt
     its cache (it does not here): every finding involves tenant-a, so every one says the salt does not isolate.
     Each cache-hit finding's trace id is among the spans vLLM exported over OTLP: the engine team finds the
-    request in its own traces."""
-    result = _audit(vllm, tmp_path / "plain.sqlite", salting=False, claimed_salted=True)
+    request in its own traces, under leakprobe's own span of it."""
+    result = _audit(vllm, tmp_path / "plain.sqlite", salting=False, claimed_salted=True, traces=traces)
     seen = _cache_evidence(result)
     both_ways = {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
     crossings = {kind: {(f.victim_tenant, f.observer_tenant) for f in result.findings if f.kind is kind}
@@ -242,6 +245,16 @@ def test_shared_prefix_cache_is_found_by_cached_tokens_and_by_timing(vllm: VllmS
     assert len(traced) == len(hits)
     wait_for(lambda: traced <= traces.trace_ids(), "vLLM to export the findings' traces", idle_s=30,
              context=lambda: f"{len(traces.spans())} spans exported")
+    # leakprobe exported its own span of each request (`tracing`), and vLLM's span of it is that span's child: the
+    # finding's trace shows what leakprobe sent above what the engine did with it.
+    spans = traces.spans()
+    for finding in hits:
+        trace = finding.evidence_of(Traced)
+        assert trace is not None
+        ours = [s for s in spans if s["service"] == "leakprobe" and s["span_id"] == trace.span_id]
+        engine = [s for s in spans if s["service"] != "leakprobe" and s["trace_id"] == trace.trace_id]
+        assert len(ours) == 1 and ours[0]["trace_id"] == trace.trace_id, ours
+        assert any(s["parent_span_id"] == trace.span_id for s in engine), engine
     timing = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_CACHE_TIMING]
     for finding in timing:
         stats, counters = finding.evidence_of(TimingStatistics), finding.evidence_of(EngineCounters)

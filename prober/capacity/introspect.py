@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from prober.capacity.limits import Capacity, Known
-from prober.capacity.version import said
+from prober.capacity.version import said, served_by
 from prober.targets.api import Engine
 from prober.targets.credentials import Secret
 from prober.targets.result import ErrorKind
@@ -93,12 +93,17 @@ async def read_sglang(transport: Transport, origin: str, base_url: str, secret: 
 
 
 async def read_models(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
-    models = await _get_json(transport, base_url.rstrip("/") + "/models", secret)
-    data = models.get("data") if isinstance(models, dict) else None
-    if not isinstance(data, list) or not data:
+    """The API's own `/models`: vLLM's `max_model_len`, and the engine (and its version, where given) its `server`
+    header names where a gateway forwards the API alone (llama.cpp's says `llama.cpp`).  Read last, so that an
+    engine's own endpoints win where they answer."""
+    exchange = await _get(transport, base_url.rstrip("/") + "/models", secret)
+    if exchange is None:
         return None
-    length = _int(data[0], "max_model_len")
-    return Capacity(context_length=Known(length, "/v1/models max_model_len")) if length else None
+    models, named = exchange.json()[0], served_by(exchange.headers.get("server"))
+    data = models.get("data") if isinstance(models, dict) else None
+    length = _int(data[0], "max_model_len") if isinstance(data, list) and data else None
+    return Capacity(context_length=Known(length, "/v1/models max_model_len") if length else None,
+                    engine=named[0] if named else None, version=named[1] if named else None)
 
 
 _VLLM_CACHE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
@@ -174,7 +179,7 @@ async def reachability(transport: Transport, base_url: str, secret: Secret | Non
     return None
 
 
-READERS: tuple[Reader, ...] = (read_sglang, read_models, read_vllm, read_vllm_version, read_llamacpp, read_tgi)
+READERS: tuple[Reader, ...] = (read_sglang, read_vllm, read_vllm_version, read_llamacpp, read_tgi, read_models)
 
 
 async def _read(reader: Reader, transport: Transport, origin: str, base_url: str,

@@ -1,7 +1,9 @@
 """Which release of its engine a target runs, as the engine says it: what the bug table's versions are compared with.
 
 vLLM answers `GET /version` (`{"version": "0.32.0"}`), SGLang and TGI put a `version` in their server info, and
-llama.cpp its `build_info` in `/props` (`b11434-1a2b3c4`: the build number is the release).  A llama.cpp built
+llama.cpp its `build_info` in `/props` (`b11434-1a2b3c4`: the build number is the release).  Where none of those
+answers (a gateway forwards only the API), an engine's `server` header may still name it (llama.cpp's says
+`llama.cpp`), with its version where the header gives one (`name/1.2.3`).  A llama.cpp built
 from a source archive without git says `b0-unknown`: a version that names no release, so nothing may be concluded
 from it (every check runs, as for an engine that says nothing).
 """
@@ -45,6 +47,22 @@ class EngineVersion:
     def to_json(self, engine: Engine | None) -> EngineVersionDoc:
         release = self.release(engine)
         return {"text": self.text, "source": self.source, "release": str(release) if release else None}
+
+
+# Engines by the product name their `server` header gives ("llama.cpp"; a "name/version" product where one says it).
+_SERVERS = {"llama.cpp": Engine.LLAMACPP, "vllm": Engine.VLLM, "sglang": Engine.SGLANG,
+            "text-generation-inference": Engine.TGI}
+_PRODUCT = re.compile(r"([!#$%&'*+.^_`|~\w-]+)(?:/([!#$%&'*+.^_`|~\w-]+))?")
+
+
+def served_by(header: str | None) -> tuple[Engine, EngineVersion | None] | None:
+    """The engine a `server` header names, and its version where the product gives one; None where it names no
+    engine (a gateway's or a web server's own: `uvicorn`, `envoy`, `nginx/1.25`)."""
+    for match in _PRODUCT.finditer((header or "")[:256]):
+        engine = _SERVERS.get(match.group(1).lower())
+        if engine is not None:
+            return engine, said(match.group(2), "server header")
+    return None
 
 
 def said(value: object, source: str) -> EngineVersion | None:

@@ -21,7 +21,6 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
-    field_validator,
     model_validator,
 )
 
@@ -39,6 +38,7 @@ from prober.config.sections import (
     RequestIdSettings,
     Strict,
     TimingSettings,
+    TracingSettings,
     http_url,
     no_nul,
 )
@@ -54,6 +54,7 @@ DEFAULT_POLICY = TransportPolicy()  # the transport's defaults are the config's
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 AdapterName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+HttpUrl = Annotated[str, AfterValidator(http_url)]
 EndUser = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[!-~]+$")]  # fits a header as it is
 
 
@@ -95,13 +96,13 @@ class CapacityHints(Strict):
 class TargetConfig(Strict):
     name: Name
     """The target's name in reports, metrics and alerts."""
-    url: str
+    url: HttpUrl
     """OpenAI-compatible base URL (`…/v1`) or, for `workers-ai`, the whole `…/ai/run/{model}` URL; no user info."""
     api: Api = Api.CHAT
     """The API it speaks: `chat` (`/chat/completions`), `completions`, `responses` (`/responses`) or `workers-ai`."""
     model: str | None = None
     """Sent as `model` in every request when set."""
-    introspection_url: str | None = None
+    introspection_url: HttpUrl | None = None
     """Where `/server_info`, `/metrics` and the like live, if not at the URL's origin (an engine behind a gateway)."""
     capacity: CapacityHints = Field(default_factory=CapacityHints)
     """Capacity numbers that win over introspection."""
@@ -116,6 +117,9 @@ class TargetConfig(Strict):
     from its size and `timeout_s`, is usually shorter)."""
     retries: int = Field(default=DEFAULT_POLICY.retries, ge=0, le=10)
     """Retries of 429/502/503/504 answers and refused connections (exponential backoff, `Retry-After` honoured)."""
+    pause_max_s: float = Field(default=DEFAULT_POLICY.retry_after_max_s, gt=0, le=86_400)
+    """The longest pause the target's rate limit may ask for (`Retry-After`, a spent `x-ratelimit-*`): a longer one
+    ends that request as `rate_limited` instead of stalling the run (a hosted API's daily cap)."""
     max_body_bytes: int = Field(default=DEFAULT_POLICY.max_body_bytes, ge=1024)
     """Most bytes read of one answer, counted decoded."""
     verify_tls: bool = DEFAULT_POLICY.verify_tls
@@ -152,11 +156,6 @@ class TargetConfig(Strict):
     """Send a tenant's `end_user` as the OpenAI `user` field of its generation requests; `false`: in `end_user_header`
     alone, as an application that names its end users by header only (LiteLLM keys its response cache on `user`)."""
 
-    @field_validator("url", "introspection_url")
-    @classmethod
-    def _http(cls, value: str | None) -> str | None:
-        return None if value is None else http_url(value)
-
     @model_validator(mode="after")
     def _adapters(self) -> TargetConfig:
         names = list(self.adapters.values())
@@ -176,8 +175,9 @@ class TargetConfig(Strict):
 
     def policy(self) -> TransportPolicy:
         return TransportPolicy(timeout_s=self.timeout_s, deadline_s=self.deadline_s, retries=self.retries,
-                               max_body_bytes=self.max_body_bytes, verify_tls=self.verify_tls,
-                               end_user_header=self.end_user_header, end_user_field=self.end_user_field)
+                               retry_after_max_s=self.pause_max_s, max_body_bytes=self.max_body_bytes,
+                               verify_tls=self.verify_tls, end_user_header=self.end_user_header,
+                               end_user_field=self.end_user_field)
 
 
 class TenantConfig(Strict):
@@ -251,6 +251,8 @@ class ProberConfig(Strict):
     """The media-cache check: another tenant's image features served for a reused uuid or a colliding image."""
     counters: CounterSettings = Field(default_factory=CounterSettings)
     """How the engine's failure counters are told apart from other users' traffic."""
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """leakprobe's own spans, exported over OTLP beside the engine's."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     """Settings of `leakprobe daemon`."""
 
@@ -298,13 +300,11 @@ class ProberConfig(Strict):
     @model_validator(mode="after")
     def _unique(self) -> ProberConfig:
         for label, names in (("targets", [t.name for t in self.targets]), ("tenants", [t.name for t in self.tenants])):
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
+            if dupes := sorted({n for n in names if names.count(n) > 1}):
                 raise ValueError(f"{label}: duplicate name {dupes[0]!r}")
         tenants = {t.name for t in self.tenants}
         for target in self.targets if tenants else ():
-            strangers = sorted(set(target.adapters) - tenants)
-            if strangers:
+            if strangers := sorted(set(target.adapters) - tenants):
                 raise ValueError(f"targets: {target.name}: adapters names {strangers[0]!r}, not a tenant")
         return self
 

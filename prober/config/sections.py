@@ -267,6 +267,17 @@ class CounterSettings(Strict):
     (up to three times it, as long as its own windows took) before it decides."""
 
 
+class TracingSettings(Strict):
+    """leakprobe's own traces: every request carries a W3C `traceparent` (a finding names its trace id); with an OTLP
+    receiver set, each request is also exported as a client span of that trace, the engine's span its child."""
+
+    otlp_endpoint: Annotated[str, AfterValidator(http_url)] | None = None
+    """OTLP/HTTP traces URL (`http://otel-collector:4318/v1/traces`) each request is exported to as a span, in
+    batches from a thread of its own (a receiver that is down never holds a request up).  Unset: none exported."""
+    service_name: str = Field(default="leakprobe", min_length=1)
+    """The spans' `service.name`: what the trace view calls leakprobe."""
+
+
 class DetectionSettings(Strict):
     semantic: bool = True
     """Plant fact canaries and look for them reworded or translated (loads an embedding model)."""

@@ -61,7 +61,7 @@ class TargetSession:
         self.checks = settings.checks
         self.timetable = settings.timetable
         self.budget = budget
-        self.transport = ObservedTransport(config, wiring.scrubber, on_exchange)
+        self.transport = ObservedTransport(config, wiring.scrubber, on_exchange, spans=wiring.spans)
         self.context = TargetContext(config, self.transport, wiring, telemetry=self.settings.daemon.engine_telemetry)
         self._users = 0
         self._retired = False

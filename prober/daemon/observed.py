@@ -10,6 +10,7 @@ from collections.abc import Callable
 from prober.config.schema import TargetConfig
 from prober.targets.bounds import NO_GENERATION, Size
 from prober.targets.credentials import Secret
+from prober.targets.spans import Spans
 from prober.targets.transport import HTTPExchange, OnChunk, Transport
 from prober.text.scrub import Scrubber
 
@@ -17,8 +18,9 @@ OnExchange = Callable[[HTTPExchange, bool], None]  # the exchange, and whether i
 
 
 class ObservedTransport(Transport):
-    def __init__(self, config: TargetConfig, scrubber: Scrubber, on_exchange: OnExchange) -> None:
-        super().__init__(config.policy(), scrubber)
+    def __init__(self, config: TargetConfig, scrubber: Scrubber, on_exchange: OnExchange, *,
+                 spans: Spans | None = None) -> None:
+        super().__init__(config.policy(), scrubber, spans=spans)
         self._api = config.url.rstrip("/")
         self._on_exchange = on_exchange
 

@@ -46,7 +46,7 @@ from prober.embeddings import make_embedder
 from prober.ledger import open_ledger
 from prober.probing.plan import pairs
 from prober.probing.scanning import RunScanner, ledger_scanner
-from prober.probing.wiring import Wiring
+from prober.probing.wiring import Wiring, close_spans, exported_spans
 from prober.system.malloc import cap_arenas
 from prober.text.scrub import ScrubbingFilter
 
@@ -84,12 +84,12 @@ class Daemon:
         self.housekeeper = Housekeeper(self.health, self.metrics, clock)
         self.turns = Turns(ledger, self.health, self.records, self.metrics, self.housekeeper, clock)
         self.log_filter = ScrubbingFilter(settings.scrubber)
-        self.started = clock()
-        self.stopping = asyncio.Event()
+        self.started, self.stopping = clock(), asyncio.Event()
         self.last_reload_error: str | None = None
         self.sessions: dict[str, TargetSession] = {}
         self.scanner: RunScanner | None = None
         self.scheduler: JobScheduler | None = None
+        self.spans = exported_spans(settings.config)  # leakprobe's own, where `tracing` says (not read on reload)
         self.in_flight = InFlight()
         self.on_demand = OnDemand(self.turns, self.metrics, clock)
         self._background: set[asyncio.Future[Any]] = set()
@@ -134,6 +134,7 @@ class Daemon:
             log.warning("%d job(s) cancelled after the %.0f s grace", late, self.config.daemon.shutdown_grace)
         for session in self.sessions.values():
             await session.retire()
+        await close_spans(self.spans)
         self.health.unready()  # a ledger file deleted or replaced just now is recovered before it is closed
         await self.health.recover(keep_aside=True)
         await asyncio.to_thread(self.ledger.close)
@@ -171,7 +172,7 @@ class Daemon:
         self.scanner.tenants = tenants
         self.metrics.process.set_links(config.daemon.links)
         wiring = Wiring.of(config, self.minter, self.scanner, settings.secrets, settings.scrubber, self.stopping,
-                           bugs=settings.checks)
+                           bugs=settings.checks, spans=self.spans)
         budget = TokenBudget(self.ledger, config.daemon.tokens_per_day)
         old, self.sessions = self.sessions, {}
         self.pacing.use(settings, self.scheduler)

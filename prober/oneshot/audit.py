@@ -31,7 +31,7 @@ from prober.probing.context import TargetContext
 from prober.probing.events import Listener, PlanReady, TargetFailed, ignore
 from prober.probing.scanning import ledger_scanner
 from prober.probing.secrets import scrubber_for
-from prober.probing.wiring import Wiring
+from prober.probing.wiring import Wiring, close_spans, exported_spans
 from prober.targets.bounds import deadline_passed, run_deadline
 from prober.targets.credentials import Secret
 from prober.targets.transport import Transport
@@ -60,7 +60,17 @@ class Auditor:
         result = AuditResult(dry_run=dry_run)
         # A dry run sends nothing, so it scans nothing: no need to index the ledger's canaries.
         scanner = await ledger_scanner(self.minter, [t.name for t in self.config.tenants], read=not dry_run)
-        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber, bugs=self.registry)
+        spans = None if dry_run else exported_spans(self.config)
+        wiring = Wiring.of(self.config, self.minter, scanner, self.secrets, self.scrubber, bugs=self.registry,
+                           spans=spans)
+        try:
+            await self._run_targets(result, wiring, dry_run)
+        finally:
+            await close_spans(spans)
+        result.finished = time.time()
+        return result
+
+    async def _run_targets(self, result: AuditResult, wiring: Wiring, dry_run: bool) -> None:
         deadline = self.config.audit.deadline
         with run_deadline(deadline, "the audit's deadline"):
             for target_config in self.config.targets:
@@ -76,15 +86,13 @@ class Auditor:
                 except (TargetUnusable, PlanError, CountError, BuildError) as exc:
                     report.errors.append(str(exc))
                     self.on_event(TargetFailed(target_config.name, str(exc)))
-        result.finished = time.time()
-        return result
 
     async def _run_target(self, cfg: TargetConfig, report: TargetReport, wiring: Wiring, dry_run: bool) -> None:
         """Under the target's deadline when one is given, else the survey's allowance and then one derived from
         what the checks plan."""
         settings = self.config.audit
         derived = settings.target_deadline is None
-        async with Transport(cfg.policy(), self.scrubber) as transport:
+        async with Transport(cfg.policy(), self.scrubber, spans=wiring.spans) as transport:
             ctx = TargetContext(cfg, transport, wiring, telemetry=not dry_run)
             try:
                 with run_deadline(SURVEY_ALLOWANCE_S if derived else None, TARGET_DEADLINE):

@@ -17,6 +17,7 @@ from prober.probing.salts import claimed_salted
 from prober.probing.scanning import RunScanner
 from prober.targets.bounds import deadline_passed
 from prober.targets.credentials import Secret
+from prober.targets.spans import Spans
 from prober.text.scrub import Scrubber
 
 
@@ -34,6 +35,7 @@ class Wiring:
     cache_salted: frozenset[str] = frozenset()  # tenants whose gateway, the config says, salts their prefix cache
     counters: CounterSettings = field(default_factory=CounterSettings)  # failure counters against the background
     bugs: BugTable | None = None  # the bug table a survey reads the engine's release against
+    spans: Spans | None = None  # where every request is exported as a span (`tracing.otlp_endpoint`)
 
     def stop_reason(self) -> str | None:
         """Why no request may start now, if one may not: shutting down, the ledger moved, the run's deadline."""
@@ -44,8 +46,22 @@ class Wiring:
 
     @classmethod
     def of(cls, config: ProberConfig, minter: Minter, scanner: RunScanner, secrets: Mapping[str, Secret | None],
-           scrubber: Scrubber, stopping: asyncio.Event | None = None, bugs: BugTable | None = None) -> Wiring:
+           scrubber: Scrubber, stopping: asyncio.Event | None = None, bugs: BugTable | None = None,
+           spans: Spans | None = None) -> Wiring:
         """The wiring a config implies: its tenants and their languages, facts only where an embedder is."""
         return cls(minter.ledger, minter, scanner, secrets, tuple(t.name for t in config.tenants), config.languages,
                    config.detection.fact_share if minter.embedder is not None else 0.0, scrubber,
-                   stopping or asyncio.Event(), claimed_salted(config.tenants), config.counters, bugs)
+                   stopping or asyncio.Event(), claimed_salted(config.tenants), config.counters, bugs, spans)
+
+
+def exported_spans(config: ProberConfig) -> Spans | None:
+    """Where the config sends leakprobe's own spans (`tracing`), if anywhere: one per process, closed by its owner
+    (`close_spans`) once its last request is done."""
+    tracing = config.tracing
+    return Spans(tracing.otlp_endpoint, tracing.service_name) if tracing.otlp_endpoint else None
+
+
+async def close_spans(spans: Spans | None) -> None:
+    """Send the spans still queued (the exporter blocks: in a thread)."""
+    if spans is not None:
+        await asyncio.to_thread(spans.close)

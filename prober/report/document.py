@@ -129,6 +129,13 @@ def incident_json(incident: Incident, findings: list[Finding]) -> IncidentEntry:
     return {**incident.to_json(), "boundaries": boundaries, "findings": [index[id(f)] for f in incident.findings]}
 
 
+def trace_of(finding: FindingDoc) -> str | None:
+    """The trace id of the request that drew the finding (its `trace` detail): where the engine, and leakprobe
+    itself where it exports spans, keep that request in the operator's trace view."""
+    trace = next((d for d in finding["details"] if d.get("type") == "trace"), None)
+    return str(trace["trace_id"]) if trace else None
+
+
 def verdict(result: AuditResult) -> VerdictDoc:
     """Status and headline by the verdict table (prober/domain/verdicts.py); the reasons say what was not observed
     or could not be seen, whatever the status."""

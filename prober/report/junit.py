@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 
 from prober.domain.types import FindingDoc, FindingKind, Severity
 from prober.domain.verdicts import fails
-from prober.report.document import Document
+from prober.report.document import Document, trace_of
 
 
 def junit(doc: Document, fail_on: Severity) -> str:
@@ -51,4 +51,4 @@ def _failure(case: ET.Element, bad: list[FindingDoc]) -> None:
     kinds = ", ".join(sorted({f["kind"] for f in bad}))
     node = ET.SubElement(case, "failure", message=f"{len(bad)} finding(s): {kinds}", type=bad[0]["severity"])
     node.text = "\n".join(f"{f['kind']} {f['severity']} victim={f['victim_tenant']} observer={f['observer_tenant']} "
-                          f"{f['evidence']['excerpt']}" for f in bad)
+                          f"trace={trace_of(f)} {f['evidence']['excerpt']}" for f in bad)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from prober.domain.types import FindingKind, Severity
-from prober.report.document import Document
+from prober.report.document import Document, trace_of
 
 RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, security-severity)
     FindingKind.CROSS_TENANT_ECHO: ("LEAK001", "Another tenant's canary in an answer", "9.5"),
@@ -35,6 +35,8 @@ RULES: dict[str, tuple[str, str, str]] = {  # kind -> (rule id, description, sec
                                                          "tenant's answer", "9.0"),
     FindingKind.TENANT_RESPONSE_CACHE: ("CACHE001", "A cache in front of the engine answers each tenant from its own "
                                                     "earlier answers", "0.0"),
+    FindingKind.ROUTE_DEPENDENT_CACHE: ("CACHE002", "A cache in front of the engine treats tenants differently on "
+                                                    "different routes", "5.0"),
 }
 LEVEL = {Severity.CRITICAL: "error", Severity.HIGH: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
@@ -58,7 +60,7 @@ def sarif(doc: Document, config_uri: str) -> dict[str, object]:
                         "properties": {"severity": f["severity"], "victim_tenant": f["victim_tenant"],
                                        "observer_tenant": f["observer_tenant"], "target": f["target"],
                                        "record_id": f["record_id"], "prompt_tokens": f["prompt_tokens"],
-                                       "detector": f["detector"], "score": f["score"]}})
+                                       "detector": f["detector"], "score": f["score"], "trace_id": trace_of(f)}})
     return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
             "runs": [{"tool": {"driver": {"name": "leakprobe", "version": doc["tool"]["version"],
                                           "informationUri": "https://github.com/leakprobe/leakprobe",

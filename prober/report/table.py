@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from prober.domain.verdicts import Status
-from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named
+from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named, trace_of
 from prober.report.terminal import Terminal
 
 STATUS_STYLE = {Status.LEAK: "bold red", Status.ENGINE_FAULT: "bold red", Status.INCOMPLETE: "bold yellow",
@@ -71,8 +71,9 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
                      f"{', '.join(incident['boundaries']) or '-'}: {incident['count']} findings, first "
                      f"{_clock(incident['first_seen'])}, last {_clock(incident['last_seen'])}\n")
         for f in (doc["findings"][i] for i in incident["findings"]):
+            trace = trace_of(f)
             fields = [f["record_id"], f"{f['prompt_tokens'] or 0:,} tokens", f["detector"], f["canary_id"],
-                      f["evidence"]["excerpt"]]
+                      trace and f"trace {trace}", f["evidence"]["excerpt"]]
             parts.append("    " + " ".join(str(x) for x in fields if x) + "\n")
     parts += [f"  error: {e}\n" for e in t["errors"]]
     return "".join(parts)

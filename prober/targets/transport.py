@@ -27,6 +27,7 @@ from prober.targets.decoding import ACCEPTED, BoundedDecoder, DecodingError
 from prober.targets.outbox import Outbox
 from prober.targets.pacing import Pacer, retry_after_s
 from prober.targets.result import Cut, ErrorKind, TargetError
+from prober.targets.spans import Spans
 from prober.text.scrub import Scrubber
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -135,9 +136,11 @@ class Transport:
     """One async httpx client and the policy around it.  Use as an async context manager."""
 
     def __init__(self, policy: TransportPolicy | None = None, scrubber: Scrubber | None = None, *,
-                 http: httpx.AsyncBaseTransport | None = None) -> None:
-        """`http` replaces the network: an in-process ASGI app (`httpx.ASGITransport`) in tests, a proxy."""
+                 http: httpx.AsyncBaseTransport | None = None, spans: Spans | None = None) -> None:
+        """`http` replaces the network: an in-process ASGI app (`httpx.ASGITransport`) in tests, a proxy.  `spans`:
+        where each request sent is recorded as a span (leakprobe's own traces)."""
         self.policy = policy or TransportPolicy()
+        self.spans = spans
         self.scrubber = scrubber or Scrubber()
         self.outbox = Outbox()  # what went out through this transport (the adapters record their prompts)
         self.client = self.policy.client(http)
@@ -159,6 +162,14 @@ class Transport:
         deadline or the run's, whichever comes first.  A 200 body of server-sent events goes to `on_chunk` as it
         comes; any other body is kept (also what arrived of one cut short: it may carry a leak).  A pause the target's
         rate limit asked for comes first, outside the request's deadline but within the run's."""
+        began = time.time_ns()
+        result = await self._exchange(method, url, json, secret, headers, on_chunk, size)
+        if self.spans is not None and result.attempts:
+            self.spans.record(method, self.scrubber.text(url), result, began, time.time_ns())
+        return result
+
+    async def _exchange(self, method: str, url: str, json: Any, secret: Secret | None, headers: dict[str, str] | None,
+                        on_chunk: OnChunk | None, size: Size) -> HTTPExchange:
         paused = await self.pacer.wait()
         headers = traced(headers or {})
         call = _Call(method, url, json, secret, headers, on_chunk, size, time.monotonic(), paused)
@@ -218,8 +229,8 @@ class Transport:
         try:
             async with clock, self.client.stream(call.method, call.url, json=call.json,
                                                  headers=send_headers) as response:
-                return await self._read(call, response, lambda: clock.reschedule(
-                    asyncio.get_running_loop().time() + answer_s))
+                return await _read(call, response, lambda: clock.reschedule(
+                    asyncio.get_running_loop().time() + answer_s), self.policy, self.scrubber)
         except TimeoutError:
             if not clock.expired():
                 raise
@@ -243,44 +254,46 @@ class Transport:
         result.error = TargetError(kind, self.scrubber.text(message), result.status)
         return result
 
-    async def _read(self, call: _Call, response: httpx.Response, begun: Callable[[], None]) -> HTTPExchange:
-        """The response's body under the caps (`begun` starts the answer's clock at its first byte)."""
-        result, started, scrub = call.latest, call.started, self.scrubber
-        result.status = response.status_code
-        result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
-        cap, over = self.policy.max_body_bytes, f"over the {self.policy.max_body_bytes:,}-byte cap"
-        needed = call.size.answer_bytes() if response.status_code == 200 else None  # an error may echo anything
-        if needed is not None and needed < cap:
-            cap, over = needed, f"over the {needed:,} bytes {call.size.describe()} needs"
-        declared = response.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > cap:
-            return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes is "
-                                                 f"{over}", cut=Cut.OVERLONG), started, self.scrubber)
-        try:
-            decoder = BoundedDecoder(response.headers.get("content-encoding"))
-        except DecodingError as exc:
-            return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
-        feed = call.on_chunk if response.status_code == 200 and _sse(response.headers.get("content-type"),
-                                                                     call.size.stream) else None
-        result.streamed = feed is not None
-        body = _Body(result, cap, over, started, feed)
-        received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
-        async for raw in response.aiter_raw():
-            if not received and raw:
-                begun()
-            received += len(raw)
-            if received > cap:
-                return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"body {over}", cut=Cut.OVERLONG), started,
-                            scrub)
-            for chunk in decoder.feed(raw):
-                if stop := body.take(chunk):
-                    return _cut(result, stop, started, self.scrubber)
-        for chunk in decoder.flush():
+
+async def _read(call: _Call, response: httpx.Response, begun: Callable[[], None], policy: TransportPolicy,
+                scrub: Scrubber) -> HTTPExchange:
+    """The response's body under the caps (`begun` starts the answer's clock at its first byte)."""
+    result, started = call.latest, call.started
+    result.status = response.status_code
+    result.headers = {scrub.text(k.lower()): scrub.text(v) for k, v in response.headers.items()}
+    cap, over = policy.max_body_bytes, f"over the {policy.max_body_bytes:,}-byte cap"
+    needed = call.size.answer_bytes() if response.status_code == 200 else None  # an error may echo anything
+    if needed is not None and needed < cap:
+        cap, over = needed, f"over the {needed:,} bytes {call.size.describe()} needs"
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > cap:
+        return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"declared body of {int(declared):,} bytes is {over}",
+                                        cut=Cut.OVERLONG), started, scrub)
+    try:
+        decoder = BoundedDecoder(response.headers.get("content-encoding"))
+    except DecodingError as exc:
+        return _failed(result, ErrorKind.MALFORMED, scrub.text(str(exc)), started)
+    feed = call.on_chunk if response.status_code == 200 and _sse(response.headers.get("content-type"),
+                                                                call.size.stream) else None
+    result.streamed = feed is not None
+    body = _Body(result, cap, over, started, feed)
+    received = 0  # raw bytes: a body that decodes to nothing still ends at the cap
+    async for raw in response.aiter_raw():
+        if not received and raw:
+            begun()
+        received += len(raw)
+        if received > cap:
+            return _cut(result, TargetError(ErrorKind.TOO_LARGE, f"body {over}", cut=Cut.OVERLONG), started, scrub)
+        for chunk in decoder.feed(raw):
             if stop := body.take(chunk):
-                return _cut(result, stop, started, self.scrubber)
-        result.body = scrub.bytes(result.body)
-        result.total_s = time.monotonic() - started
-        return result
+                return _cut(result, stop, started, scrub)
+    for chunk in decoder.flush():
+        if stop := body.take(chunk):
+            return _cut(result, stop, started, scrub)
+    result.body = scrub.bytes(result.body)
+    result.total_s = time.monotonic() - started
+    return result
+
 
 async def _following_redirects(call: _Call, attempt: int, once: Callable[[_Call], Awaitable[HTTPExchange]],
                                most: int) -> HTTPExchange:

@@ -1,7 +1,7 @@
-"""A real OTLP trace receiver for an engine the tests start (vLLM `--otlp-traces-endpoint`): OTLP over HTTP with
-protobuf bodies, as OpenTelemetry's exporters send them, decoded with the `opentelemetry-proto` messages of the
-engine's own environment (the project's environment has no protobuf), every span written as one JSON line.  What a
-finding's `trace` detail names is then looked up among the spans the engine exported."""
+"""A real OTLP trace receiver for an engine the tests start (vLLM `--otlp-traces-endpoint`) and for leakprobe's own
+spans (`tracing.otlp_endpoint`): OTLP over HTTP with protobuf bodies, as OpenTelemetry's exporters send them, decoded
+with the `opentelemetry-proto` messages of the Python it runs in (the engine's, or the project's), every span written
+as one JSON line.  What a finding's `trace` detail names is then looked up among the spans exported."""
 
 from __future__ import annotations
 
@@ -36,9 +36,12 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         request.ParseFromString(body)
         for resource in request.resource_spans:
             for scope in resource.scope_spans:
+                service = {a.key: a.value.string_value for a in resource.resource.attributes}.get("service.name")
                 for span in scope.spans:
+                    attributes = {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
                     sink.write(json.dumps({"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                                           "parent_span_id": span.parent_span_id.hex(), "name": span.name}) + "\n")
+                                           "parent_span_id": span.parent_span_id.hex(), "name": span.name,
+                                           "kind": span.kind, "service": service, "attributes": attributes}) + "\n")
         sink.flush()
         answer = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
