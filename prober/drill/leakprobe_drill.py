@@ -110,7 +110,10 @@ class HandoffFaultConnector(ExampleConnector):
         if self._storage:
             found, asynchronous = super().get_num_new_matched_tokens(request, num_computed_tokens)
             if found:
-                return found, asynchronous  # a real hand-off: the prefill stored this prompt's KV
+                # A real hand-off: the prefill stored this prompt's KV.  vLLM's example connector counts it from the
+                # block-aligned prompt, so where the engine's own prefix cache holds more it comes out negative, which
+                # vLLM's metrics refuse (its API server then exits, measured): nothing to load.
+                return max(found, 0), asynchronous
         tokens = len(request.prompt_token_ids or [])
         if tokens <= self._claim_over:
             return 0, False
