@@ -71,8 +71,14 @@ def test_incident_is_caught_in_both_directions(testbed: StartTestbed, tmp_path: 
     # Each names the request's W3C trace context: the engine's exported span for it, where it exports traces.
     traces = {f["record_id"]: {d["type"]: d for d in f["details"]}["trace"]["trace_id"] for f in echoes}
     assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces.values()) and len(set(traces.values())) == len(traces)
-    # Facts planted beside the tokens come back reworded in summaries: the semantic detector attributes them.
-    assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["detector"] == "semantic"}
+    # Facts planted beside the tokens come back reworded in summaries, and are attributed in both directions by the
+    # detector the rewording calls for: fuzzy where the names and numbers survive, semantic where they moved further
+    # (which of the two, the random facts decide; tests/test_detect_eval.py measures each).
+    store = open_ledger(ledger)
+    facts = {c.id for c in store.active_canaries() if c.kind.value == "fact"}
+    store.close()
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in echoes if f["canary_id"] in facts
+            and f["detector"] in ("fuzzy", "semantic")} == {("tenant-a", "tenant-b"), ("tenant-b", "tenant-a")}
     steps = {s["id"]: s for s in doc["targets"][0]["steps"]}
     assert {steps[f["record_id"]]["stream"] for f in echoes} == {True, False}  # plain and streaming both leak
     accepted = [f for f in doc["findings"] if f["kind"] == "boundary_accepted"]

@@ -37,6 +37,12 @@ def test_a_shared_semantic_cache_hands_one_tenant_anothers_answer(testbed: Start
                      tenants=TENANTS, mode="monolithic")
     with SemanticGateway(engine.url, tmp_path / "strict", threshold=0.8) as gateway:
         code, doc = audit(gateway.url, tmp_path / "strict")
+        # Again over the same stores, as the daemon runs it: where a prime draws a question the first run asked, the
+        # cache answers it with that run's stored answer, and the rungs handed the same answer still decide.
+        again, second = audit(gateway.url, tmp_path / "strict")
+    assert again == 1 and semantic(second)["state"] == "shared", (again, second["verdict"], semantic(second))
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in second["findings"]
+            if f["kind"] == "cross_tenant_echo"} == PAIRS
     echoes = {(f["victim_tenant"], f["observer_tenant"]) for f in doc["findings"] if f["kind"] == "cross_tenant_echo"}
     copies = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
     assert code == 1 and echoes == PAIRS and semantic(doc)["state"] == "shared", (code, doc["verdict"], echoes)

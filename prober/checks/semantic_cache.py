@@ -68,14 +68,26 @@ QUESTIONS = (
      "How many players does a football team field?"),
     ("Why is the sky blue during the day?", "What makes the daytime sky look blue?",
      "What is the capital city of Canada?"),
+    ("How many bones are in the adult human body?", "An adult human skeleton has how many bones?",
+     "Which planet is closest to the Sun?"),
+    ("What gas do plants take in from the air?", "Which gas from the atmosphere do plants absorb?",
+     "How many strings does a standard violin have?"),
+    ("How deep is the deepest point of the ocean?", "What depth does the ocean reach at its deepest?",
+     "Who painted the ceiling of the Sistine Chapel?"),
+    ("What is the speed of sound in air?", "How fast does sound travel through air?",
+     "What is the largest desert in Asia?"),
+    ("How many hearts does an octopus have?", "An octopus has how many hearts?",
+     "Which metal is liquid at room temperature?"),
+    ("At what temperature does water freeze in Fahrenheit?", "In Fahrenheit, where is the freezing point of water?",
+     "How many time zones does Russia span?"),
 )
+ROLES: dict[str, Literal["prime", "control"]] = {"prime": "prime", "again": "control"}
 ASK = "My reference code is {code}. Repeat my reference code exactly, then answer in one sentence: {question}"
 REWORDED = "Please say back the reference {code} word for word first, and after that briefly: {question}"
 UNRELATED = "Quick one: {question} (ticket {code})"
 SYSTEM = (("system", "You are a concise assistant for a freight company's customers."),)
 EARLIER = (("user", "Hello, I have a quick question for you."),
            ("assistant", "Of course. What would you like to know?"))
-ROLES: dict[str, Literal["prime", "control"]] = {"prime": "prime", "again": "control"}
 RUNGS = ("same-words", "paraphrase", "other-system", "other-turn", "other-question")
 
 
@@ -127,7 +139,7 @@ class SemanticCacheCheck(Check):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         ctx = run.target
         result = SemanticCacheResult(check=self.name)
-        rng = random.Random(token_hex(8))
+        deck = Deck(random.Random(token_hex(8)))
         for api in routes_to_test(ctx.config.api, run.config.section(self.name, SemanticCacheSettings).routes):
             try:
                 route = await ctx.routes.get(api)
@@ -136,7 +148,7 @@ class SemanticCacheCheck(Check):
                 result.layers.append(CacheVerdict(CacheLayer.SEMANTIC, api.value, LayerState.UNDECIDED,
                                                   f"route not usable: {exc}"))
                 continue
-            result.layers.append(await self._route(run, route, result, rng))
+            result.layers.append(await self._route(run, route, result, deck))
         if result.steps and (split := by_route(result.layers, CacheLayer.SEMANTIC, result.steps[-1].step)):
             result.extra += await ctx.judge.persist([split], None, run.on_event, check=self.name)
         if any("other-question" in found for found in result.matched.values()):
@@ -144,14 +156,14 @@ class SemanticCacheCheck(Check):
                                 "stored answer: its threshold matches anything")
         return result
 
-    async def _route(self, run: Run, route: Route, result: SemanticCacheResult, rng: random.Random) -> CacheVerdict:
+    async def _route(self, run: Run, route: Route, result: SemanticCacheResult, deck: Deck) -> CacheVerdict:
         """The ladder on one route, each direction in turn."""
         ctx, api = run.target, route.api
         controls = unserved = 0
         matched: dict[str, list[str]] = {}
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
-            question, reworded, other = rng.choice(QUESTIONS)
             asker = Asker(run, route, result, f"{run.run_id}sc-{api}-{n:02d}", a)
+            question, reworded, other = deck.draw()
             same = ASK.replace("{question}", question)
             prime = await asker.ask("prime", a, same)
             if not prime.answer.served and prime.answer.status == 404 and api is not ctx.config.api:
@@ -186,6 +198,22 @@ class SemanticCacheCheck(Check):
             return CacheVerdict(CacheLayer.SEMANTIC, route, LayerState.UNDECIDED, control, directions)
         state = LayerState.PER_TENANT if controls else LayerState.NONE_SEEN
         return CacheVerdict(CacheLayer.SEMANTIC, route, state, control, directions)
+
+
+class Deck:
+    """The questions in a run's order, each dealt once before any is dealt again: a direction whose question an
+    earlier direction asked would be primed with that direction's stored answer, not its own, and its ladder would
+    show the cache shared one way only.  (Where an earlier run's answer primes it, the rungs handed that same stored
+    answer still show the cache shared: `primed` compares with what the prime got.)"""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._left: list[tuple[str, str, str]] = []
+
+    def draw(self) -> tuple[str, str, str]:
+        if not self._left:
+            self._left = self._rng.sample(QUESTIONS, len(QUESTIONS))
+        return self._left.pop()
 
 
 def primed(judged: StepResult, prime: StepResult) -> bool:
