@@ -43,7 +43,14 @@ class PostgresLock(JobLock):
         self.connection = connection
 
     def release(self) -> None:
-        self.connection.close()  # the session's advisory locks go with it
+        """Unlocked before the session closes: a closed session's locks go only when its server process has ended,
+        which a busy server does after the next replica has already been refused the lock."""
+        try:
+            self.connection.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            pass  # the session is gone already, and its locks with it
+        finally:
+            self.connection.close()
 
 
 class PostgresLedger(SQLLedger):
