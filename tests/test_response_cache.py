@@ -160,3 +160,27 @@ def test_a_cache_shared_on_one_route_only_is_found_on_that_route(testbed: StartT
         "the response cache differs by route: shared on responses; per_tenant on chat, completions; none_seen on "
         "chat-stream, completions-stream, responses-stream"), split
     assert {f["boundary"] for f in doc["findings"] if f["check"] == "response-cache"} == {"response-cache"}
+
+
+def test_a_cache_that_names_each_copy_afresh_is_told_by_the_engines_counters(testbed: StartTestbed,
+                                                                              tmp_path: Path) -> None:
+    """A cache that rebuilds each stored answer with a fresh `id` and `created` and sends no header: nothing in the
+    answer tells it from one the engine made.  The engine's prompt counter, read around each request, does: it did
+    not move.  Shared on chat, it is found there both ways; on the routes it does not cache, every answer is the
+    engine's and no cache is seen."""
+    engine = testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                     tenants=TENANTS, mode="monolithic")
+    with SemanticGateway(engine.url, tmp_path / "cache", scope="shared", threshold=0.99, restamp=True) as gateway:
+        result = invoke("audit", "--target", gateway.url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant",
+                        "tenant-b=LP_B", "--ledger", str(tmp_path / "l.sqlite"), "-f", "json", "--no-semantic",
+                        "--check", "response-cache")
+        served = gateway.served_from_cache
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1 and states(doc) == {**dict.fromkeys(LAYERS, "none_seen"), "chat": "shared"}, (
+        result.exit_code, doc["verdict"], states(doc), served)
+    copies = [f for f in doc["findings"] if f["kind"] == "cross_tenant_response_cache"]
+    assert {(f["victim_tenant"], f["observer_tenant"]) for f in copies} == {("tenant-a", "tenant-b"),
+                                                                           ("tenant-b", "tenant-a")}
+    told = {d["told"] for f in copies for d in f["details"] if d["type"] == "from_cache"}
+    assert told == {"the engine counted no prompt"}, told
+    assert not kinds(doc, *ENGINE_KINDS), [f["kind"] for f in doc["findings"]]

@@ -27,10 +27,11 @@ from prober.checks.request_ids import RequestIdResult
 from prober.checks.timing import TimingResult
 from prober.config.schema import parse_config
 from prober.config.sections import AbortRetrySettings
-from prober.domain.evidence import EngineCounters, SaltAsserted, TimingStatistics, Traced
+from prober.domain.evidence import CacheLayer, EngineCounters, SaltAsserted, TimingStatistics, Traced
 from prober.domain.types import FindingKind, Severity
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
+from prober.probing.cache_map import LayerState
 from prober.probing.results import CheckResult
 from prober.prompts import PromptBuilder, detect_counter
 from prober.targets import ErrorKind, OpenAICompatible, Prompt, Transport
@@ -352,6 +353,24 @@ def test_behind_a_gateway_among_other_users_a_salted_vllm_is_clean(vllm: VllmSer
     (chat,) = [path for path in report.paths if path.api is Api.CHAT]
     assert chat.low("tenant-a") > 100 and chat.varying, chat.describe()
     assert others.sent and any(kind.startswith("abandoned") for kind in others.sent), others.sent
+
+
+def test_straight_to_vllm_every_answer_is_the_engines_by_its_prompt_counter(vllm: VllmServer, tmp_path: Path) -> None:
+    """No cache in front: the response-cache check reads vLLM's `vllm:prompt_tokens_total` around each of its requests
+    (an answer while the counter did not move came from a cache), and vLLM counts every prompt before its answer
+    comes back, a repeat served whole from its prefix cache too: no answer is taken for a cache's, every layer says
+    none seen."""
+    secrets = {name: Secret(key) for name, key in KEYS.items()}
+
+    async def check() -> tuple[CheckResult, bool]:
+        async with surveyed(vllm.url, secrets, tmp_path / "l.sqlite", retries=2) as checking:
+            return await run_check("response-cache", checking), checking.target.telemetry is not None
+
+    result, counted = run(check())
+    assert counted and not result.errors, result.errors
+    assert not [s.step.id for s in result.steps if s.answer.from_cache is not None]
+    assert {v.route: v.state for v in result.layers if v.layer == CacheLayer.RESPONSE} == dict.fromkeys(
+        LAYERS, LayerState.NONE_SEEN), result.summary()
 
 
 def test_litellms_response_cache_in_front_of_vllm_is_shared_across_keys(

@@ -148,7 +148,7 @@ class ResponseCacheCheck(Check):
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, str(exc))
             answers = []
             for step in steps:
-                answer, before = await ctx.send(step, built, route)
+                answer, before = await ctx.send(step, built, route, watch=CacheLayer.RESPONSE)
                 judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
                                           before=before)
                 record(judged, result, run.on_event)

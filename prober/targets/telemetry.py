@@ -37,7 +37,7 @@ EXPLAINING = frozenset({
     # vLLM
     "vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
     "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:num_requests_running",
-    "vllm:num_requests_waiting", "vllm:request_success_total",
+    "vllm:num_requests_waiting", "vllm:request_success_total", "vllm:prompt_tokens_total",
     # vLLM's KV connectors: blocks a connector says it received rather than computed
     "vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
     "vllm:prompt_tokens_by_source_total", "vllm:nixl_num_failed_transfers_total",
@@ -54,6 +54,9 @@ FAILURES = frozenset({
     "sglang:num_bootstrap_failed_reqs_total", 'vllm:request_success_total{finished_reason="abort"}',
     "vllm:nixl_num_failed_transfers_total",
 })
+# Counters that rise with every prompt the engine takes (a prompt served whole from its prefix cache too): none of them
+# moving while an answer of ours came back says that no engine made it.
+PROMPTS = frozenset({"sglang:prompt_tokens_total", "vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"})
 KEPT_LABELS = frozenset({"finished_reason", "source"})
 PREFIXES = ("sglang:", "vllm:", "llamacpp:")
 SOURCE = "process_start_time_seconds"  # which process answered a read (client_python exports it on Linux)
@@ -120,6 +123,12 @@ class Window:
 
     def evidence(self) -> EngineCounters | None:
         return EngineCounters(dict(self.changed)) if self.changed else None
+
+    def took_no_prompt(self) -> bool:
+        """The engine counted no prompt while the window's requests ran: what answered them was not the engine.  Other
+        users' prompts in the window make it false (never true for a request the engine took)."""
+        taken = [c.delta for name, c in (self.changed or {}).items() if name in PROMPTS]
+        return bool(taken) and not any(taken)
 
     def failures(self) -> dict[str, float]:
         """The failure counters that rose, by how much."""

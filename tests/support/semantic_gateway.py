@@ -9,7 +9,9 @@ prompt and the earlier turns ignored), a completion by its prompt.  `scope`: `sh
 one per key and end user (the `user` field, else the `x-litellm-end-user-id` header); `routes`: the scope on each route
 it caches, by path (the default: chat, at `scope`), so that one route can share what another keeps per tenant (LiteLLM
 CVE-2026-89032); `threshold`: the cosine similarity at or above which a stored answer is served (0.8, semantic-router's
-in #2134).  Streams and the routes it does not cache go to the engine untouched."""
+in #2134); `restamp`: each stored answer served with a fresh `id` and `created`, as a cache that rebuilds the response
+object does (then nothing in the answer tells it from one the engine made).  Streams and the routes it does not cache
+go to the engine untouched."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import asyncio
 import hashlib
 import json
 import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +42,9 @@ CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/r
 
 class SemanticGateway(Gateway):
     def __init__(self, engine: str, folder: Path, *, scope: Scope = "shared", routes: dict[str, Scope] | None = None,
-                 threshold: float = 0.8) -> None:
+                 threshold: float = 0.8, restamp: bool = False) -> None:
         super().__init__(engine, system_prompt="")
+        self.restamp = restamp
         self.folder = folder
         self.routes = routes if routes is not None else {CHAT: scope}
         # faiss measures squared L2 between unit vectors (2 - 2 cos, 0 to 4); GPTCache scores 4 less that, and serves
@@ -73,6 +78,13 @@ class SemanticGateway(Gateway):
         return self._caches[name]
 
     @staticmethod
+    def _restamped(stored: str) -> str:
+        answer = json.loads(stored)
+        answer["id"] = f"{answer.get('id', 'answer')}-{uuid.uuid4().hex[:12]}"
+        answer["created"] = int(time.time())
+        return json.dumps(answer)
+
+    @staticmethod
     def _key(body: dict[str, Any]) -> str | None:
         """What a request is matched by, or None where it is not cached."""
         messages = body.get("messages", body.get("input"))  # chat's messages, the Responses API's input items
@@ -102,7 +114,7 @@ class SemanticGateway(Gateway):
         stored = await asyncio.to_thread(lookup)
         if stored is not None:
             self.served_from_cache += 1
-            return Response(stored, media_type="application/json")
+            return Response(self._restamped(stored) if self.restamp else stored, media_type="application/json")
         upstream = await self._client.post(self.engine + request.url.path, content=json.dumps(body).encode(),
                                            headers=self._headers(request))
         if upstream.status_code == 200:
