@@ -30,6 +30,7 @@ from tests.support.response_cache import (
     upstream,
 )
 from tests.support.semantic_gateway import CHAT, COMPLETIONS, RESPONSES, Scope, SemanticGateway
+from tests.support.shared import Gateway
 from tests.support.testbed import StartTestbed
 
 ENGINE_KINDS = {"boundary_accepted", "cross_tenant_cache_hit", "cross_tenant_cache_timing", "phantom_cache_hit",
@@ -184,3 +185,23 @@ def test_a_cache_that_names_each_copy_afresh_is_told_by_the_engines_counters(tes
     told = {d["told"] for f in copies for d in f["details"] if d["type"] == "from_cache"}
     assert told == {"the engine counted no prompt"}, told
     assert not kinds(doc, *ENGINE_KINDS), [f["kind"] for f in doc["findings"]]
+
+
+def test_replicas_whose_counters_the_reads_miss_are_not_taken_for_a_cache(testbed: StartTestbed,
+                                                                           tmp_path: Path) -> None:
+    """Two engines behind one address, requests and metrics reads balanced in turn (a Kubernetes Service), no cache:
+    every request goes to the replica the reads around it do not reach, whose prompt counter then stands still as
+    a cache's would.  The first requests, which no cache can answer, show it: no copy is read from the counters,
+    every layer is `none_seen`, and the report says why."""
+    engines = [testbed("healthy", context_length=4_096, pool_tokens=16_384, page_size=16, prefill_ms_per_1k_tokens=0,
+                       tenants=TENANTS, mode="monolithic") for _ in range(2)]
+    with Gateway(engines[0].url, system_prompt="", replicas=[e.url for e in engines], balanced=True) as front:
+        result = invoke("audit", "--target", front.url + "/v1", "--tenant", "tenant-a=LP_A", "--tenant",
+                        "tenant-b=LP_B", "--ledger", str(tmp_path / "l.sqlite"), "-f", "json", "--no-semantic",
+                        "--check", "response-cache")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and states(doc) == dict.fromkeys(LAYERS, "none_seen"), (
+        result.exit_code, doc["verdict"], states(doc))
+    assert not kinds(doc, "cross_tenant_response_cache", "tenant_response_cache")
+    [check] = [c for c in doc["targets"][0]["checks"] if c["check"] == "response-cache"]
+    assert any("counters missed a prompt" in note for note in check["notes"]), check["notes"]

@@ -15,7 +15,7 @@ on another (LiteLLM CVE-2026-89032), and so does each route's streamed requests,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from secrets import token_hex
 
 from pydantic import Field
@@ -23,7 +23,7 @@ from pydantic import Field
 from prober.checks.base import Check, Run
 from prober.config.sections import Strict
 from prober.domain.errors import BuildError, CountError, PlanError
-from prober.domain.evidence import CacheLayer
+from prober.domain.evidence import CacheLayer, FromCache
 from prober.domain.types import DetectorName, Finding, FindingKind, ProbeContext, Severity
 from prober.probing.cache_map import (
     GENERATION_ROUTES,
@@ -96,14 +96,19 @@ class ResponseCacheCheck(Check):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         settings = run.config.section(self.name, ResponseCacheSettings)
         result = ResponseCacheResult(check=self.name)
+        passes: list[Pass | CacheVerdict] = []
         for api in routes_to_test(run.target.config.api, settings.routes):
-            result.layers += await self._route(run, settings, api, result)
+            passes += await self._route(run, settings, api, result)
+        uncounted = _uncounted([p for p in passes if isinstance(p, Pass)], result)
+        for sent in passes:
+            result.layers += [sent] if isinstance(sent, CacheVerdict) else await self._judged(run, sent, uncounted,
+                                                                                               result)
         if result.steps and (split := by_route(result.layers, CacheLayer.RESPONSE, result.steps[-1].step)):
             result.extra += await run.target.judge.persist([split], None, run.on_event, check=self.name)
         return result
 
     async def _route(self, run: Run, settings: ResponseCacheSettings, api: Api,
-                     result: ResponseCacheResult) -> list[CacheVerdict]:
+                     result: ResponseCacheResult) -> list[Pass | CacheVerdict]:
         """The route's plain requests, then (`streamed`) its streamed ones, each pass a layer of its own."""
         ctx = run.target
         try:
@@ -111,29 +116,30 @@ class ResponseCacheCheck(Check):
         except (PlanError, CountError) as exc:
             (result.errors if api is ctx.config.api else result.notes).append(f"response cache on {api}: {exc}")
             return [CacheVerdict(CacheLayer.RESPONSE, api.value, LayerState.UNDECIDED, f"route not usable: {exc}")]
-        verdicts = await self._pass(run, settings, route, False, result)
-        if settings.streamed and verdicts[0].control != NOT_SERVED:
-            verdicts += await self._pass(run, settings, route, True, result)
-        return verdicts
+        plain = await self._send(run, settings, route, False, result)
+        if not settings.streamed or (isinstance(plain, CacheVerdict) and plain.control == NOT_SERVED):
+            return [plain]
+        return [plain, await self._send(run, settings, route, True, result)]
 
-    async def _pass(self, run: Run, settings: ResponseCacheSettings, route: Route, stream: bool,
-                    result: ResponseCacheResult) -> list[CacheVerdict]:
-        """The response cache on this route (plain or streamed), and the path's identity layer where a request of
-        the pass reached the engine."""
-        where = f"{route.api}-stream" if stream else route.api.value
-        sent = await self._send(run, settings, route, where, stream, result)
-        if isinstance(sent, CacheVerdict):  # not made: the route is not served, or no prompt could be built
-            return [sent]
-        verdict = await self._verdict(run, where, sent, result)
-        served = [d for d in sent if all(s.answer.served for s in d)]
-        upstream = identity(where, served, salted=bool(run.target.salts))
+    async def _judged(self, run: Run, sent: Pass, uncounted: set[str], result: ResponseCacheResult
+                      ) -> list[CacheVerdict]:
+        """The response cache on a pass's route (plain or streamed), and the path's identity layer where a request
+        of the pass reached the engine; `uncounted`: the requests that no engine counted, copies all the same."""
+        directions = [(first, _copy(other, uncounted), _copy(again, uncounted))
+                      for first, other, again in sent.directions]
+        verdict = await self._verdict(run, sent.where, directions, result)
+        served = [d for d in directions if all(s.answer.served for s in d)]
+        upstream = identity(sent.where, served, salted=bool(run.target.salts))
         return [verdict] if upstream is None else [verdict, upstream]
 
-    async def _send(self, run: Run, settings: ResponseCacheSettings, route: Route, where: str, stream: bool,
-                    result: ResponseCacheResult) -> list[Direction] | CacheVerdict:
-        """Every direction's three requests, one after another (each may be served what the one before it left)."""
+    async def _send(self, run: Run, settings: ResponseCacheSettings, route: Route, stream: bool,
+                    result: ResponseCacheResult) -> Pass | CacheVerdict:
+        """Every direction's three requests, one after another (each may be served what the one before it left),
+        with what the engine counted for each; a verdict where the route is not served or no prompt could be
+        built."""
         ctx, api = run.target, route.api
-        directions: list[Direction] = []
+        where = f"{api}-stream" if stream else api.value
+        sent = Pass(where)
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             step = Step(id=f"{run.run_id}rc-{where}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
                         max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
@@ -148,7 +154,8 @@ class ResponseCacheCheck(Check):
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, str(exc))
             answers = []
             for step in steps:
-                answer, before = await ctx.send(step, built, route, watch=CacheLayer.RESPONSE)
+                answer, before, silent = await ctx.send_counted(step, built, route)
+                sent.counted[step.id] = silent
                 judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
                                           before=before)
                 record(judged, result, run.on_event)
@@ -159,8 +166,8 @@ class ResponseCacheCheck(Check):
             if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"response cache: the target does not serve the {api} route (404)")
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
-            directions.append((first, answers[1], answers[2]))
-        return directions
+            sent.directions.append((first, answers[1], answers[2]))
+        return sent
 
     async def _verdict(self, run: Run, where: str, directions: list[Direction],
                        result: ResponseCacheResult) -> CacheVerdict:
@@ -206,6 +213,41 @@ def _scoped(step: Step, where: str, control: str) -> Finding:
 
 
 Direction = tuple[StepResult, StepResult, StepResult]  # A's request, B's same request, A's again
+UNCOUNTED = "the engine counted no prompt"
+
+
+@dataclass
+class Pass:
+    """One route's requests, plain or streamed, sent and judged one by one; read as a layer once the whole run is in."""
+
+    where: str
+    directions: list[Direction] = field(default_factory=list)
+    counted: dict[str, bool | None] = field(default_factory=dict)  # step id -> the engine counted no prompt for it
+
+
+def _uncounted(passes: list[Pass], result: ResponseCacheResult) -> set[str]:
+    """The repeats (B's request, A's again) answered while the engine counted no prompt: copies from a cache that
+    names each copy afresh and says nothing.  Trusted only where every first request, a prompt no cache can hold yet,
+    was counted: one that was not says these reads miss some of the engine's prompts (another replica behind the
+    address took it), and then a silent counter says nothing."""
+    firsts = [p.counted.get(first.step.id) for p in passes for first, _, _ in p.directions if first.answer.served]
+    if True in firsts:
+        result.notes.append("response cache: the engine's counters missed a prompt no cache could have answered "
+                            "(replicas behind the address?): they are not read for copies")
+        return set()
+    if False not in firsts:
+        return set()
+    return {s.step.id for p in passes for _, other, again in p.directions for s in (other, again)
+            if p.counted.get(s.step.id)}
+
+
+def _copy(judged: StepResult, uncounted: set[str]) -> StepResult:
+    """The step as a cache's copy where the engine counted no prompt for it (and nothing else told it already)."""
+    answer = judged.answer
+    if judged.step.id not in uncounted or not answer.served or answer.from_cache is not None:
+        return judged
+    return replace(judged, answer=replace(answer, from_cache=FromCache(CacheLayer.RESPONSE, UNCOUNTED,
+                                                                       answer.answer_id)))
 
 
 def identity(where: str, directions: list[Direction], *, salted: bool) -> CacheVerdict | None:

@@ -245,7 +245,7 @@ class Asker:
                     boundary="semantic-cache", aim=Aim.NONE, stream=False)
         # Earlier turns are not in the count: not the engine's whole prompt, so no reading of what the path adds.
         built = BuiltPrompt(words, tokens, tokens, not turns, self.route.counter.source, (canary,))
-        answer, before = await ctx.send(step, built, self.route, turns=turns, watch=CacheLayer.SEMANTIC)
+        answer, before = await ctx.send(step, built, self.route, turns=turns)
         judged = await ctx.judged(step, self.prefix, built, answer, self.route, check=check, before=before)
         record(judged, self.result, self.run.on_event, others=(self.victim,) if tenant != self.victim else ())
         return judged

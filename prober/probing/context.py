@@ -12,7 +12,7 @@ from dataclasses import replace
 from prober.capacity import Capacity, origin_of, reachability
 from prober.config.schema import TargetConfig
 from prober.domain.errors import PlanError, TargetUnusable
-from prober.domain.evidence import CacheLayer, EngineCounters, FromCache, PathRange
+from prober.domain.evidence import EngineCounters, PathRange
 from prober.domain.types import Finding
 from prober.probing.cached import CacheExplainer
 from prober.probing.counters import CounterEvidence
@@ -101,23 +101,22 @@ class TargetContext:
         return answer if stored is None else replace(answer, from_cache=stored)
 
     async def send(self, step: Step, built: BuiltPrompt, route: Route, *, request_id: RequestId | None = None,
-                   turns: tuple[tuple[str, str], ...] = (), watch: CacheLayer | None = None) -> tuple[Completion, int]:
+                   turns: tuple[tuple[str, str], ...] = ()) -> tuple[Completion, int]:
         """A step's prompt as its tenant (named by the client's `request_id` where one is given, after `turns` where
-        the conversation has earlier ones): the answer, and how many prompts the target had been sent before.
-        `watch`: the cache layer a check probes; the engine's counters are read around the request, and an answer
-        while they counted no prompt was served from that layer (a cache that names each copy afresh and says
-        nothing in its headers is told only so)."""
+        the conversation has earlier ones): the answer, and how many prompts the target had been sent before."""
         before = self.transport.outbox.started  # also the number this prompt gets as it goes out
         self.cached.sent(before, built)
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id,
                         turns=turns)
-        if watch is None or self.telemetry is None:
-            return await self.send_as(step.tenant, prompt, route), before
+        return await self.send_as(step.tenant, prompt, route), before
+
+    async def send_counted(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int, bool | None]:
+        """As `send`, with the engine's counters read right before and right after: also whether the engine counted
+        no prompt meanwhile (None: not known — no metrics, or the reads not comparable).  Other users' prompts make
+        it False; an engine replica whose metrics these reads do not reach makes it True as a cache would."""
         async with window(self.telemetry) as counted:
-            answer = await self.send_as(step.tenant, prompt, route)
-        if answer.served and answer.from_cache is None and counted.took_no_prompt():
-            answer = replace(answer, from_cache=FromCache(watch, "the engine counted no prompt", answer.answer_id))
-        return answer, before
+            answer, before = await self.send(step, built, route)
+        return answer, before, counted.took_no_prompt() if counted.changed else None
 
     async def hang_up(self, step: Step, built: BuiltPrompt, route: Route, after: float,
                       linger: float) -> tuple[Completion, int] | None:

@@ -13,7 +13,7 @@ it), and where the copy was made for another tenant, that tenant's answer reache
   client gave its request (the request-ID check sends one ID for many requests, and engines name answers by it).
 
 A cache that rebuilds each copy with a fresh `id` and `created`, and says nothing, is told by the engine's own counters
-instead, where a check reads them around its requests (`TargetContext.send`'s `watch`): no prompt counted.
+instead, where the response-cache check reads them around its requests: no prompt counted.
 
 A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.  A copy
 handed out for a question other than the one it was made for came from a semantic cache (one that matches requests
