@@ -184,6 +184,8 @@ def test_a_cache_that_names_each_copy_afresh_is_told_by_the_engines_counters(tes
                                                                            ("tenant-b", "tenant-a")}
     told = {d["told"] for f in copies for d in f["details"] if d["type"] == "from_cache"}
     assert told == {"the engine counted no prompt"}, told
+    [check] = [c for c in doc["targets"][0]["checks"] if c["check"] == "response-cache"]
+    assert "(36 with the engine's prompt counter read)" in check["summary"], check["summary"]
     assert not kinds(doc, *ENGINE_KINDS), [f["kind"] for f in doc["findings"]]
 
 

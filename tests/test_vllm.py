@@ -24,6 +24,7 @@ import yaml
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
+from prober.checks.response_cache import ResponseCacheResult
 from prober.checks.timing import TimingResult
 from prober.config.schema import parse_config
 from prober.config.sections import AbortRetrySettings
@@ -367,7 +368,8 @@ def test_straight_to_vllm_every_answer_is_the_engines_by_its_prompt_counter(vllm
             return await run_check("response-cache", checking), checking.target.telemetry is not None
 
     result, counted = run(check())
-    assert counted and not result.errors, result.errors
+    assert counted and not result.errors and not result.notes, (result.errors, result.notes)
+    assert isinstance(result, ResponseCacheResult) and result.counted == len(result.steps) == 36, result.summary()
     assert not [s.step.id for s in result.steps if s.answer.from_cache is not None]
     assert {v.route: v.state for v in result.layers if v.layer == CacheLayer.RESPONSE} == dict.fromkeys(
         LAYERS, LayerState.NONE_SEEN), result.summary()

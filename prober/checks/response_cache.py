@@ -67,6 +67,7 @@ class ResponseCacheSettings(Strict):
 class ResponseCacheResult(CheckResult):
     content: bool = False  # its prompts carry no canary: it reads who was served whose answer, not text
     echoed: int = 0  # answers the engine made that said back their own prompt's nonce
+    counted: int = 0  # requests the engine's prompt counter was read around (the sign of a copy that looks made)
 
     @property
     def sighted(self) -> bool:
@@ -76,7 +77,8 @@ class ResponseCacheResult(CheckResult):
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "no route tested"
-        return f"response cache: {words}; {len(self.steps)} requests, {len(self.findings)} findings"
+        return (f"response cache: {words}; {len(self.steps)} requests ({self.counted} with the engine's prompt "
+                f"counter read), {len(self.findings)} findings")
 
 
 class ResponseCacheCheck(Check):
@@ -156,6 +158,7 @@ class ResponseCacheCheck(Check):
             for step in steps:
                 answer, before, silent = await ctx.send_counted(step, built, route)
                 sent.counted[step.id] = silent
+                result.counted += silent is not None
                 judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
                                           before=before)
                 record(judged, result, run.on_event)
