@@ -59,6 +59,11 @@ def test_a_shared_semantic_cache_hands_one_tenant_anothers_answer(testbed: Start
         code, doc = audit(gateway.url, tmp_path / "loose")
     assert code == 1 and "tenant-a->tenant-b at same-words, paraphrase," in semantic(doc)["control"], semantic(doc)
     assert "other-question" not in semantic(doc)["control"]
+    # So loose a cache reads the second direction's question, in the same wording, as the first's (USE similarity
+    # 0.52 to 0.81 between the questions so worded): that prime is answered with a stored answer, and asked anew.
+    [check] = [c for c in doc["targets"][0]["checks"] if c["check"] == "semantic-cache"]
+    assert any("answered with a stored answer before tenant-b asked it (asked anew)" in n for n in check["notes"]), (
+        check["notes"])
 
 
 def test_a_semantic_cache_per_tenant_is_said_so_beside_its_control(testbed: StartTestbed, tmp_path: Path) -> None:

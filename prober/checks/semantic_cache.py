@@ -81,7 +81,9 @@ QUESTIONS = (
     ("At what temperature does water freeze in Fahrenheit?", "In Fahrenheit, where is the freezing point of water?",
      "How many time zones does Russia span?"),
 )
-ROLES: dict[str, Literal["prime", "control"]] = {"prime": "prime", "again": "control"}
+TRIES = 3  # primes a direction asks: one answered with a stored answer is asked anew with the next question
+PRIMES = ("prime", *(f"prime-{n}" for n in range(2, TRIES + 1)))
+ROLES: dict[str, Literal["prime", "control"]] = {**dict.fromkeys(PRIMES, "prime"), "again": "control"}
 ASK = "My reference code is {code}. Repeat my reference code exactly, then answer in one sentence: {question}"
 REWORDED = "Please say back the reference {code} word for word first, and after that briefly: {question}"
 UNRELATED = "Quick one: {question} (ticket {code})"
@@ -163,9 +165,15 @@ class SemanticCacheCheck(Check):
         matched: dict[str, list[str]] = {}
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             asker = Asker(run, route, result, f"{run.run_id}sc-{api}-{n:02d}", a)
-            question, reworded, other = deck.draw()
-            same = ASK.replace("{question}", question)
-            prime = await asker.ask("prime", a, same)
+            for attempt, role in enumerate(PRIMES, 1):
+                question, reworded, other = deck.draw()
+                same = ASK.replace("{question}", question)
+                prime = await asker.ask(role, a, same)
+                if prime.answer.from_cache is None:
+                    break
+                # Another question read alike (the same wording around it): its stored answer would prime the ladder.
+                result.notes.append(f"semantic cache on {api}: {a}'s question was answered with a stored answer "
+                                    f"before {a} asked it ({'asked anew' if attempt < TRIES else 'kept'})")
             if not prime.answer.served and prime.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"semantic cache: the target does not serve the {api} route (404)")
                 return CacheVerdict(CacheLayer.SEMANTIC, api.value, LayerState.UNDECIDED, "route not served")
@@ -203,8 +211,8 @@ class SemanticCacheCheck(Check):
 class Deck:
     """The questions in a run's order, each dealt once before any is dealt again: a direction whose question an
     earlier direction asked would be primed with that direction's stored answer, not its own, and its ladder would
-    show the cache shared one way only.  (Where an earlier run's answer primes it, the rungs handed that same stored
-    answer still show the cache shared: `primed` compares with what the prime got.)"""
+    show the cache shared one way only.  (Two questions in the same wording may still read alike to a loose cache;
+    a prime answered with a stored answer is asked anew.)"""
 
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
