@@ -168,3 +168,13 @@ def poisson(rng: random.Random, mean: float) -> int:
         count += 1
         total += rng.expovariate(1.0)
     return count
+
+
+def test_a_window_says_whether_the_engine_took_a_prompt_only_where_it_counts_prompts() -> None:
+    """The response-cache check's sign of a copy that looks made: the prompt counter stood still.  Moved, the engine
+    (or another user) took a prompt; with no prompt counter exposed, nothing is said either way."""
+    prompts = "sglang:prompt_tokens_total"
+    assert Window(1, {prompts: Change.between(400.0, 400.0), ABORTS: Change.between(3.0, 3.0)}).took_no_prompt()
+    assert Window(1, {prompts: Change.between(400.0, 470.0)}).took_no_prompt() is False
+    assert Window(1, {ABORTS: Change.between(3.0, 3.0)}).took_no_prompt() is None
+    assert Window(1).took_no_prompt() is None

@@ -112,11 +112,12 @@ class TargetContext:
 
     async def send_counted(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int, bool | None]:
         """As `send`, with the engine's counters read right before and right after: also whether the engine counted
-        no prompt meanwhile (None: not known — no metrics, or the reads not comparable).  Other users' prompts make
-        it False; an engine replica whose metrics these reads do not reach makes it True as a cache would."""
+        no prompt meanwhile (None: not known — no prompt counter, or the reads not comparable).  Other users'
+        prompts make it False; an engine replica whose metrics these reads do not reach makes it True as a cache
+        would."""
         async with window(self.telemetry) as counted:
             answer, before = await self.send(step, built, route)
-        return answer, before, counted.took_no_prompt() if counted.changed else None
+        return answer, before, counted.took_no_prompt()
 
     async def hang_up(self, step: Step, built: BuiltPrompt, route: Route, after: float,
                       linger: float) -> tuple[Completion, int] | None:

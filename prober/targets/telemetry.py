@@ -124,11 +124,11 @@ class Window:
     def evidence(self) -> EngineCounters | None:
         return EngineCounters(dict(self.changed)) if self.changed else None
 
-    def took_no_prompt(self) -> bool:
-        """The engine counted no prompt while the window's requests ran: what answered them was not the engine.  Other
-        users' prompts in the window make it false (never true for a request the engine took)."""
+    def took_no_prompt(self) -> bool | None:
+        """The engine process read counted no prompt while the window's requests ran: it made none of their answers.
+        Other users' prompts in the window make it False; None where the window has no prompt counter to read."""
         taken = [c.delta for name, c in (self.changed or {}).items() if name in PROMPTS]
-        return bool(taken) and not any(taken)
+        return not any(taken) if taken else None
 
     def failures(self) -> dict[str, float]:
         """The failure counters that rose, by how much."""
