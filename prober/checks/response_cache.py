@@ -38,7 +38,9 @@ from prober.probing.judging import copied
 from prober.probing.plan import Aim, Planned, Step, pairs
 from prober.probing.results import CheckResult, StepResult
 from prober.probing.routes import Route
+from prober.prompts import BuiltPrompt
 from prober.targets.api import Api
+from prober.targets.result import Completion
 
 INSTRUCTION_TOKENS = 48
 NOT_SERVED = "route not served"
@@ -125,10 +127,21 @@ class ResponseCacheCheck(Check):
 
     async def _judged(self, run: Run, sent: Pass, uncounted: set[str], result: ResponseCacheResult
                       ) -> list[CacheVerdict]:
-        """The response cache on a pass's route (plain or streamed), and the path's identity layer where a request
-        of the pass reached the engine; `uncounted`: the requests that no engine counted, copies all the same."""
-        directions = [(first, _copy(other, uncounted), _copy(again, uncounted))
-                      for first, other, again in sent.directions]
+        """A pass's answers judged, each known as a copy first where the engine counted no prompt for it (none is
+        judged as the engine's before the whole run says which are); then the response cache on the pass's route
+        (plain or streamed), and the path's identity layer where a request of the pass reached the engine."""
+        directions = []
+        for requests in sent.directions:
+            judged = []
+            for request in requests:
+                answer = _copy(request, uncounted)
+                step = await run.target.judged(request.step, request.exchange, request.built, answer, request.route,
+                                               check=self.name, before=request.before)
+                record(step, result, run.on_event)
+                judged.append(step)
+                result.echoed += answer.served and answer.from_cache is None and request.nonce in answer.text
+            first, other, again = judged
+            directions.append((first, other, again))
         verdict = await self._verdict(run, sent.where, directions, result)
         served = [d for d in directions if all(s.answer.served for s in d)]
         upstream = identity(sent.where, served, salted=bool(run.target.salts))
@@ -137,8 +150,8 @@ class ResponseCacheCheck(Check):
     async def _send(self, run: Run, settings: ResponseCacheSettings, route: Route, stream: bool,
                     result: ResponseCacheResult) -> Pass | CacheVerdict:
         """Every direction's three requests, one after another (each may be served what the one before it left),
-        with what the engine counted for each; a verdict where the route is not served or no prompt could be
-        built."""
+        with what the engine counted for each, judged once the whole run is in; a verdict where the route is not
+        served or no prompt could be built."""
         ctx, api = run.target, route.api
         where = f"{api}-stream" if stream else api.value
         sent = Pass(where)
@@ -159,12 +172,7 @@ class ResponseCacheCheck(Check):
                 answer, before, silent = await ctx.send_counted(step, built, route)
                 sent.counted[step.id] = silent
                 result.counted += silent is not None
-                judged = await ctx.judged(step, f"{run.run_id}rc-{where}-{n}", built, answer, route, check=self.name,
-                                          before=before)
-                record(judged, result, run.on_event)
-                answers.append(judged)
-                reply = judged.answer
-                result.echoed += reply.served and reply.from_cache is None and nonce in reply.text
+                answers.append(Sent(step, f"{run.run_id}rc-{where}-{n}", built, route, nonce, answer, before))
             first = answers[0]
             if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"response cache: the target does not serve the {api} route (404)")
@@ -219,12 +227,26 @@ Direction = tuple[StepResult, StepResult, StepResult]  # A's request, B's same r
 UNCOUNTED = "the engine counted no prompt"
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request as sent, its answer not yet judged: whether it is a copy is known only once the run is in."""
+
+    step: Step
+    exchange: str
+    built: BuiltPrompt
+    route: Route
+    nonce: str
+    answer: Completion
+    before: int  # the outbox's count when it was sent (what its cached tokens are explained by)
+
+
 @dataclass
 class Pass:
-    """One route's requests, plain or streamed, sent and judged one by one; read as a layer once the whole run is in."""
+    """One route's requests, plain or streamed, sent one by one; judged and read as a layer once the whole run is
+    in."""
 
     where: str
-    directions: list[Direction] = field(default_factory=list)
+    directions: list[tuple[Sent, Sent, Sent]] = field(default_factory=list)
     counted: dict[str, bool | None] = field(default_factory=dict)  # step id -> the engine counted no prompt for it
 
 
@@ -244,13 +266,12 @@ def _uncounted(passes: list[Pass], result: ResponseCacheResult) -> set[str]:
             if p.counted.get(s.step.id)}
 
 
-def _copy(judged: StepResult, uncounted: set[str]) -> StepResult:
-    """The step as a cache's copy where the engine counted no prompt for it (and nothing else told it already)."""
-    answer = judged.answer
-    if judged.step.id not in uncounted or not answer.served or answer.from_cache is not None:
-        return judged
-    return replace(judged, answer=replace(answer, from_cache=FromCache(CacheLayer.RESPONSE, UNCOUNTED,
-                                                                       answer.answer_id)))
+def _copy(sent: Sent, uncounted: set[str]) -> Completion:
+    """The answer as a cache's copy where the engine counted no prompt for it (and nothing else told it already)."""
+    answer = sent.answer
+    if sent.step.id not in uncounted or not answer.served or answer.from_cache is not None:
+        return answer
+    return replace(answer, from_cache=FromCache(CacheLayer.RESPONSE, UNCOUNTED, answer.answer_id))
 
 
 def identity(where: str, directions: list[Direction], *, salted: bool) -> CacheVerdict | None:
