@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from prober.canaries.mint import Minter
 from prober.capacity import Capacity, Known, assess, introspect
 from prober.capacity.bisect import bisect_accept_limit
+from prober.capacity.limits import EngineCache
 from prober.cli import app
 from prober.config.schema import CapacityHints, assemble_config
 from prober.domain.errors import ConfigError
@@ -62,6 +63,7 @@ def test_reference_engine_presets(testbed: StartTestbed, preset: str, severity: 
     assert capacity.pool_tokens == Known(cfg.pool_tokens, "sglang /server_info max_total_num_tokens")
     assert capacity.max_req_input_len is not None and capacity.max_req_input_len.value == cfg.max_req_input_len
     assert capacity.page_size is not None and capacity.page_size.value == cfg.page_size
+    assert [(c.layer, c.on) for c in capacity.caches] == [("prefix", True), ("prefix-tier2", False)]
     verdicts = assess(capacity)
     assert max(v.severity for v in verdicts) is severity and verdicts[0].code == code
 
@@ -80,6 +82,33 @@ def test_vllm_shape() -> None:
     assert capacity.pool_tokens is not None and capacity.pool_tokens.value == 2048 * 16
     assert "num_gpu_blocks x block_size" in capacity.pool_tokens.source
     assert assess(capacity)[0].code == "capacity_inversion"
+    assert capacity.caches == (EngineCache("prefix", True, "vllm /metrics cache_config_info enable_prefix_caching"),)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("labels", "said"), [
+    ('enable_prefix_caching="False",kv_offloading_size="None",kv_offloading_backend="native"',
+     ((False, None), (False, None))),
+    ('enable_prefix_caching="True",kv_offloading_size="4.0",kv_offloading_backend="lmcache"',
+     ((True, None), (True, "CPU offload, lmcache, 4.0 GiB"))),
+])
+def test_vllm_says_which_caches_it_runs(labels: str, said: tuple[tuple[bool, str | None], ...]) -> None:
+    """vLLM's cache config (every attribute a label of `vllm:cache_config_info`) says whether its prefix cache is on
+    and whether a CPU offload tier sits below it: what the prefix-cache check then tests, known before it sends."""
+    metrics = f'vllm:cache_config_info{{block_size="16",{labels},num_gpu_blocks="2048"}} 1.0\n'
+    capacity = _answered({"GET /metrics": lambda _: send(200, metrics, content_type="text/plain")})
+    assert [(c.layer, c.on, c.kind) for c in capacity.caches] == [("prefix", *said[0]), ("prefix-tier2", *said[1])]
+
+
+@pytest.mark.unit
+def test_sglang_says_which_caches_it_runs() -> None:
+    info = {"max_total_num_tokens": 20480, "page_size": 1, "disable_radix_cache": False,
+            "enable_hierarchical_cache": True, "hicache_storage_backend": "mooncake"}
+    capacity = _answered({"GET /server_info": lambda _: send(200, info)}, secret=None)
+    assert capacity.caches == (
+        EngineCache("prefix", True, "sglang /server_info disable_radix_cache"),
+        EngineCache("prefix-tier2", True, "sglang /server_info enable_hierarchical_cache",
+                    "host memory, storage backend mooncake"))
 
 
 @pytest.mark.unit

@@ -53,6 +53,8 @@ def test_incident_is_caught_exported_and_survives_a_restart(testbed: StartTestbe
         assert daemon.sample("leakprobe_capacity_verdict", verdict="capacity_inversion") == 1
         assert daemon.sample("leakprobe_engine_info", engine="sglang", release="0.5.11") == 1
         assert daemon.sample("leakprobe_engine_known_bug", bug="SGLang #30233, #38704, #38935", standing="applies") == 1
+        assert daemon.sample("leakprobe_engine_cache_enabled", layer="prefix") == 1  # said on
+        assert daemon.sample("leakprobe_engine_cache_enabled", layer="prefix-tier2") == 0  # said off
         assert daemon.sample("leakprobe_target_advertised_context_tokens") == SMALL["context_length"]
         assert daemon.sample("leakprobe_target_kv_pool_tokens") == SMALL["pool_tokens"]
         assert daemon.sample("leakprobe_boundary_last_outcome", boundary="pool+1") == 3  # served over the limit

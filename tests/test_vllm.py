@@ -117,6 +117,11 @@ def test_preflight_reads_max_model_len_tokenizer_and_metrics(vllm: VllmServer) -
     # overstates it for Gemma 3's sliding-window layers.
     assert "kv_cache_size_tokens" in capacity["pool_tokens"]["source"] and capacity["pool_tokens"]["value"] > CONTEXT
     assert capacity["page_size"]["value"] == 128
+    # Its caches, as its cache config says: the prefix cache on (--enable-prefix-caching), no CPU offload tier.
+    source = "vllm /metrics cache_config_info"
+    assert capacity["caches"] == [
+        {"layer": "prefix", "on": True, "source": f"{source} enable_prefix_caching", "kind": None},
+        {"layer": "prefix-tier2", "on": False, "source": f"{source} kv_offloading_size", "kind": None}]
     assert report["tokenizer"] == "vllm /tokenize (chat form)"
     assert [v["code"] for v in report["verdicts"]] == ["ok"]
     # Its release, and the bug table against it: past the fixes of 0.9.0, 0.14.0 and 0.26.0, not of the open ones.

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from prober.capacity.limits import Capacity, Known
+from prober.capacity.limits import Capacity, EngineCache, Known
 from prober.capacity.version import said, served_by
 from prober.targets.api import Engine
 from prober.targets.credentials import Secret
@@ -89,7 +89,21 @@ async def read_sglang(transport: Transport, origin: str, base_url: str, secret: 
         max_req_input_len=known(_int(flat, "max_req_input_len"), "max_req_input_len"),
         page_size=known(_int(flat, "page_size"), "page_size"),
         disaggregation_mode=mode if isinstance(mode, str) and mode not in ("null", "") else None,
-        version=said(flat.get("version"), f"sglang {path} version"), notes=notes)
+        version=said(flat.get("version"), f"sglang {path} version"), caches=_sglang_caches(flat, path), notes=notes)
+
+
+def _sglang_caches(info: dict[str, Any], path: str) -> tuple[EngineCache, ...]:
+    """SGLang's radix (prefix) cache and HiCache, its second tier in host memory (with a storage backend below it
+    where `hicache_storage_backend` names one), as its server arguments say."""
+    caches = []
+    if isinstance(radix := info.get("disable_radix_cache"), bool):
+        caches.append(EngineCache("prefix", not radix, f"sglang {path} disable_radix_cache"))
+    if isinstance(tiered := info.get("enable_hierarchical_cache"), bool):
+        storage = info.get("hicache_storage_backend")
+        kind = f"host memory, storage backend {storage}" if isinstance(storage, str) and storage else "host memory"
+        caches.append(EngineCache("prefix-tier2", tiered, f"sglang {path} enable_hierarchical_cache",
+                                  kind if tiered else None))
+    return tuple(caches)
 
 
 async def read_models(transport: Transport, origin: str, base_url: str, secret: Secret | None) -> Capacity | None:
@@ -124,11 +138,26 @@ async def read_vllm(transport: Transport, origin: str, base_url: str, secret: Se
     if tokens.isdigit():
         # The engine's own token count: with sliding-window layers (Gemma 3) blocks are shared between KV
         # groups, and num_gpu_blocks x block_size overstates it (measured: 2,730 x 128 = 349,440 vs 55,356).
-        return Capacity(engine=Engine.VLLM, page_size=page,
+        return Capacity(engine=Engine.VLLM, page_size=page, caches=_vllm_caches(labels),
                         pool_tokens=Known(int(tokens), "vllm /metrics cache_config_info kv_cache_size_tokens"))
-    return Capacity(engine=Engine.VLLM, page_size=page,
+    return Capacity(engine=Engine.VLLM, page_size=page, caches=_vllm_caches(labels),
                     pool_tokens=Known(int(blocks) * int(block), "vllm /metrics cache_config_info "
                                                                  "num_gpu_blocks x block_size"))
+
+
+def _vllm_caches(labels: dict[str, str]) -> tuple[EngineCache, ...]:
+    """vLLM's prefix cache and its CPU offload tier (`--kv-offloading-size`, by `kv_offloading_backend`), as its
+    cache config says.  A KV connector set by `--kv-transfer-config` is not in it: the prefix-cache check tells that
+    tier from its own answers."""
+    source = "vllm /metrics cache_config_info"
+    caches = []
+    if (prefix := labels.get("enable_prefix_caching")) in ("True", "False"):
+        caches.append(EngineCache("prefix", prefix == "True", f"{source} enable_prefix_caching"))
+    if (size := labels.get("kv_offloading_size")) is not None:
+        on = size not in ("None", "", "0", "0.0")
+        kind = f"CPU offload, {labels.get('kv_offloading_backend', 'native')}, {size} GiB" if on else None
+        caches.append(EngineCache("prefix-tier2", on, f"{source} kv_offloading_size", kind))
+    return tuple(caches)
 
 
 async def read_vllm_version(transport: Transport, origin: str, base_url: str, secret: Secret | None

@@ -27,6 +27,28 @@ class KnownDoc(TypedDict):
     source: str
 
 
+@dataclass(frozen=True)
+class EngineCache:
+    """A cache the engine says it runs, or says is off (`prefix`: its prefix cache; `prefix-tier2`: a second tier
+    below it, host memory or storage): what the cache checks test, known before they send anything.  Said, not
+    seen: the cache map's word for the layer comes from the checks' requests and their same-tenant controls."""
+
+    layer: str  # the cache map's layer name
+    on: bool
+    source: str  # e.g. "sglang /server_info disable_radix_cache"
+    kind: str | None = None  # what the tier is, where the engine names it (e.g. a storage backend)
+
+    def to_json(self) -> EngineCacheDoc:
+        return {"layer": self.layer, "on": self.on, "source": self.source, "kind": self.kind}
+
+
+class EngineCacheDoc(TypedDict):
+    layer: str
+    on: bool
+    source: str
+    kind: str | None
+
+
 class CapacityDoc(TypedDict):
     engine: str | None
     version: EngineVersionDoc | None
@@ -38,6 +60,7 @@ class CapacityDoc(TypedDict):
     accept_limit: KnownDoc | None
     disaggregation_mode: str | None
     kv_unified: bool | None
+    caches: list[EngineCacheDoc]
     notes: list[str]
 
 
@@ -56,6 +79,7 @@ class Capacity:
     accept_limit: Known | None = None
     disaggregation_mode: str | None = None
     kv_unified: bool | None = None
+    caches: tuple[EngineCache, ...] = ()  # the caches the engine says it runs (or has off)
     notes: tuple[str, ...] = ()
 
     def merged(self, other: Capacity) -> Capacity:
@@ -64,7 +88,7 @@ class Capacity:
         return replace(self, **values, engine=self.engine or other.engine, version=self.version or other.version,
                        disaggregation_mode=self.disaggregation_mode or other.disaggregation_mode,
                        kv_unified=self.kv_unified if self.kv_unified is not None else other.kv_unified,
-                       notes=self.notes + other.notes)
+                       caches=self.caches or other.caches, notes=self.notes + other.notes)
 
     @property
     def advertised(self) -> Known | None:
@@ -80,7 +104,8 @@ class Capacity:
                 "pool_tokens": known(self.pool_tokens), "max_req_input_len": known(self.max_req_input_len),
                 "page_size": known(self.page_size), "slots": known(self.slots),
                 "accept_limit": known(self.accept_limit), "disaggregation_mode": self.disaggregation_mode,
-                "kv_unified": self.kv_unified, "notes": list(self.notes)}
+                "kv_unified": self.kv_unified, "caches": [c.to_json() for c in self.caches],
+                "notes": list(self.notes)}
 
 
 class VerdictCode(StrEnum):

@@ -41,7 +41,7 @@ def preflight(
     from prober.config.schema import assemble_config
     from prober.probing.secrets import scrubber_for
     from prober.probing.survey import preflight as run_preflight
-    from prober.report.document import bug_lines, engine_named
+    from prober.report.document import bug_lines, engine_named, said_caches
 
     cfg = assemble_config(config, target=target, api=api, tenants=tenant, environ=dict(os.environ),
                           sections=REGISTRY.sections)
@@ -71,6 +71,8 @@ def preflight(
                 typer.echo(f"{r.target}: {line}")
             sources = [f"{name} from {known.source}" for name in FIELDS if (known := getattr(r.capacity, name))]
             typer.echo(f"{r.target}: tokens counted by {r.tokenizer or '-'}; " + "; ".join(sources), err=True)
+            for line in said_caches(doc):
+                typer.echo(f"{r.target}: {line}")
             if r.path is not None:
                 typer.echo(f"{r.target}: path to the engine: {r.path.describe()}")
             for note in r.capacity.notes:

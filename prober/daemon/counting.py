@@ -74,10 +74,12 @@ class RunCounter:
         for code in VerdictCode:
             if code is not VerdictCode.OK:  # the absence of the others
                 m.verdict.labels(self.target, code, code.severity.label).set(1 if code in held else 0)
-        for gauge in (m.engine, m.known_bug):  # a release read anew replaces the last one's series
+        for gauge in (m.engine, m.known_bug, m.engine_cache):  # what is read anew replaces the last series
             gauge.remove_by_labels({"target": self.target})
         if capacity.engine is not None:
             m.engine.labels(self.target, capacity.engine, capacity.version.text if capacity.version else "").set(1)
         for bug in result.bugs:
             m.known_bug.labels(self.target, bug.public, bug.standing).set(1)
+        for said in capacity.caches:
+            m.engine_cache.labels(self.target, said.layer).set(1 if said.on else 0)
         m.surveyed.labels(self.target).set(time.time())

@@ -106,6 +106,10 @@ class Metrics:
         self.known_bug = Gauge("leakprobe_engine_known_bug", "1 for each public isolation bug of leakprobe's bug table "
                                "for the target's engine, by how its release stands (applies, fixed, unknown).",
                                ["target", "bug", "standing"], registry=registry)
+        self.engine_cache = Gauge("leakprobe_engine_cache_enabled", "1 where the engine says a cache of its own is "
+                                  "on, 0 where it says it is off (layer: prefix, prefix-tier2), as the last survey "
+                                  "read it; whether tenants share it is leakprobe_cache_layer_state.",
+                                  ["target", "layer"], registry=registry)
         self.surveyed = Gauge("leakprobe_capacity_surveyed_timestamp_seconds", "When the capacity and verdicts were "
                               "last learned from the target (a survey that reached it).", ["target"], registry=registry)
         self.up = Gauge("leakprobe_target_up", "1 when the target's API gave an HTTP answer to the last request (of "
@@ -133,8 +137,8 @@ class Metrics:
         self._per_target: list[MetricWrapperBase] = [
             self.findings, self.probes, self.probe_duration, self.ttft, self.boundary, self.request_errors,
             self.requests_cut, self.paused, self.tokens_sent, self.budget, self.budget_left, self.advertised, self.pool,
-            self.input_limit, self.verdict, self.engine, self.known_bug, self.surveyed, self.up, self.runs,
-            self.on_demand, self.failures, self.skips, self.last_run, self.last_success, self.interval,
+            self.input_limit, self.verdict, self.engine, self.known_bug, self.engine_cache, self.surveyed, self.up,
+            self.runs, self.on_demand, self.failures, self.skips, self.last_run, self.last_success, self.interval,
             *self.checks.per_target, *self.spending.per_target]
 
     def exchanged(self, target: str, exchange: HTTPExchange, api: bool) -> None:

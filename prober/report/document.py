@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from prober import __version__
 from prober.capacity.known_bugs import KnownBugDoc, Standing
-from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc
+from prober.capacity.limits import CapacityDoc, CapacityVerdictDoc, EngineCacheDoc
 from prober.domain.incidents import Incident, IncidentDoc
 from prober.domain.types import Finding, FindingDoc
 from prober.domain.verdicts import AuditVerdict, Status, Weight, weight
@@ -165,6 +165,15 @@ def engine_named(capacity: CapacityDoc) -> str:
     if version is None:
         return f"{engine} (release not said)"
     return f"{engine} {version['release'] or version['text'] + ' (no release named)'}"
+
+
+def said_caches(capacity: CapacityDoc) -> list[str]:
+    """The caches the engine says it runs or has off, each with where it says so."""
+    def one(c: EngineCacheDoc) -> str:
+        what = "prefix cache" if c["layer"] == "prefix" else "second prefix-cache tier"
+        kind = f" ({c['kind']})" if c["kind"] else ""
+        return f"the engine says: {what} {'on' if c['on'] else 'off'}{kind}, from {c['source']}"
+    return [one(c) for c in capacity["caches"]]
 
 
 def bug_lines(known: list[KnownBugDoc]) -> list[str]:

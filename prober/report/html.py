@@ -18,7 +18,7 @@ from prober.domain.evidence import EngineCounters, find, of_json
 from prober.domain.types import FindingDoc, FindingKind
 from prober.domain.verdicts import Status
 from prober.report.advice import WHAT_TO_DO
-from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named
+from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named, said_caches
 
 COLOURS = {"served": "#2b8a3e", "refused": "#1c7ed6", "finding": "#e03131", "error": "#f08c00"}
 SEVERITY_COLOURS = {"critical": "#c92a2a", "high": "#e8590c", "warning": "#e67700", "info": "#868e96"}
@@ -268,7 +268,7 @@ def target_section(doc: Document, t: TargetDoc) -> str:
     verdicts = "".join(f'<li><span class="sev" style="color:{SEVERITY_COLOURS.get(v["severity"], "#495057")}">'
                        f'{_esc(v["severity"])}</span> <b>{_esc(v["code"])}</b>: {_esc(v["message"])}</li>'
                        for v in t["verdicts"]) or "<li>no verdict</li>"
-    verdicts += "".join(f"<li>{_esc(line)}</li>" for line in bug_lines(t["known_bugs"]))
+    verdicts += "".join(f"<li>{_esc(line)}</li>" for line in bug_lines(t["known_bugs"]) + said_caches(cap))
     notes = "".join(f'<li class="muted">{_esc(note)}</li>' for note in cap["notes"])
     errors = "".join(f"<li>{_esc(e)}</li>" for e in t["errors"])
     own = [f for f in doc["findings"] if f["target"] == t["name"]]

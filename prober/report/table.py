@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 
 from prober.domain.verdicts import Status
-from prober.report.document import Document, TargetDoc, advertised_and_pool, bug_lines, engine_named, trace_of
+from prober.report.document import (
+    Document,
+    TargetDoc,
+    advertised_and_pool,
+    bug_lines,
+    engine_named,
+    said_caches,
+    trace_of,
+)
 from prober.report.terminal import Terminal
 
 STATUS_STYLE = {Status.LEAK: "bold red", Status.ENGINE_FAULT: "bold red", Status.INCOMPLETE: "bold yellow",
@@ -33,7 +41,7 @@ def _target(doc: Document, t: TargetDoc, term: Terminal) -> str:
              f"{'?' if pool is None else f'{pool:,}'}, tokens counted by {t['tokenizer']}, {t['tokens_sent']:,} "
              f"tokens sent, {'complete' if t['complete'] else 'INCOMPLETE'}\n"]
     parts += [f"  preflight {v['severity']}: {v['code']}: {v['message']}\n" for v in t["verdicts"]]
-    parts += [f"  {line}\n" for line in bug_lines(t["known_bugs"])]
+    parts += [f"  {line}\n" for line in bug_lines(t["known_bugs"]) + said_caches(cap)]
     parts += [f"  check {c['check']}: {c['summary']}\n" for c in t["checks"]]
     parts += [f"  path to the engine: {path['summary']}\n" for path in t["paths"]]
     parts += [f"  cache map: {c['layer']} cache on {c['route']}: {c['state'].replace('_', ' ')} ({c['control']})\n"

@@ -221,6 +221,8 @@ class TestbedApp:
                 "max_req_input_len": cfg.max_req_input_len,
                 "page_size": cfg.page_size,
                 "disaggregation_mode": "prefill" if cfg.mode == "disaggregated" else "null",
+                "disable_radix_cache": cfg.prefix_cache_entries == 0,
+                "enable_hierarchical_cache": bool(cfg.storage_tier_entries) or cfg.faults.storage_tier_ignores_salt,
                 "internal_states": [{"memory_usage": {"token_capacity": cfg.pool_tokens}}],
                 "version": cfg.reports_version or f"leakprobe-testbed {__version__}",
             })
