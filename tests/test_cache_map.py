@@ -37,6 +37,8 @@ def test_the_engines_prefix_cache_on_the_map_beside_its_control(testbed: StartTe
     assert exit_code == code and layers[("prefix", "chat")]["state"] == prefix, (exit_code, layers)
     control = layers[("prefix", "chat")]["control"]
     assert ("in 2 of 2 repeats" if prefix != "none_seen" else "in 0 of 2 repeats") in control, control
+    said_off = "the engine says its prefix cache is off (sglang /server_info disable_radix_cache)"
+    assert (said_off in control) is (prefix == "none_seen"), control  # the reason beside the control, never a proof
     assert {layers[("response", route)]["state"] for route in ("chat", "completions")} == {"none_seen"}, layers
 
 

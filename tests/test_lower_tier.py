@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from prober.capacity.limits import EngineCache
 from prober.checks.prefix_cache import CONNECTOR_LOOKUPS, EVICTED, FILLER, OWN_AGAIN, second_tier
 from prober.config.schema import TargetConfig, assemble_config
 from prober.domain.types import FindingKind
@@ -122,3 +123,14 @@ def test_vllms_count_of_connector_lookups_shows_a_second_tier(testbed: StartTest
     assert counted[0] == 0 and counted[1_024] > 0, counted
     assert second_tier(CheckResult(check="prefix-cache"), counted[0]) is None
     assert CONNECTOR_LOOKUPS in (second_tier(CheckResult(check="prefix-cache"), counted[1_024]) or "")
+
+
+@pytest.mark.unit
+def test_a_second_tier_the_engine_says_it_runs_is_tested_where_no_answer_shows_it() -> None:
+    """SGLang's HiCache or vLLM's CPU offload, as the survey read the engine's configuration: the eviction and
+    resend run on the engine's word where neither its usage nor its lookups show the tier; a tier said off, not."""
+    nothing = CheckResult(check="prefix-cache")
+    said = EngineCache("prefix-tier2", True, "sglang /server_info enable_hierarchical_cache", "host memory")
+    assert second_tier(nothing, 0.0, said) == ("the engine says it runs a second cache tier (host memory) "
+                                               "(sglang /server_info enable_hierarchical_cache)")
+    assert second_tier(nothing, 0.0, EngineCache("prefix-tier2", False, "sglang /server_info …")) is None

@@ -7,7 +7,7 @@ everything sent before (prober/probing/cached.py)."""
 from __future__ import annotations
 
 from prober.capacity.known_bugs import Releases
-from prober.capacity.limits import Capacity
+from prober.capacity.limits import Capacity, EngineCache
 from prober.checks.base import Run
 from prober.checks.bugs import EngineBug
 from prober.checks.plans import LONG_PROMPTS, PlanCheck, adder
@@ -73,12 +73,14 @@ class PrefixCacheCheck(PlanCheck):
     async def run(self, run: Run, planned: Planned) -> CheckResult:
         result = await super().run(run, planned)
         ctx = run.target
+        said = {c.layer: c for c in ctx.capacity.caches}
         if ctx.config.lower_tier is None and result.stopped is None:
             reading = await ctx.telemetry.read() if ctx.telemetry is not None else None
-            if why := second_tier(result, reading.values.get(CONNECTOR_LOOKUPS, 0.0) if reading else 0.0):
+            if why := second_tier(result, reading.values.get(CONNECTOR_LOOKUPS, 0.0) if reading else 0.0,
+                                  said.get("prefix-tier2")):
                 await evict_and_resend(run, result, why)
         route = ctx.shape.chosen.api.value if ctx.shape else ctx.config.api.value
-        result.layers.append(prefix_layer(result, route))
+        result.layers.append(prefix_layer(result, route, said.get("prefix")))
         if any(s.step.boundary in LOWER for s in result.steps):
             result.layers.append(tier_layer(result, route))
         return result
@@ -114,15 +116,18 @@ def cache_plan(target: str, capacity: Capacity, tenants: list[str], *, streaming
     return plan
 
 
-def second_tier(result: CheckResult, lookups: float) -> str | None:
+def second_tier(result: CheckResult, lookups: float, said: EngineCache | None = None) -> str | None:
     """What shows the engine has a second tier (a KV connector, an offload tier), or None: its usage telling that
     tier's cached tokens apart on this check's answers (`external_cached_tokens`, even 0), else its count of tokens
     looked up there (`lookups`: vLLM's `external_prefix_cache_queries`, which moves only with a connector; vLLM
-    0.32 keeps the split out of the usage)."""
+    0.32 keeps the split out of the usage), else its own configuration as the survey read it (`said`: SGLang's
+    HiCache, vLLM's CPU offload)."""
     if any(s.answer.usage is not None and s.answer.usage.external_cached_tokens is not None for s in result.steps):
         return "the engine's usage names a second cache tier (external_cached_tokens)"
     if lookups > 0:
         return f"the engine counts {lookups:,.0f} tokens looked up in a second cache tier ({CONNECTOR_LOOKUPS})"
+    if said is not None and said.on:
+        return f"the engine says it runs a second cache tier{f' ({said.kind})' if said.kind else ''} ({said.source})"
     return None
 
 
@@ -172,12 +177,14 @@ def lower_plan(plan: Plan, capacity: Capacity, tenants: list[str], *, max_tokens
             after=(*fillers[1], step(eid, "again", observer, length, OWN_AGAIN, max_tokens))))
 
 
-def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
+def prefix_layer(result: CheckResult, route: str, said: EngineCache | None = None) -> CacheVerdict:
     """The engine's prefix cache on the cache map: shared where another tenant's prompt was served from it
     (`cross_tenant_cache_hit`); per tenant where none was but an observer's own repeat (A, X, A) reported more cached
     tokens than its first send of the same prompt (the positive control); none seen where the engine counts cached
     tokens and the repeat reused nothing; undecided where it counts none (a counter that does not move proves
-    nothing: llama.cpp #27148) or the repeats went unanswered.  Answers a cache in front served are no reading."""
+    nothing: llama.cpp #27148) or the repeats went unanswered.  Answers a cache in front served are no reading.
+    Where the engine says its prefix cache is off (`said`), a layer with no reuse seen says so: the reason, not a
+    proof of isolation."""
     made = [s for s in result.steps if s.answer.served and s.answer.from_cache is None]
     lower = {s.step.id for s in result.steps if s.step.boundary in LOWER}  # a lower tier's, on its own layer
     crossed = sum(f.kind is FindingKind.CROSS_TENANT_CACHE_HIT and f.record_id not in lower for f in result.findings)
@@ -190,11 +197,12 @@ def prefix_layer(result: CheckResult, route: str) -> CacheVerdict:
     if crossed:
         return CacheVerdict("prefix", route, LayerState.SHARED, f"{crossed} cross-tenant hits; {control}",
                             len(repeats))
+    off = f"; the engine says its prefix cache is off ({said.source})" if said is not None and not said.on else ""
     if not counted:
         why = "the engine reported no cached tokens" if repeats else "no repeat was answered by the engine"
-        return CacheVerdict("prefix", route, LayerState.UNDECIDED, why, len(repeats))
+        return CacheVerdict("prefix", route, LayerState.UNDECIDED, why + off, len(repeats))
     state = LayerState.PER_TENANT if reused else LayerState.NONE_SEEN
-    return CacheVerdict("prefix", route, state, control, len(repeats))
+    return CacheVerdict("prefix", route, state, control + ("" if reused else off), len(repeats))
 
 
 def tier_layer(result: CheckResult, route: str) -> CacheVerdict:
