@@ -220,9 +220,14 @@ def calibrate_fuzzy(rng: random.Random) -> None:
     print(f"  no canary  : max {max(null):.3f} median {statistics.median(null):.3f}   (threshold 0.84)")
 
 
-def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, language: str) -> None:
-    """Answers/s and recall for facts reworded into answers (English: the test model's paraphrase; Korean:
-    the minted sentence), against embedding every sentence of every answer and comparing all facts."""
+NAIVE = 200  # answers the naive baseline embeds sentence by sentence
+
+
+def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, language: str,
+                   count: int = 2_000) -> None:
+    """Answers/s and recall for facts reworded into `count` answers (English: the test model's paraphrase; Korean:
+    the minted sentence), against embedding every sentence of every answer and comparing all facts (over the first
+    NAIVE answers: it is that slow).  Timings of 200 answers (a few tens of milliseconds) varied by a third."""
     embedder = make_embedder(model, device)
     started = time.perf_counter()
     embedder.load()
@@ -239,10 +244,10 @@ def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, la
     detector = SemanticDetector(CanarySet(canaries), embedder)
     from prober.testbed.styles import paraphrase
 
-    texts = answers(rng, 200) if language == "en" else answers(rng, 200, 900, language)
+    texts = answers(rng, count) if language == "en" else answers(rng, count, 900, language)
     cut = len(texts[0]) // 3
     planted: dict[int, str] = {}
-    for i in range(0, 200, 5):  # 20% carry a reworded fact
+    for i in range(0, count, 5):  # 20% carry a reworded fact
         index = rng.randrange(facts_n)
         planted[i] = canaries[index].id
         fact = paraphrase(drawn[index].text) if language == "en" else drawn[index].text
@@ -264,12 +269,12 @@ def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, la
     naive_found: set[int] = set()
 
     def naive() -> int:
-        for i, text in enumerate(texts):
+        for i, text in enumerate(texts[:NAIVE]):
             sentences = [s for s in re.split(r"(?<=[.!?。])\s+", text) if s.strip()]
             best = (fact_matrix @ embedder.encode(sentences).T).max(axis=1)  # every fact x every sentence
             if i in planted and best[int(planted[i][1:])] >= detector.threshold:
                 naive_found.add(i)
-        return len(texts)
+        return len(texts[:NAIVE])
 
     def one_at_a_time() -> set[tuple[int, str, float]]:
         return {(i, h.key, round(h.score, 3))
@@ -288,7 +293,8 @@ def bench_semantic(rng: random.Random, facts_n: int, model: str, device: str, la
     print(f"  {facts_n:,} facts: {ours_rate:8,.1f} answers/s, recall {len(found) / len(planted):.3f}   "
           f"one answer a call: {single_rate:8,.1f}/s ({ours_rate / single_rate:.2f}x), "
           f"same hits and scores: {'yes' if same else 'NO'}   "
-          f"naive sentence chunking: {naive_rate:6,.1f} answers/s, recall {len(naive_found) / len(planted):.3f}"
+          f"naive sentence chunking: {naive_rate:6,.1f} answers/s, recall "
+          f"{len(naive_found) / sum(i < NAIVE for i in planted):.3f}"
           f"   ratio {ours_rate / naive_rate:,.1f}x   peak RSS {rss_mib():.0f} MiB")
 
 
