@@ -115,6 +115,11 @@ def test_litellms_response_cache_shared_scoped_and_off(testbed: StartTestbed, tm
     assert all(f["record_id"].endswith("uuid-only-probe") or unsalted(f) for f in engine_findings), engine_findings
     assert not [f for f in doc["findings"] if f["kind"] in ENGINE_KINDS and any(
         e["type"] == "from_cache" for e in f["details"])]
+    # The engine's prefix cache is still tested through it: the prefix-cache check's observer resends the victim's
+    # prompt with another completion length than the victim's, which LiteLLM keys on, so the engine answers it (and
+    # keeps the tenants apart by their salts, with the same tenant's reuse as the control).
+    prefix = [layer for layer in doc["targets"][0]["cache_map"] if layer["layer"] == "prefix"]
+    assert [layer["state"] for layer in prefix] == ["per_tenant"], prefix
 
     code, doc = scoped
     assert code == 1 and states(doc) == litellm_states("per_tenant"), (code, doc["verdict"], states(doc))
