@@ -144,3 +144,40 @@ def test_workers_ai_envelope_plain_stream_and_failure() -> None:
     assert streamed.usage is not None and streamed.usage.prompt_tokens == 9
     assert failed.error is not None and failed.error.kind is ErrorKind.REFUSED and failed.error.message == "bad input"
     assert auth == "Bearer cf-token"
+
+
+def test_log_probabilities_are_asked_for_and_summed() -> None:
+    """Asked for, an answer's token log-probabilities come back summed, as chat sends them (a `content` list, plain
+    and streamed) and completions (`token_logprobs`); a list with a gap or a positive value says nothing (None)."""
+    seen: list[dict[str, Any]] = []
+
+    def chat_route(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        answer = chat_answer("A B")
+        answer["choices"][0]["logprobs"] = {"content": [{"token": "A", "logprob": -1.5, "bytes": [65]},
+                                                        {"token": " B", "logprob": -0.25, "bytes": [32, 66]}]}
+        return send(200, answer)
+
+    plain = ask(chat_route, Prompt("hi", temperature=1.0, logprobs=True))
+    assert seen[0]["logprobs"] is True and seen[0]["temperature"] == 1.0 and plain.logprob == -1.75
+    assert ask(chat_route, Prompt("hi")).logprob == -1.75 and "logprobs" not in seen[1]
+
+    def piece(text: str, logprob: float) -> dict[str, Any]:
+        chunk = chat_chunk(text)
+        chunk["choices"][0]["logprobs"] = {"content": [{"token": text, "logprob": logprob}]}
+        return chunk
+
+    streamed = ask(lambda _: stream(events(piece("A", -1.5), piece(" B", -0.25), delta())),
+                   Prompt("hi", stream=True, logprobs=True))
+    assert streamed.served and streamed.text == "A B" and streamed.logprob == -1.75
+
+    def completion(values: list[Any]) -> Route:
+        return lambda request: send(200, {"choices": [{"index": 0, "text": "A B", "finish_reason": "length",
+                                                       "logprobs": {"tokens": ["A", " B"], "token_logprobs": values}}]})
+
+    routes = Routes({"POST /v1/completions": completion([-1.5, -0.25])})
+    assert ask(routes, Prompt("hi", logprobs=True), api="completions").logprob == -1.75
+    for bad in ([-1.5, None], [-1.5, 0.5], [-1.5, "x"]):
+        routes = Routes({"POST /v1/completions": completion(bad)})
+        assert ask(routes, Prompt("hi", logprobs=True), api="completions").logprob is None, bad

@@ -37,6 +37,7 @@ class Prompt:
     stream: bool = False
     temperature: float = 0.0  # probes are greedy, so a rerun asks the same question the same way
     seed: int | None = None
+    logprobs: bool = False  # ask for the answer's token log-probabilities (OpenAI's chat and completions)
     cache_salt: str | None = None  # vLLM: only requests with the same salt share prefix-cache blocks
     request_id: RequestId | None = None  # the client's ID for the request (the engine names its own without one)
     model: str | None = None  # named in place of the target's model: a tenant's LoRA adapter (vLLM serves each as one)
@@ -59,6 +60,7 @@ class Piece:
     error: str | None = None
     other: str = ""  # text beside the content (reasoning, refusal, tool-call arguments)
     ends: bool = False  # the stream's last event (the Responses API ends on one; chat and completions on [DONE])
+    logprob: float | None = None  # the sum of its tokens' log-probabilities, where the target gave them
 
 
 class Target(ABC):
@@ -161,7 +163,7 @@ class HTTPTarget(Target):
         error = TargetError(ErrorKind.REFUSED, piece.error, 200, exchange.snippet()) if piece.error else None
         return Completion(**common, text=piece.text, usage=piece.usage, finish_reason=piece.finish_reason,
                           ttft_s=exchange.total_s, error=error, other_text=piece.other, answer_id=self.answer_id(obj),
-                          created=self.answer_created(obj))
+                          created=self.answer_created(obj), logprob=piece.logprob)
 
 
 class _StreamReader:
@@ -187,6 +189,7 @@ class _StreamReader:
         self.error: TargetError | None = None
         self.answer_id: str | None = None
         self.created: int | None = None
+        self.logprob: float | None = None
         self.done = False
 
     def feed(self, chunk: bytes, at: float) -> TargetError | None:
@@ -230,6 +233,8 @@ class _StreamReader:
             self.others.append(piece.other)
         self.finish_reason = piece.finish_reason or self.finish_reason
         self.usage = piece.usage or self.usage
+        if piece.logprob is not None:
+            self.logprob = (self.logprob or 0.0) + piece.logprob
         if piece.error and self.error is None:
             self.error = TargetError(ErrorKind.REFUSED, piece.error, 200, data[:ERROR_BODY_CAP])
 
@@ -250,7 +255,7 @@ class _StreamReader:
         # Partial text stays, reasoning before any content too: a cut answer can still carry someone else's data.
         return Completion(**common, text="".join(self.parts), usage=self.usage, finish_reason=self.finish_reason,
                           ttft_s=self.ttft, streamed=True, error=error, other_text="".join(self.others),
-                          answer_id=self.answer_id, created=self.created)
+                          answer_id=self.answer_id, created=self.created, logprob=self.logprob)
 
 
 def _plausible(answer: Completion, prompt: Prompt) -> Completion:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prober.targets.api import Api
@@ -44,6 +45,8 @@ class OpenAICompatible(HTTPTarget):
             body["prompt"] = "".join(f"{text}\n" for _, text in prompt.turns) + prompt.text
         if prompt.stream:
             body["stream_options"] = {"include_usage": True}
+        if prompt.logprobs:  # chat takes a flag, completions the number of alternatives beside each token
+            body["logprobs"] = True if self.api is Api.CHAT else 1
         return body
 
     def sampling(self, prompt: Prompt) -> dict[str, Any]:
@@ -73,10 +76,11 @@ class OpenAICompatible(HTTPTarget):
             return Piece(error=problem)
         choice = obj["choices"][0]
         if self.api is not Api.CHAT:
-            return Piece(choice["text"] or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")))
+            return Piece(choice["text"] or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")),
+                         logprob=summed(choice.get("logprobs")))
         message = choice["message"]
         return Piece(message.get("content") or "", choice.get("finish_reason"), Usage.parse(obj.get("usage")),
-                     other=beside_content(message))
+                     other=beside_content(message), logprob=summed(choice.get("logprobs")))
 
     def read_event(self, obj: Any) -> Piece:
         problem = error_message(obj)
@@ -87,10 +91,26 @@ class OpenAICompatible(HTTPTarget):
         if not choices:
             return Piece(usage=usage)
         choice = choices[0]
+        logprob = summed(choice.get("logprobs"))
         if self.api is Api.CHAT or "delta" in choice:
             delta = choice.get("delta") or {}
-            return Piece(delta.get("content") or "", choice.get("finish_reason"), usage, other=beside_content(delta))
-        return Piece(choice.get("text") or "", choice.get("finish_reason"), usage)
+            return Piece(delta.get("content") or "", choice.get("finish_reason"), usage, other=beside_content(delta),
+                         logprob=logprob)
+        return Piece(choice.get("text") or "", choice.get("finish_reason"), usage, logprob=logprob)
+
+
+def summed(logprobs: Any) -> float | None:
+    """The sum of a choice's token log-probabilities: chat's `content` list of `{token, logprob}`, completions'
+    `token_logprobs` (None where there are none, or any is not a number: a sum with a gap in it says nothing)."""
+    if not isinstance(logprobs, dict):
+        return None
+    content = logprobs.get("content")
+    values = ([t.get("logprob") if isinstance(t, dict) else None for t in content] if isinstance(content, list)
+              else logprobs.get("token_logprobs"))
+    if not isinstance(values, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               and math.isfinite(v) and v <= 0 for v in values):
+        return None
+    return float(sum(values))
 
 
 def _content(prompt: Prompt) -> str | list[dict[str, Any]]:

@@ -142,6 +142,10 @@ class Completion:
     created: int | None = None  # when the target says it made the answer (OpenAI's `created`, unix seconds)
     traceparent: str | None = None  # the W3C trace context it was asked with (prober/targets/transport.py `traced`)
     from_cache: FromCache | None = None  # served from a cache in front of the engine (prober/probing/provenance.py)
+    # The sum of the answer's token log-probabilities, where it was asked for them and the target gave them: a fresh
+    # decode of the same request says the same text again with probability e^logprob (at the temperature it was asked
+    # with), so a sampled answer repeated byte for byte at a tiny one was stored, not made.
+    logprob: float | None = None
 
     @property
     def retried(self) -> bool:
