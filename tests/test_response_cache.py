@@ -8,9 +8,11 @@ pre-call hook that sets the cache `namespace` from the caller, and off."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from prober.checks.response_cache import said_again
 from prober.domain.evidence import CacheLayer
 from prober.probing.provenance import AnswerBook, hit_header
 from prober.targets.result import Completion
@@ -61,6 +63,20 @@ def test_the_same_text_under_a_new_id_is_a_deterministic_engine_not_a_cache() ->
     # An engine that reuses ids (a counter reset by a restart) in another second, or for other text, is no cache.
     assert book.read("tenant-b", made("chatcmpl-1", created=1_790_000_009), "q") is None
     assert book.read("tenant-b", made("chatcmpl-1", "another answer"), "q") is None
+
+
+def test_a_sample_said_again_byte_for_byte_is_a_copy_and_a_likely_one_is_not() -> None:
+    """Under a fresh id, the same text as a sample the engine made to the same request: a copy where a fresh decode
+    says it again with probability e^-30 or less by the sample's own log-probabilities; never where that chance is
+    larger (a near-certain answer, a greedy or deterministic engine), unknown (no log-probabilities), or the text
+    differs in a byte."""
+    sample = replace(made("chatcmpl-1", "Sometimes he uses the ridge"), logprob=-64.6)
+    told = said_again(made("chatcmpl-2", "Sometimes he uses the ridge"), sample)
+    assert told == "a sampled answer said again byte for byte (a fresh decode says it with probability e^-65)"
+    assert said_again(made("chatcmpl-2", "Sometimes he uses the ridge"), replace(sample, logprob=-3.0)) is None
+    assert said_again(made("chatcmpl-2", "Sometimes he uses the ridge"), replace(sample, logprob=0.0)) is None
+    assert said_again(made("chatcmpl-2", "Sometimes he uses the ridge"), replace(sample, logprob=None)) is None
+    assert said_again(made("chatcmpl-2", "Sometimes he uses the ridge."), sample) is None
 
 
 def test_answers_named_by_the_clients_request_id_are_not_read_as_repeats() -> None:
@@ -190,7 +206,7 @@ def test_a_cache_that_names_each_copy_afresh_is_told_by_the_engines_counters(tes
     told = {d["told"] for f in copies for d in f["details"] if d["type"] == "from_cache"}
     assert told == {"the engine counted no prompt"}, told
     [check] = [c for c in doc["targets"][0]["checks"] if c["check"] == "response-cache"]
-    assert "(36 with the engine's prompt counter read)" in check["summary"], check["summary"]
+    assert "(36 with the engine's prompt counter read;" in check["summary"], check["summary"]
     assert not kinds(doc, *ENGINE_KINDS), [f["kind"] for f in doc["findings"]]
 
 

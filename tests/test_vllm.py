@@ -24,11 +24,11 @@ import yaml
 from prober.checks.abort_retry import AbortRetryResult
 from prober.checks.crosstalk import CrosstalkResult
 from prober.checks.request_ids import RequestIdResult
-from prober.checks.response_cache import ResponseCacheResult
+from prober.checks.response_cache import UNLIKELY, ResponseCacheResult
 from prober.checks.timing import TimingResult
 from prober.config.schema import parse_config
 from prober.config.sections import AbortRetrySettings
-from prober.domain.evidence import CacheLayer, EngineCounters, SaltAsserted, TimingStatistics, Traced
+from prober.domain.evidence import CacheLayer, EngineCounters, FromCache, SaltAsserted, TimingStatistics, Traced
 from prober.domain.types import FindingKind, Severity
 from prober.oneshot.audit import run_audit
 from prober.probing import AuditResult
@@ -46,6 +46,7 @@ from tests.support.litellm_proxy import Installation as LiteLLMInstallation
 from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.otlp import EXPORTER_ENV, TraceReceiver
 from tests.support.response_cache import BOTH_WAYS, LAYERS, kinds, states
+from tests.support.semantic_gateway import SemanticGateway
 from tests.support.shared import OPERATOR_PROMPT, BackgroundTenant, Gateway, Traffic, dated
 from tests.support.tools import unavailable
 from tests.support.vllm import VllmServer, VllmUnavailable, require_installed, serving_dtype
@@ -373,11 +374,46 @@ def test_straight_to_vllm_every_answer_is_the_engines_by_its_prompt_counter(vllm
             return await run_check("response-cache", checking), checking.target.telemetry is not None
 
     result, counted = run(check())
-    assert counted and not result.errors and not result.notes, (result.errors, result.notes)
+    assert counted and not result.errors, result.errors
+    # Its samples: each first answer on chat and completions, plain and streamed, came with its log-probabilities
+    # (the Responses API's did not), and none was said again (vLLM samples each repeat afresh).
+    assert all(note.startswith("response cache: the sampled first answers'") for note in result.notes), result.notes
     assert isinstance(result, ResponseCacheResult) and result.counted == len(result.steps) == 36, result.summary()
+    assert len(result.unlikely) == 8 and min(result.unlikely) <= UNLIKELY, result.unlikely
     assert not [s.step.id for s in result.steps if s.answer.from_cache is not None]
     assert {v.route: v.state for v in result.layers if v.layer == CacheLayer.RESPONSE} == dict.fromkeys(
         LAYERS, LayerState.NONE_SEEN), result.summary()
+
+
+def test_a_cache_that_renames_its_copies_is_told_by_vllms_own_samples(vllm: VllmServer, tmp_path: Path) -> None:
+    """A cache in front of vLLM that rebuilds each stored answer with a fresh `id` and `created`, sends no header and
+    lets no metrics through: neither the answers' names nor the engine's counters tell its copies.  The check's
+    requests are sampled at temperature 1 with their log-probabilities, and a first answer of vLLM's is one a fresh
+    decode says again by a chance under e^-30: B's answer saying A's word for word is A's, stored.  The cache is
+    found shared on chat, the one route it caches, in each direction whose sample was that unlikely; every other
+    route, none seen."""
+    secrets = {name: Secret(key) for name, key in KEYS.items()}
+    with SemanticGateway(vllm.url, tmp_path / "cache", scope="shared", threshold=0.99, restamp=True,
+                         hide=("/metrics",)) as gateway:
+        async def check() -> tuple[CheckResult, bool]:
+            async with surveyed(gateway.url, secrets, tmp_path / "l.sqlite", retries=2) as checking:
+                return await run_check("response-cache", checking), checking.target.telemetry is None
+
+        result, unread = run(check())
+        served = gateway.served_from_cache
+    assert unread and isinstance(result, ResponseCacheResult) and result.counted == 0, result.summary()
+    layers = {v.route: v.state for v in result.layers if v.layer == CacheLayer.RESPONSE}
+    assert layers == {**dict.fromkeys(LAYERS, LayerState.NONE_SEEN), "chat": LayerState.SHARED}, (
+        result.summary(), served)
+    # Each direction told where its sample was unlikely enough (at 32 tokens every one of 24 was, measured here).
+    samples = {s.step.tenant: s.answer.logprob for s in result.steps
+               if s.step.id.startswith("iso-rc-chat-") and "stream" not in s.step.id and s.step.role == "prime"}
+    unlikely = {(a, b) for a, b in (("tenant-a", "tenant-b"), ("tenant-b", "tenant-a"))
+                if (samples[a] or 0.0) <= UNLIKELY}
+    copies = [f for f in result.findings if f.kind is FindingKind.CROSS_TENANT_RESPONSE_CACHE]
+    assert unlikely and {(f.victim_tenant, f.observer_tenant) for f in copies} == unlikely, (samples, copies)
+    told = {e.told for f in copies for e in f.evidence if isinstance(e, FromCache)}
+    assert told and all(t.startswith("a sampled answer said again byte for byte") for t in told), told
 
 
 def test_litellms_response_cache_in_front_of_vllm_is_shared_across_keys(

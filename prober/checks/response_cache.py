@@ -1,16 +1,19 @@
 """The response-cache check: does a cache in front of the engine (a gateway's) hand one tenant the answer it stored
 for another?
 
-On every generation route the target serves (chat, completions, the Responses API), for every direction: tenant A
-sends a fresh canary-free prompt led by a nonce, tenant B sends the same request, then A again.  An answer the
-engine made has an `id` of its own; one a cache served repeats the stored answer whole, or the gateway says so in a
-header (prober/probing/provenance.py).  So B's answer repeating A's is a cache shared across tenants (LiteLLM #29955:
-its key is model + messages + settings, not the caller) — `cross_tenant_response_cache`, high, for any check that meets
-it; A's repeat served from the cache while B's was made is a cache scoped per tenant (`tenant_response_cache`, info);
-neither served from a cache is no cache seen.  A's repeat is the positive control: without it no answer can say
-"per tenant", only that no cache was seen (vLLM #53347: a test of "no reuse across tenants" also passes with the
-cache off).  Each route gets its own word in the cache map, since a gateway may scope its cache on one route and not
-on another (LiteLLM CVE-2026-89032), and so does each route's streamed requests, which a gateway may key apart.
+On every generation route the target serves (chat, completions, the Responses API), for every direction: tenant A sends
+a fresh canary-free prompt led by a nonce, tenant B sends the same request, then A again.  An answer the engine made has
+an `id` of its own; one a cache served repeats the stored answer whole, or the gateway says so in a header
+(prober/probing/provenance.py).  A cache that names each copy afresh and says nothing is told by the engine's prompt
+counter standing still, or, the requests being sampled, by a repeat saying byte for byte what A's first answer said,
+which a fresh decode says again only by a chance its log-probabilities put at e^-30 or less.  So B's answer repeating
+A's is a cache shared across tenants (LiteLLM #29955: its key is model + messages + settings, not the caller) —
+`cross_tenant_response_cache`, high, for any check that meets it; A's repeat served from the cache while B's was made is
+a cache scoped per tenant (`tenant_response_cache`, info); neither served from a cache is no cache seen.  A's repeat is
+the positive control: without it no answer can say "per tenant", only that no cache was seen (vLLM #53347: a test of "no
+reuse across tenants" also passes with the cache off).  Each route gets its own word in the cache map, since a gateway
+may scope its cache on one route and not on another (LiteLLM CVE-2026-89032), and so does each route's streamed
+requests, which a gateway may key apart.
 """
 
 from __future__ import annotations
@@ -61,8 +64,15 @@ class ResponseCacheSettings(Strict):
     stream apart from a plain request (LiteLLM 1.108.7 does, and shares both)."""
     tokens: int = Field(default=48, ge=16, le=4096)
     """Prompt length of each request (a gateway's system prompt comes on top)."""
-    max_tokens: int = Field(default=16, ge=1, le=1024)
-    """Completion tokens per request: an answer with an id is all it needs."""
+    max_tokens: int = Field(default=32, ge=1, le=1024)
+    """Completion tokens per request: an answer with an id is all the other signs need; a sample long enough that a
+    fresh decode will not say it again is what `sampled` needs (on the project's vLLM at 16 tokens, 6 of 24 first
+    answers could have been said again by a chance over e^-30; at 32, none of 24)."""
+    sampled: bool = True
+    """Each request sampled at temperature 1 with its tokens' log-probabilities (chat and completions): a repeat
+    byte-identical to A's first answer, which a fresh decode says again with probability e^-30 or less by the
+    engine's own count, was stored, not made.  It tells a cache that renames its copies and sends no header where
+    the engine's counters cannot be read; off, every request is greedy and equal answers tell nothing."""
 
 
 @dataclass(kw_only=True)
@@ -70,6 +80,7 @@ class ResponseCacheResult(CheckResult):
     content: bool = False  # its prompts carry no canary: it reads who was served whose answer, not text
     echoed: int = 0  # answers the engine made that said back their own prompt's nonce
     counted: int = 0  # requests the engine's prompt counter was read around (the sign of a copy that looks made)
+    unlikely: list[float] = field(default_factory=list)  # first answers' log-probabilities, where the engine gave them
 
     @property
     def sighted(self) -> bool:
@@ -79,8 +90,10 @@ class ResponseCacheResult(CheckResult):
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "no route tested"
+        rare = sum(p <= UNLIKELY for p in self.unlikely)
         return (f"response cache: {words}; {len(self.steps)} requests ({self.counted} with the engine's prompt "
-                f"counter read), {len(self.findings)} findings")
+                f"counter read; {rare} of {len(self.unlikely)} sampled first answers too unlikely to be said again), "
+                f"{len(self.findings)} findings")
 
 
 class ResponseCacheCheck(Check):
@@ -104,6 +117,10 @@ class ResponseCacheCheck(Check):
         for api in routes_to_test(run.target.config.api, settings.routes):
             passes += await self._route(run, settings, api, result)
         uncounted = _uncounted([p for p in passes if isinstance(p, Pass)], result)
+        if result.unlikely:
+            result.notes.append(f"response cache: the sampled first answers' log-probabilities ran from "
+                                f"{min(result.unlikely):.0f} to {max(result.unlikely):.0f}; a repeat of one at or "
+                                f"under {UNLIKELY:.0f} byte for byte is read as a stored copy")
         for sent in passes:
             result.layers += [sent] if isinstance(sent, CacheVerdict) else await self._judged(run, sent, uncounted,
                                                                                                result)
@@ -127,21 +144,21 @@ class ResponseCacheCheck(Check):
 
     async def _judged(self, run: Run, sent: Pass, uncounted: set[str], result: ResponseCacheResult
                       ) -> list[CacheVerdict]:
-        """A pass's answers judged, each known as a copy first where the engine counted no prompt for it (none is
-        judged as the engine's before the whole run says which are); then the response cache on the pass's route
-        (plain or streamed), and the path's identity layer where a request of the pass reached the engine."""
+        """A pass's answers judged, each repeat known as a copy first where the engine counted no prompt for it or
+        it says again what a sample said (none is judged as the engine's before the whole run says which are); then
+        the response cache on the pass's route (plain or streamed), and the path's identity layer where a request
+        of the pass reached the engine."""
         directions = []
-        for requests in sent.directions:
+        for first, other, again in sent.directions:
             judged = []
-            for request in requests:
-                answer = _copy(request, uncounted)
+            for request, answer in ((first, first.answer), (other, _copy(other, first, uncounted)),
+                                    (again, _copy(again, first, uncounted))):
                 step = await run.target.judged(request.step, request.exchange, request.built, answer, request.route,
                                                check=self.name, before=request.before)
                 record(step, result, run.on_event)
                 judged.append(step)
                 result.echoed += answer.served and answer.from_cache is None and request.nonce in answer.text
-            first, other, again = judged
-            directions.append((first, other, again))
+            directions.append((judged[0], judged[1], judged[2]))
         verdict = await self._verdict(run, sent.where, directions, result)
         served = [d for d in directions if all(s.answer.served for s in d)]
         upstream = identity(sent.where, served, salted=bool(run.target.salts))
@@ -158,7 +175,7 @@ class ResponseCacheCheck(Check):
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             step = Step(id=f"{run.run_id}rc-{where}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
                         max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
-                        stream=stream)
+                        stream=stream, sampled=settings.sampled)
             steps = [step, replace(step, id=f"{run.run_id}rc-{where}-{n}-probe", role="probe", tenant=b),
                      replace(step, id=f"{run.run_id}rc-{where}-{n}-control", role="control")]
             nonce = token_hex(6)
@@ -174,6 +191,8 @@ class ResponseCacheCheck(Check):
                 result.counted += silent is not None
                 answers.append(Sent(step, f"{run.run_id}rc-{where}-{n}", built, route, nonce, answer, before))
             first = answers[0]
+            if (made := first.answer).served and made.from_cache is None and made.logprob is not None:
+                result.unlikely.append(made.logprob)
             if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"response cache: the target does not serve the {api} route (404)")
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
@@ -225,6 +244,10 @@ def _scoped(step: Step, where: str, control: str) -> Finding:
 
 Direction = tuple[StepResult, StepResult, StepResult]  # A's request, B's same request, A's again
 UNCOUNTED = "the engine counted no prompt"
+# Nats: a sampled answer a fresh decode says again with probability e^-30 (1e-13) or less, by the engine's count of
+# its tokens' log-probabilities.  The margin is for samplers that keep only the likeliest tokens (top-k, top-p,
+# min-p) and report the model's own probabilities: each kept token's chance rises by the share of those dropped.
+UNLIKELY = -30.0
 
 
 @dataclass(frozen=True)
@@ -266,12 +289,27 @@ def _uncounted(passes: list[Pass], result: ResponseCacheResult) -> set[str]:
             if p.counted.get(s.step.id)}
 
 
-def _copy(sent: Sent, uncounted: set[str]) -> Completion:
-    """The answer as a cache's copy where the engine counted no prompt for it (and nothing else told it already)."""
+def _copy(sent: Sent, first: Sent, uncounted: set[str]) -> Completion:
+    """The answer as a cache's copy where the engine counted no prompt for it, or where it says again what the
+    sample `first` (A's first request, the same prompt) said (`said_again`); as it came where nothing else told it
+    already."""
     answer = sent.answer
-    if sent.step.id not in uncounted or not answer.served or answer.from_cache is not None:
+    if not answer.served or answer.from_cache is not None:
         return answer
-    return replace(answer, from_cache=FromCache(CacheLayer.RESPONSE, UNCOUNTED, answer.answer_id))
+    told = UNCOUNTED if sent.step.id in uncounted else said_again(answer, first.answer)
+    return answer if told is None else replace(answer, from_cache=FromCache(CacheLayer.RESPONSE, told,
+                                                                            answer.answer_id))
+
+
+def said_again(answer: Completion, sample: Completion) -> str | None:
+    """How `answer` shows it is a stored copy of `sample`, an answer the engine made to the same request at
+    temperature 1: it says the same text byte for byte, which a fresh decode says with probability e^logprob, here
+    e^UNLIKELY or less (None: not so, or not known, as from an engine that gives no log-probabilities or samples
+    greedily, whose answers repeat)."""
+    if not (sample.served and sample.from_cache is None and sample.logprob is not None
+            and sample.logprob <= UNLIKELY and answer.full_text == sample.full_text):
+        return None
+    return f"a sampled answer said again byte for byte (a fresh decode says it with probability e^{sample.logprob:.0f})"
 
 
 def identity(where: str, directions: list[Direction], *, salted: bool) -> CacheVerdict | None:

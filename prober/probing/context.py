@@ -107,7 +107,7 @@ class TargetContext:
         before = self.transport.outbox.started  # also the number this prompt gets as it goes out
         self.cached.sent(before, built)
         prompt = Prompt(built.text, max_tokens=step.max_tokens, stream=step.stream, request_id=request_id,
-                        turns=turns)
+                        turns=turns, temperature=1.0 if step.sampled else 0.0, logprobs=step.sampled)
         return await self.send_as(step.tenant, prompt, route), before
 
     async def send_counted(self, step: Step, built: BuiltPrompt, route: Route) -> tuple[Completion, int, bool | None]:

@@ -59,6 +59,7 @@ class Step:
     ask: Ask = "quote"
     aim: Aim = Aim.LENGTH
     ceiling: int | None = None  # with Aim.OWN: the most the engine may see of it, the path's prefix included
+    sampled: bool = False  # asked at temperature 1 with its tokens' log-probabilities (a stored copy of it tells)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,8 +12,10 @@ it), and where the copy was made for another tenant, that tenant's answer reache
   for whom it was made.  Not an answer named by the ID the
   client gave its request (the request-ID check sends one ID for many requests, and engines name answers by it).
 
-A cache that rebuilds each copy with a fresh `id` and `created`, and says nothing, is told by the engine's own counters
-instead, where the response-cache check reads them around its requests: no prompt counted.
+A cache that rebuilds each copy with a fresh `id` and `created`, and says nothing, is told by the response-cache check
+instead: by the engine's own counters, where it reads them around its requests (no prompt counted), and by its
+sampled requests (a repeat saying byte for byte what a sample said, which its log-probabilities make all but
+impossible for a fresh decode).
 
 A deterministic engine that gives the same text to the same prompt is not a cache: its answers differ in `id`.  A copy
 handed out for a question other than the one it was made for came from a semantic cache (one that matches requests

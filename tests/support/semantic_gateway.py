@@ -10,7 +10,8 @@ one per key and end user (the `user` field, else the `x-litellm-end-user-id` hea
 it caches, by path (the default: chat, at `scope`), so that one route can share what another keeps per tenant (LiteLLM
 CVE-2026-89032); `threshold`: the cosine similarity at or above which a stored answer is served (0.8, semantic-router's
 in #2134); `restamp`: each stored answer served with a fresh `id` and `created`, as a cache that rebuilds the response
-object does (then nothing in the answer tells it from one the engine made).  Streams and the routes it does not cache
+object does (then nothing in the answer tells it from one the engine made); `hide`: the engine's routes it
+answers 404 (`/metrics`: a gateway that lets no counter through).  Streams and the routes it does not cache
 go to the engine untouched."""
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/r
 
 class SemanticGateway(Gateway):
     def __init__(self, engine: str, folder: Path, *, scope: Scope = "shared", routes: dict[str, Scope] | None = None,
-                 threshold: float = 0.8, restamp: bool = False) -> None:
-        super().__init__(engine, system_prompt="")
+                 threshold: float = 0.8, restamp: bool = False, hide: tuple[str, ...] = ()) -> None:
+        super().__init__(engine, system_prompt="", hide=hide)
         self.restamp = restamp
         self.folder = folder
         self.routes = routes if routes is not None else {CHAT: scope}
