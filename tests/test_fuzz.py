@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from prober.config.schema import load_config, parse_config
 from prober.domain.errors import ConfigError
-from prober.oneshot.forensics import ForensicReport, parse, read_batches
+from prober.oneshot.forensics import ForensicReport, _problem, _read, parse, read_batches
 from prober.targets import Api, OpenAICompatible, Transport, WorkersAI
 from prober.targets.base import HTTPTarget, _StreamReader
 from prober.targets.decoding import STEP, BoundedDecoder, DecodingError
@@ -93,6 +93,31 @@ def test_any_jsonl_gives_records_or_counted_problems(tmp_path_factory: Any, line
     records = [r for batch in read_batches([str(path)], report, lines=7) for r in parse(batch, report)]
     assert len(records) + report.skipped <= len(lines)
     assert all(isinstance(r.text, str) for r in records)
+
+
+records = st.fixed_dictionaries({"id": st.text(max_size=8), "tenant": st.text(max_size=8),
+                                  "text": st.text(max_size=80)}, optional={"prompt": st.none() | st.text(max_size=20),
+                                                                          "extra": json_values})
+
+
+@given(records.map(json.dumps) | json_values.map(json.dumps)
+       | st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
+@example('{"id": "a", "tenant": "b", "text": "\\ud800", "n": NaN, "big": -9223372036854775809}')
+@example("[" * 2_000 + "]" * 2_000)
+@example(' \t{"id": "a", "tenant": "b", "text": "c"}\r ')
+def test_a_log_line_is_the_record_the_standard_library_reads(line: str) -> None:
+    """orjson reads the lines it takes, what it refuses is read by json: either way the same record, or the same
+    problem, or the same kind of failure (whose message the report keeps).  (Beside a record's fields orjson may
+    read a number otherwise: an integer past 64 bits as a float; nothing reads them.)"""
+    def outcome(read: Any) -> Any:
+        try:
+            item = read()
+        except (json.JSONDecodeError, RecursionError) as exc:
+            return type(exc)
+        problem = _problem(item)
+        return problem or tuple(item.get(key) for key in ("id", "tenant", "text", "prompt"))
+    raw = line.encode("utf-8", "surrogatepass")
+    assert outcome(lambda: _read(raw)) == outcome(lambda: json.loads(line.strip(" \t\n\r")))
 
 
 @given(st.text(max_size=600))

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+import orjson
+
 from prober.detect import Scanner
 from prober.domain.types import Finding, Record
 from prober.ledger import Ledger
@@ -165,7 +167,7 @@ def parse(batch: Batch, report: ForensicReport) -> Iterator[Record]:
         if not raw or raw.isspace():
             continue
         try:
-            item = _loads(raw.decode("utf-8"))
+            item = _read(raw)
             problem = _problem(item)
         except UnicodeDecodeError:
             problem = "not valid UTF-8"
@@ -177,6 +179,16 @@ def parse(batch: Batch, report: ForensicReport) -> Iterator[Record]:
             report.problem(f"{batch.source} line {number}", problem)
             continue
         yield Record(id=item["id"], tenant=item["tenant"], text=item["text"], prompt=item.get("prompt"))
+
+
+def _read(raw: bytes) -> Any:
+    """One line's JSON: orjson where it takes the line (half the time of decoding it and json's C scanner, a tenth of
+    a scan's time), else the standard library's reading, so that its acceptance and its error messages stand for
+    what orjson refuses (invalid UTF-8, NaN, integers past 64 bits, nesting past 1,024, lone surrogates)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _loads(raw.decode("utf-8"))
 
 
 _SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))  # json.loads's own C scanner (typeshed types
