@@ -150,10 +150,13 @@ class Gateway:
         return self._replicas[self._turn % len(self._replicas)]
 
     async def _relay(self, request: Request, origin: str, body: bytes | None = None) -> Response:
-        upstream = await self._client.send(
-            self._client.build_request(request.method, origin + request.url.path, params=request.query_params,
-                                       content=await request.body() if body is None else body,
-                                       headers=self._headers(request)), stream=True)
+        try:
+            upstream = await self._client.send(
+                self._client.build_request(request.method, origin + request.url.path, params=request.query_params,
+                                           content=await request.body() if body is None else body,
+                                           headers=self._headers(request)), stream=True)
+        except httpx.TransportError as exc:
+            return _bad_gateway(exc)
 
         async def relay() -> AsyncIterator[bytes]:
             async for chunk in upstream.aiter_raw():
@@ -180,14 +183,25 @@ class Gateway:
         origin = self._origin()
         if self._rng.random() < self.fail_after_served:
             # The engine serves it to the end; the gateway's own upstream timeout has fired meanwhile.
-            async with self._client.stream("POST", origin + request.url.path, content=content,
-                                           headers=self._headers(request)) as upstream:
-                async for _ in upstream.aiter_raw():
-                    pass
+            try:
+                async with self._client.stream("POST", origin + request.url.path, content=content,
+                                               headers=self._headers(request)) as upstream:
+                    async for _ in upstream.aiter_raw():
+                        pass
+            except httpx.TransportError as exc:
+                return _bad_gateway(exc)
             self.stats.failed_after_served += 1
             return JSONResponse({"error": {"message": "upstream request timed out", "type": "bad_gateway"}},
                                 status_code=502)
         return await self._relay(request, origin, content)
+
+
+def _bad_gateway(exc: httpx.TransportError) -> Response:
+    """What a proxy answers when its upstream connection fails before the answer's head (nginx's 502): an engine that
+    closes a kept-alive connection just as the gateway reuses it (uvicorn's 5 s keep-alive, seen under load in CI)
+    is the gateway's error to report, not an answer of the engine's."""
+    return JSONResponse({"error": {"message": f"upstream connection failed: {type(exc).__name__}",
+                                   "type": "bad_gateway"}}, status_code=502)
 
 
 @dataclass(frozen=True)
