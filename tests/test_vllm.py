@@ -379,7 +379,7 @@ def test_straight_to_vllm_every_answer_is_the_engines_by_its_prompt_counter(vllm
     # (the Responses API's did not), and none was said again (vLLM samples each repeat afresh).
     assert all(note.startswith("response cache: the sampled first answers'") for note in result.notes), result.notes
     assert isinstance(result, ResponseCacheResult) and result.counted == len(result.steps) == 36, result.summary()
-    assert len(result.unlikely) == 8 and min(result.unlikely) <= UNLIKELY, result.unlikely
+    assert len(result.first_logprobs) == 8 and min(result.first_logprobs) <= UNLIKELY, result.first_logprobs
     assert not [s.step.id for s in result.steps if s.answer.from_cache is not None]
     assert {v.route: v.state for v in result.layers if v.layer == CacheLayer.RESPONSE} == dict.fromkeys(
         LAYERS, LayerState.NONE_SEEN), result.summary()

@@ -80,7 +80,7 @@ class ResponseCacheResult(CheckResult):
     content: bool = False  # its prompts carry no canary: it reads who was served whose answer, not text
     echoed: int = 0  # answers the engine made that said back their own prompt's nonce
     counted: int = 0  # requests the engine's prompt counter was read around (the sign of a copy that looks made)
-    unlikely: list[float] = field(default_factory=list)  # first answers' log-probabilities, where the engine gave them
+    first_logprobs: list[float] = field(default_factory=list)  # where the engine gave them with its first answers
 
     @property
     def sighted(self) -> bool:
@@ -90,10 +90,10 @@ class ResponseCacheResult(CheckResult):
 
     def summary(self) -> str:
         words = ", ".join(f"{v.route} {v.state}" for v in self.layers) or "no route tested"
-        rare = sum(p <= UNLIKELY for p in self.unlikely)
+        rare = sum(p <= UNLIKELY for p in self.first_logprobs)
         return (f"response cache: {words}; {len(self.steps)} requests ({self.counted} with the engine's prompt "
-                f"counter read; {rare} of {len(self.unlikely)} sampled first answers too unlikely to be said again), "
-                f"{len(self.findings)} findings")
+                f"counter read; {rare} of {len(self.first_logprobs)} sampled first answers too unlikely to be said "
+                f"again), {len(self.findings)} findings")
 
 
 class ResponseCacheCheck(Check):
@@ -117,10 +117,10 @@ class ResponseCacheCheck(Check):
         for api in routes_to_test(run.target.config.api, settings.routes):
             passes += await self._route(run, settings, api, result)
         uncounted = _uncounted([p for p in passes if isinstance(p, Pass)], result)
-        if result.unlikely:
-            result.notes.append(f"response cache: the sampled first answers' log-probabilities ran from "
-                                f"{min(result.unlikely):.0f} to {max(result.unlikely):.0f}; a repeat of one at or "
-                                f"under {UNLIKELY:.0f} byte for byte is read as a stored copy")
+        if result.first_logprobs:
+            spread = f"{min(result.first_logprobs):.0f} to {max(result.first_logprobs):.0f}"
+            result.notes.append(f"response cache: the sampled first answers' log-probabilities ran from {spread}; a "
+                                f"repeat of one at or under {UNLIKELY:.0f} byte for byte is read as a stored copy")
         for sent in passes:
             result.layers += [sent] if isinstance(sent, CacheVerdict) else await self._judged(run, sent, uncounted,
                                                                                                result)
@@ -153,7 +153,7 @@ class ResponseCacheCheck(Check):
             judged = []
             for request, answer in ((first, first.answer), (other, _copy(other, first, uncounted)),
                                     (again, _copy(again, first, uncounted))):
-                step = await run.target.judged(request.step, request.exchange, request.built, answer, request.route,
+                step = await run.target.judged(request.step, request.exchange, request.built, answer, sent.route,
                                                check=self.name, before=request.before)
                 record(step, result, run.on_event)
                 judged.append(step)
@@ -171,7 +171,7 @@ class ResponseCacheCheck(Check):
         served or no prompt could be built."""
         ctx, api = run.target, route.api
         where = f"{api}-stream" if stream else api.value
-        sent = Pass(where)
+        sent = Pass(where, route)
         for n, (a, b) in enumerate(pairs(ctx.tenants), 1):
             step = Step(id=f"{run.run_id}rc-{where}-{n}-prime", role="prime", tenant=a, length=settings.tokens,
                         max_tokens=settings.max_tokens, expect_served=True, boundary="response-cache", aim=Aim.NONE,
@@ -189,10 +189,10 @@ class ResponseCacheCheck(Check):
                 answer, before, silent = await ctx.send_counted(step, built, route)
                 sent.counted[step.id] = silent
                 result.counted += silent is not None
-                answers.append(Sent(step, f"{run.run_id}rc-{where}-{n}", built, route, nonce, answer, before))
+                answers.append(Sent(step, f"{run.run_id}rc-{where}-{n}", built, nonce, answer, before))
             first = answers[0]
             if (made := first.answer).served and made.from_cache is None and made.logprob is not None:
-                result.unlikely.append(made.logprob)
+                result.first_logprobs.append(made.logprob)
             if not first.answer.served and first.answer.status == 404 and api is not ctx.config.api:
                 result.notes.append(f"response cache: the target does not serve the {api} route (404)")
                 return CacheVerdict(CacheLayer.RESPONSE, where, LayerState.UNDECIDED, NOT_SERVED)
@@ -257,7 +257,6 @@ class Sent:
     step: Step
     exchange: str
     built: BuiltPrompt
-    route: Route
     nonce: str
     answer: Completion
     before: int  # the outbox's count when it was sent (what its cached tokens are explained by)
@@ -269,6 +268,7 @@ class Pass:
     in."""
 
     where: str
+    route: Route
     directions: list[tuple[Sent, Sent, Sent]] = field(default_factory=list)
     counted: dict[str, bool | None] = field(default_factory=dict)  # step id -> the engine counted no prompt for it
 
